@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxer/sandboxer/images"
+	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
+)
+
+// bufferOutput collects a short run's output for doctor.
+type bufferOutput struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *bufferOutput) Write(_ sandbox.Stream, p []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() < 1<<20 {
+		b.buf.Write(p)
+	}
+}
+
+// probeScript prints, from inside a sandbox, the facts the hardening profile promises.
+const probeScript = `echo uid=$(id -u)
+grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status | tr -d '\t' | tr ':' '='
+touch /rootfs-write-test 2>/dev/null && echo rootfs=writable || echo rootfs=readonly
+echo ifaces=$(ls /sys/class/net | tr '\n' ' ')
+test -S /var/run/docker.sock && echo docker_sock=present || echo docker_sock=absent`
+
+func doctor(args []string) error {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	flags := config.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := flags.Load(os.Getenv)
+	if err != nil {
+		return err
+	}
+	problems := 0
+	report := func(ok bool, what, detail, fix string) {
+		mark := "ok  "
+		if !ok {
+			mark = "FAIL"
+			problems++
+		}
+		fmt.Printf("%s %-22s %s\n", mark, what, detail)
+		if !ok && fix != "" {
+			fmt.Printf("     fix: %s\n", fix)
+		}
+	}
+	rt, err := docker.New("doctor")
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	info, err := rt.EngineInfo(ctx)
+	if err != nil {
+		report(false, "engine", err.Error(), "run `make engine` (installs and starts dockerd on Debian as root) or set DOCKER_HOST")
+		return fmt.Errorf("%d problem(s)", problems)
+	}
+	report(true, "engine", fmt.Sprintf("%s, Docker %s, API %s (engine max %s)", info.Host, info.ServerVersion, info.APIVersion, info.MaxAPIVersion), "")
+	report(true, "cgroups", "v"+info.CgroupVersion+" ("+info.CgroupDriver+")", "")
+	report(info.StorageDriver != "", "storage driver", info.StorageDriver, "")
+	rts := strings.Join(info.Runtimes, ", ")
+	report(true, "runtimes", rts+" (default "+info.DefaultRT+")", "")
+	if cfg.Policy.Runtime != "" {
+		has := false
+		for _, r := range info.Runtimes {
+			has = has || r == cfg.Policy.Runtime
+		}
+		report(has, "policy runtime", cfg.Policy.Runtime, "install it and register it with dockerd, or clear `runtime` in the policy")
+	}
+	baseBuilt := false
+	for _, img := range images.All() {
+		tag := images.Tag(img.Name)
+		ok, err := rt.ImageExists(ctx, tag)
+		if err != nil {
+			report(false, "image "+img.Name, err.Error(), "")
+			continue
+		}
+		if img.Name == "base" {
+			baseBuilt = ok
+		}
+		report(ok, "image "+img.Name, tag, "run `make images` (or `sandboxer images build`)")
+	}
+	if !baseBuilt {
+		return fmt.Errorf("%d problem(s)", problems)
+	}
+	limits, err := cfg.Policy.Resolve(policy.Request{})
+	if err != nil {
+		return err
+	}
+	out := &bufferOutput{}
+	h, err := rt.Start(ctx, sandbox.Spec{
+		JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"bash", "-c", probeScript},
+		WorkDir: "/workspace", Network: cfg.Policy.Network, Runtime: cfg.Policy.Runtime,
+		Limits: sandbox.Limits{MemoryBytes: limits.MemoryBytes, NanoCPUs: limits.NanoCPUs, Pids: limits.Pids,
+			OpenFiles: limits.OpenFiles, FileSizeBytes: limits.FileSizeBytes, TmpBytes: limits.TmpBytes,
+			WorkdirBytes: limits.WorkdirBytes, LogBytes: 1 << 20},
+	}, out)
+	if err != nil {
+		report(false, "hardened container", err.Error(), "")
+		return fmt.Errorf("%d problem(s)", problems)
+	}
+	started := time.Now()
+	<-h.Done()
+	st := h.Status()
+	report(st.ExitCode == 0 && st.Err == nil, "hardened container", fmt.Sprintf("ran in %d ms, exit %d", time.Since(started).Milliseconds(), st.ExitCode), "")
+	facts := map[string]string{}
+	for _, line := range strings.Split(out.buf.String(), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			facts[k] = strings.TrimSpace(v)
+		}
+	}
+	want := []struct{ key, value, what string }{
+		{"uid", "1000", "non-root user"},
+		{"CapEff", "0000000000000000", "no capabilities"},
+		{"NoNewPrivs", "1", "no-new-privileges"},
+		{"Seccomp", "2", "seccomp filter"},
+		{"rootfs", "readonly", "read-only root"},
+		{"ifaces", "lo", "network none"},
+		{"docker_sock", "absent", "no Docker socket"},
+	}
+	if cfg.Policy.Network != policy.NetworkNone {
+		want = want[:5]
+	}
+	for _, w := range want {
+		report(facts[w.key] == w.value, w.what, w.key+"="+facts[w.key], "")
+	}
+	if problems > 0 {
+		return fmt.Errorf("%d problem(s)", problems)
+	}
+	fmt.Println("all checks passed")
+	return nil
+}

@@ -1,0 +1,126 @@
+// Command sandboxer is an MCP server that runs agents' commands in hardened
+// Docker sandboxes. It stays thin: parse, wire, serve.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/lang"
+	"github.com/sandboxer/sandboxer/internal/logging"
+	"github.com/sandboxer/sandboxer/internal/mcpserver"
+	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
+	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/tools"
+)
+
+const usage = `usage: sandboxer <command> [flags]
+
+commands:
+  serve          serve MCP over stdio (the default)
+  images build   build the sandbox images through the Engine API (--force rebuilds)
+  images list    show each image's tag and whether it is built
+  doctor         check the engine, the images and the hardening profile
+  version        print the version
+`
+
+func main() {
+	args := os.Args[1:]
+	cmd := "serve"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "serve":
+		err = serve(args)
+	case "images":
+		err = imagesCmd(args)
+	case "doctor":
+		err = doctor(args)
+	case "version":
+		fmt.Println(mcpserver.Version)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "unknown command %q\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxer:", err)
+		os.Exit(1)
+	}
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	flags := config.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := flags.Load(os.Getenv)
+	if err != nil {
+		return err
+	}
+	log, err := logging.New(os.Stderr, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	st, err := store.Open(filepath.Join(cfg.StateDir, "sandboxer.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if st.SetAside != "" {
+		log.Warn().Str("moved_to", st.SetAside).AnErr("cause", st.SetAsideErr).Msg("job database was unreadable: set it aside and started a fresh one")
+	}
+	rt, err := docker.New(cfg.Instance())
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	jobs, err := job.New(rt, st, cfg.Policy, cfg.StateDir, log)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	recoverCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := jobs.Recover(recoverCtx); err != nil {
+		log.Warn().Err(err).Msg("engine not reachable at start: jobs will fail until it is; recovery retried in the background")
+	}
+	cancel()
+	go jobs.RunCleanup()
+
+	srv, err := mcpserver.New(tools.Deps{
+		Jobs: jobs, Policy: cfg.Policy, Languages: lang.NewRegistry(cfg.Policy), Runtime: rt,
+	}, cfg.Toolsets)
+	if err != nil {
+		return err
+	}
+	log.Info().Str("state_dir", cfg.StateDir).Str("engine", rt.Host()).Str("instance", cfg.Instance()).Msg("serving MCP on stdio")
+	serveErr := srv.ServeStdio(ctx, os.Stdin, os.Stdout, logging.StdLogger(log))
+
+	// stdin ended or a signal came: end every job, flush state, exit promptly.
+	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelShutdown()
+	jobs.Shutdown(shutdownCtx)
+	log.Info().Msg("stopped")
+	if serveErr != nil && !errors.Is(serveErr, context.Canceled) {
+		return serveErr
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+// Package config assembles the server's configuration: flags override
+// SANDBOXER_* environment variables, which override the policy file, which
+// overrides the built-in defaults. Validate says loudly what is wrong.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sandboxer/sandboxer/internal/policy"
+)
+
+// Environment variables read here (the policy reads its own SANDBOXER_* ones).
+const (
+	EnvStateDir = "SANDBOXER_STATE_DIR"
+	EnvPolicy   = "SANDBOXER_POLICY"
+	EnvToolsets = "SANDBOXER_TOOLSETS"
+	EnvLogLevel = "SANDBOXER_LOG_LEVEL"
+)
+
+// Config is everything the server needs to start.
+type Config struct {
+	StateDir   string
+	PolicyPath string // "" = built-in defaults
+	Toolsets   []string
+	LogLevel   string
+	Policy     *policy.Policy
+}
+
+// DefaultStateDir is $XDG_STATE_HOME/sandboxer, else ~/.local/state/sandboxer.
+func DefaultStateDir(getenv func(string) string) string {
+	if x := getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "sandboxer")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return filepath.Join(os.TempDir(), "sandboxer-state")
+	}
+	return filepath.Join(home, ".local", "state", "sandboxer")
+}
+
+// Flags registers the serve flags on fs; Load applies them after fs.Parse.
+type Flags struct {
+	stateDir, policyPath, toolsets, logLevel *string
+}
+
+func RegisterFlags(fs *flag.FlagSet) *Flags {
+	return &Flags{
+		stateDir:   fs.String("state-dir", "", "directory for the job database and job output (env "+EnvStateDir+"; default $XDG_STATE_HOME/sandboxer or ~/.local/state/sandboxer)"),
+		policyPath: fs.String("policy", "", "policy YAML file (env "+EnvPolicy+"; default: built-in defaults, the same as policies/default.yaml)"),
+		toolsets:   fs.String("toolsets", "", "comma-separated toolsets to enable: exec, jobs, info (env "+EnvToolsets+"; default all)"),
+		logLevel:   fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)"),
+	}
+}
+
+// Load resolves flags > env > policy file > defaults.
+func (f *Flags) Load(getenv func(string) string) (*Config, error) {
+	pick := func(flagVal, env, def string) string {
+		if flagVal != "" {
+			return flagVal
+		}
+		if v := getenv(env); v != "" {
+			return v
+		}
+		return def
+	}
+	c := &Config{
+		StateDir:   pick(*f.stateDir, EnvStateDir, DefaultStateDir(getenv)),
+		PolicyPath: pick(*f.policyPath, EnvPolicy, ""),
+		LogLevel:   pick(*f.logLevel, EnvLogLevel, "info"),
+	}
+	if ts := pick(*f.toolsets, EnvToolsets, ""); ts != "" {
+		for _, t := range strings.Split(ts, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				c.Toolsets = append(c.Toolsets, t)
+			}
+		}
+	}
+	var err error
+	if c.PolicyPath != "" {
+		c.Policy, err = policy.Load(c.PolicyPath)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		c.Policy = policy.Default()
+	}
+	if err := c.Policy.ApplyEnv(getenv); err != nil {
+		return nil, err
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the whole configuration and names every problem.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.StateDir == "" {
+		errs = append(errs, errors.New("state dir is empty"))
+	} else if abs, err := filepath.Abs(c.StateDir); err != nil {
+		errs = append(errs, fmt.Errorf("state dir %q: %v", c.StateDir, err))
+	} else {
+		c.StateDir = abs
+	}
+	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Instance names this server's containers: one per state directory, so two
+// servers with different state never adopt or remove each other's sandboxes.
+func (c *Config) Instance() string {
+	sum := sha256.Sum256([]byte(c.StateDir))
+	return hex.EncodeToString(sum[:6])
+}

@@ -1,0 +1,72 @@
+// Package job owns jobs: their state machine (queued → running → a final
+// status), limits, concurrency slots, output capture, persistence and restart
+// recovery. Tools call it; it calls the sandbox runtime.
+package job
+
+import (
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/store"
+)
+
+// Kinds.
+const (
+	KindCommand = "command"
+	KindScript  = "script"
+	KindSession = "session"
+)
+
+// Statuses.
+const (
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusTimedOut  = "timed_out"
+	StatusKilled    = "killed"
+)
+
+// Reasons.
+const (
+	ReasonExitCode   = "exit_code"
+	ReasonOOMKilled  = "oom_killed"
+	ReasonStartError = "start_error"
+	ReasonLost       = "lost"
+	ReasonRequested  = "requested"
+	ReasonCancelled  = "cancelled"
+	ReasonShutdown   = "server_shutdown"
+	ReasonTimeout    = "timeout"
+)
+
+// Finished says whether a status is final.
+func Finished(status string) bool {
+	return status != StatusQueued && status != StatusRunning
+}
+
+// Job is the record of one job as the store keeps it.
+type Job = store.Job
+
+// Request is what a tool asks the manager to run, already validated.
+type Request struct {
+	Kind      string
+	Command   string   // what the agent asked for, as recorded
+	Cmd       []string // argv in the container
+	Language  string
+	Image     string
+	Workspace string
+	Cwd       string
+	Env       []string
+	// Stdin is written to the process and then closed when non-nil.
+	Stdin []byte
+	// KeepStdinOpen leaves stdin open for send_input; otherwise it is closed at start.
+	KeepStdinOpen bool
+	Timeout       time.Duration
+	MemoryBytes   int64
+	NanoCPUs      int64
+	Pids          int64
+	OpenFiles     int64
+	FileSizeBytes int64
+	TmpBytes      int64
+	WorkdirBytes  int64
+	Network       string
+}

@@ -1,0 +1,551 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/store"
+)
+
+const (
+	// startTimeout bounds creating, attaching and starting one container.
+	startTimeout = 60 * time.Second
+	// destroyTimeout bounds removing one container.
+	destroyTimeout = 30 * time.Second
+)
+
+// Errors the tool layer turns into messages an agent can act on.
+var (
+	ErrNotFound     = errors.New("no such job")
+	ErrQueueFull    = errors.New("job queue full")
+	ErrShuttingDown = errors.New("server is shutting down")
+	ErrNoStdin      = errors.New("job has no open stdin")
+)
+
+// Manager runs jobs in sandboxes and keeps their records and output.
+type Manager struct {
+	rt     sandbox.Runtime
+	st     *store.Store
+	pol    *policy.Policy
+	outDir string
+	log    zerolog.Logger
+
+	mu        sync.Mutex
+	live      map[string]*liveJob // queued and running jobs
+	running   int
+	queue     []*liveJob
+	closed    bool
+	recovered bool // restart recovery has run against a reachable engine
+	stop      chan struct{}
+	bg        sync.WaitGroup
+}
+
+// liveJob is a queued or running job's in-memory state.
+type liveJob struct {
+	id      string
+	req     Request
+	capture *output.Capture
+	done    chan struct{} // closed once the final status is stored
+
+	mu     sync.Mutex
+	rec    store.Job
+	handle sandbox.Handle
+	// endStatus/endReason are decided by whoever ends the job on purpose
+	// (timeout, kill, cancel, shutdown) before the container goes.
+	endStatus, endReason string
+	timer                *time.Timer
+	hasSlot              bool // counted in Manager.running
+	readCursors          [3]int64 // "new since last read", per stream selector
+}
+
+// New makes a manager keeping job output under stateDir/jobs.
+func New(rt sandbox.Runtime, st *store.Store, pol *policy.Policy, stateDir string, log zerolog.Logger) (*Manager, error) {
+	outDir := filepath.Join(stateDir, "jobs")
+	if err := os.MkdirAll(outDir, 0o700); err != nil {
+		return nil, fmt.Errorf("job output dir: %w", err)
+	}
+	return &Manager{
+		rt: rt, st: st, pol: pol, outDir: outDir, log: log,
+		live: map[string]*liveJob{},
+		stop: make(chan struct{}),
+	}, nil
+}
+
+// Policy is the policy the manager enforces.
+func (m *Manager) Policy() *policy.Policy { return m.pol }
+
+func (m *Manager) jobDir(id string) string { return filepath.Join(m.outDir, id) }
+
+func (m *Manager) openCapture(id string) (*output.Capture, error) {
+	return output.Open(m.jobDir(id), m.pol.Output.MaxBytesPerJob, int(m.pol.Output.RingBytes))
+}
+
+// Submit records a job and starts it, or queues it when every slot is taken.
+// A start failure is returned as an error (the record says start_error too).
+func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
+	id := uuid.NewString()
+	capture, err := m.openCapture(id)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{})}
+	j.rec = store.Job{
+		ID: id, Kind: req.Kind, Status: StatusQueued, Command: req.Command,
+		Language: req.Language, Image: req.Image, Workspace: req.Workspace, Cwd: req.Cwd,
+		Env: envKeys(req.Env), StdinOpen: req.KeepStdinOpen, CreatedAt: now,
+		Limits: store.Limits{
+			TimeoutMS: req.Timeout.Milliseconds(), MemoryBytes: req.MemoryBytes,
+			NanoCPUs: req.NanoCPUs, Pids: req.Pids,
+		},
+	}
+
+	m.mu.Lock()
+	switch {
+	case m.closed:
+		m.mu.Unlock()
+		capture.Close()
+		os.RemoveAll(m.jobDir(id))
+		return nil, ErrShuttingDown
+	case m.running >= m.pol.Jobs.MaxConcurrent && len(m.queue) >= m.pol.Jobs.MaxQueued:
+		running, queued := m.running, len(m.queue)
+		m.mu.Unlock()
+		capture.Close()
+		os.RemoveAll(m.jobDir(id))
+		return nil, fmt.Errorf("%w: %d jobs running and %d queued (policy jobs.max_concurrent=%d, jobs.max_queued=%d); wait for a job to finish or kill one",
+			ErrQueueFull, running, queued, m.pol.Jobs.MaxConcurrent, m.pol.Jobs.MaxQueued)
+	}
+	startNow := m.running < m.pol.Jobs.MaxConcurrent
+	if startNow {
+		m.running++
+		j.hasSlot = true
+	} else {
+		m.queue = append(m.queue, j)
+	}
+	m.live[id] = j
+	m.mu.Unlock()
+
+	if err := m.st.CreateJob(ctx, &j.rec); err != nil {
+		m.mu.Lock()
+		delete(m.live, id)
+		if startNow {
+			m.running--
+		} else {
+			m.removeQueued(j)
+		}
+		m.mu.Unlock()
+		capture.Close()
+		os.RemoveAll(m.jobDir(id))
+		return nil, fmt.Errorf("record job: %w", err)
+	}
+	if !startNow {
+		return j.snapshot(), nil
+	}
+	if err := m.start(j); err != nil {
+		return j.snapshot(), err
+	}
+	return j.snapshot(), nil
+}
+
+func envKeys(env []string) []string {
+	// Only keys are recorded: values may be secrets.
+	keys := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := cutEnv(kv)
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}
+
+// start runs a job that holds a slot. On failure the job is finished as
+// failed/start_error and the slot released.
+func (m *Manager) start(j *liveJob) error {
+	j.mu.Lock()
+	if j.endStatus != "" { // killed while it waited for its slot
+		j.mu.Unlock()
+		m.finish(j, sandbox.ExitStatus{})
+		return nil
+	}
+	j.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	workdir := j.req.Cwd
+	spec := sandbox.Spec{
+		JobID: j.id, Kind: j.req.Kind, Image: j.req.Image, Cmd: j.req.Cmd, Env: j.req.Env,
+		WorkDir: workdir, Network: j.req.Network, Runtime: m.pol.Runtime,
+		OpenStdin: j.req.KeepStdinOpen || j.req.Stdin != nil,
+		Limits: sandbox.Limits{
+			MemoryBytes: j.req.MemoryBytes, NanoCPUs: j.req.NanoCPUs, Pids: j.req.Pids,
+			OpenFiles: j.req.OpenFiles, FileSizeBytes: j.req.FileSizeBytes,
+			TmpBytes: j.req.TmpBytes, WorkdirBytes: j.req.WorkdirBytes,
+			LogBytes: m.pol.Output.MaxBytesPerJob,
+		},
+	}
+	h, err := m.rt.Start(ctx, spec, j.capture)
+	if err != nil {
+		j.mu.Lock()
+		j.rec.Error = err.Error()
+		j.endStatus, j.endReason = StatusFailed, ReasonStartError
+		j.mu.Unlock()
+		m.finish(j, sandbox.ExitStatus{})
+		return err
+	}
+	j.mu.Lock()
+	j.handle = h
+	j.rec.Status = StatusRunning
+	j.rec.StartedAt = time.Now()
+	j.rec.ContainerID = h.ContainerID()
+	j.timer = time.AfterFunc(j.req.Timeout, func() { m.end(j, StatusTimedOut, ReasonTimeout) })
+	rec := j.rec
+	j.mu.Unlock()
+	if err := m.st.UpdateJob(context.Background(), &rec); err != nil {
+		m.log.Error().Err(err).Str("job", j.id).Msg("store running job")
+	}
+	if j.req.Stdin != nil {
+		go func() {
+			if w := h.Stdin(); w != nil {
+				_, _ = w.Write(j.req.Stdin)
+			}
+			if !j.req.KeepStdinOpen {
+				_ = h.CloseStdin()
+			}
+		}()
+	}
+	m.watch(j, h)
+	return nil
+}
+
+// watch finishes the job when its sandbox ends.
+func (m *Manager) watch(j *liveJob, h sandbox.Handle) {
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		<-h.Done()
+		m.finish(j, h.Status())
+	}()
+}
+
+// end stops a job on purpose: the status it will get is decided first, then
+// the container goes (taking every process of the job with it).
+func (m *Manager) end(j *liveJob, status, reason string) {
+	j.mu.Lock()
+	if j.endStatus == "" {
+		j.endStatus, j.endReason = status, reason
+	}
+	h := j.handle
+	j.mu.Unlock()
+	if h == nil {
+		// Still queued: take it out of the queue and finish it here.
+		m.mu.Lock()
+		queued := m.removeQueued(j)
+		m.mu.Unlock()
+		if queued {
+			m.finish(j, sandbox.ExitStatus{})
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), destroyTimeout)
+	defer cancel()
+	if err := h.Destroy(ctx); err != nil {
+		m.log.Error().Err(err).Str("job", j.id).Msg("destroy sandbox")
+	}
+}
+
+func (m *Manager) removeQueued(j *liveJob) bool {
+	for i, q := range m.queue {
+		if q == j {
+			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// finish records a job's final status, releases its slot and starts the next
+// queued job. Safe to call once per job.
+func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
+	j.mu.Lock()
+	if j.timer != nil {
+		j.timer.Stop()
+	}
+	hadSlot := j.hasSlot
+	rec := &j.rec
+	now := time.Now()
+	switch {
+	case j.endStatus != "":
+		rec.Status, rec.Reason = j.endStatus, j.endReason
+	case st.Err != nil:
+		rec.Status, rec.Reason = StatusFailed, ReasonLost
+		rec.Error = "lost track of the sandbox: " + st.Err.Error()
+	case st.Gone:
+		rec.Status, rec.Reason = StatusFailed, ReasonLost
+		rec.Error = "the job's container was removed from outside the server"
+	case st.OOMKilled:
+		rec.Status, rec.Reason = StatusFailed, ReasonOOMKilled
+	case st.ExitCode == 0:
+		rec.Status, rec.Reason = StatusCompleted, ""
+	default:
+		rec.Status, rec.Reason = StatusFailed, ReasonExitCode
+	}
+	if j.handle != nil && st.Err == nil && !st.Gone {
+		code := st.ExitCode
+		rec.ExitCode = &code
+		if code > 128 && code < 160 {
+			rec.Signal = signalName(code - 128)
+		}
+	}
+	if !st.StartedAt.IsZero() && rec.StartedAt.IsZero() {
+		rec.StartedAt = st.StartedAt
+	}
+	rec.EndedAt = now
+	_ = j.capture.Close()
+	sz := j.capture.Sizes()
+	rec.StdoutBytes, rec.StderrBytes = sz.Stdout, sz.Stderr
+	rec.DroppedBytes = sz.DroppedCombined
+	rec.ReadCursor = j.readCursors[output.Both]
+	final := *rec
+	j.mu.Unlock()
+
+	if err := m.st.UpdateJob(context.Background(), &final); err != nil {
+		m.log.Error().Err(err).Str("job", j.id).Msg("store finished job")
+	}
+	m.mu.Lock()
+	delete(m.live, j.id)
+	var next *liveJob
+	if hadSlot {
+		m.running--
+		if !m.closed && len(m.queue) > 0 {
+			next = m.queue[0]
+			m.queue = m.queue[1:]
+			m.running++
+			next.mu.Lock()
+			next.hasSlot = true
+			next.mu.Unlock()
+		}
+	}
+	m.mu.Unlock()
+	close(j.done)
+	if next != nil {
+		go func() { _ = m.start(next) }()
+	}
+}
+
+func (j *liveJob) snapshot() *Job {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	rec := j.rec
+	if !Finished(rec.Status) {
+		sz := j.capture.Sizes()
+		rec.StdoutBytes, rec.StderrBytes, rec.DroppedBytes = sz.Stdout, sz.Stderr, sz.DroppedCombined
+	}
+	return &rec
+}
+
+func (m *Manager) liveJob(id string) *liveJob {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.live[id]
+}
+
+// Get returns a job's record.
+func (m *Manager) Get(ctx context.Context, id string) (*Job, error) {
+	if j := m.liveJob(id); j != nil {
+		return j.snapshot(), nil
+	}
+	rec, err := m.st.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w %q: list_jobs shows the known ones", ErrNotFound, id)
+	}
+	return rec, err
+}
+
+// Wait waits up to d (or until ctx ends) for a job to finish, then returns its record.
+func (m *Manager) Wait(ctx context.Context, id string, d time.Duration) (*Job, error) {
+	j := m.liveJob(id)
+	if j == nil {
+		return m.Get(ctx, id)
+	}
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-j.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	select {
+	case <-j.done:
+		return m.Get(context.Background(), id)
+	default:
+		return j.snapshot(), nil
+	}
+}
+
+// Done returns a channel closed when the job is finished (closed already if it is).
+func (m *Manager) Done(id string) <-chan struct{} {
+	if j := m.liveJob(id); j != nil {
+		return j.done
+	}
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// Kill signals a job and removes its sandbox after grace if it is still
+// running. Killing a finished job is not an error: it returns its record.
+func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Duration, reason string) (*Job, error) {
+	j := m.liveJob(id)
+	if j == nil {
+		return m.Get(ctx, id)
+	}
+	j.mu.Lock()
+	if j.endStatus == "" {
+		j.endStatus, j.endReason = StatusKilled, reason
+	}
+	h := j.handle
+	j.mu.Unlock()
+	if h != nil && signal != "KILL" && grace > 0 {
+		if err := h.Signal(ctx, signal); err != nil {
+			m.log.Warn().Err(err).Str("job", id).Msg("signal")
+		}
+		t := time.NewTimer(grace)
+		select {
+		case <-j.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	select {
+	case <-j.done:
+	default:
+		m.end(j, StatusKilled, reason)
+		select {
+		case <-j.done:
+		case <-time.After(destroyTimeout):
+			return j.snapshot(), fmt.Errorf("job %s did not end within %s of its container being removed", id, destroyTimeout)
+		}
+	}
+	return m.Get(context.Background(), id)
+}
+
+// SendInput writes to a running job's stdin; eof closes it afterwards.
+func (m *Manager) SendInput(id string, data []byte, eof bool) error {
+	j := m.liveJob(id)
+	if j == nil {
+		if _, err := m.Get(context.Background(), id); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: job %s has finished", ErrNoStdin, id)
+	}
+	j.mu.Lock()
+	h := j.handle
+	j.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("%w: job %s has not started yet (queued)", ErrNoStdin, id)
+	}
+	w := h.Stdin()
+	if w == nil {
+		return fmt.Errorf("%w: job %s was started without keep_stdin_open (or its stdin was closed by a server restart)", ErrNoStdin, id)
+	}
+	if len(data) > 0 {
+		if _, err := w.Write(data); err != nil {
+			return fmt.Errorf("write stdin of job %s: %w", id, err)
+		}
+	}
+	if eof {
+		return h.CloseStdin()
+	}
+	return nil
+}
+
+// List lists job records, newest first.
+func (m *Manager) List(ctx context.Context, f store.ListFilter) ([]*Job, string, error) {
+	jobs, next, err := m.st.ListJobs(ctx, f)
+	if err != nil {
+		return nil, "", err
+	}
+	for i, rec := range jobs {
+		if j := m.liveJob(rec.ID); j != nil {
+			jobs[i] = j.snapshot()
+		}
+	}
+	return jobs, next, nil
+}
+
+// Prune deletes finished jobs that ended more than olderThan ago, with their output.
+func (m *Manager) Prune(ctx context.Context, olderThan time.Duration, statuses []string) (removed []string, remaining int, err error) {
+	ids, err := m.st.DeleteJobs(ctx, store.PruneFilter{EndedBefore: time.Now().Add(-olderThan), Status: statuses})
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, id := range ids {
+		if err := os.RemoveAll(m.jobDir(id)); err != nil {
+			m.log.Warn().Err(err).Str("job", id).Msg("remove job output")
+		}
+	}
+	n, err := m.st.CountJobs(ctx)
+	return ids, n, err
+}
+
+// Shutdown kills every queued and running job (their containers go) and
+// waits, bounded by ctx, for their records to be stored.
+func (m *Manager) Shutdown(ctx context.Context) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	close(m.stop)
+	jobs := make([]*liveJob, 0, len(m.live))
+	for _, j := range m.live {
+		jobs = append(jobs, j)
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		go func(j *liveJob) {
+			defer wg.Done()
+			m.end(j, StatusKilled, ReasonShutdown)
+		}(j)
+	}
+	waitCh := make(chan struct{})
+	go func() { wg.Wait(); m.bg.Wait(); close(waitCh) }()
+	select {
+	case <-waitCh:
+	case <-ctx.Done():
+		m.log.Warn().Msg("shutdown: gave up waiting for jobs to end")
+	}
+}
+
+var signalNames = map[int]string{1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 24: "SIGXCPU", 25: "SIGXFSZ"}
+
+func signalName(n int) string {
+	if s, ok := signalNames[n]; ok {
+		return s
+	}
+	return fmt.Sprintf("signal %d", n)
+}

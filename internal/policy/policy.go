@@ -1,0 +1,146 @@
+// Package policy is what the operator allows: defaults and ceilings for job
+// limits, output sizes, job-manager settings, the default network mode, the OCI
+// runtime and optional per-language image overrides.
+//
+// The intended sequence is
+//
+//	p := policy.Default()          // or: p, err := policy.Load(path)
+//	err = p.ApplyEnv(os.Getenv)    // SANDBOXER_* overrides
+//	err = p.Validate()             // every problem, each naming its YAML key
+//
+// and then, per request, p.Resolve(policy.Request{...}) turns what an agent
+// asked for into concrete limits, refusing anything past a ceiling.
+//
+// policies/default.yaml in the repository documents every key with its default;
+// a test keeps it identical to Default().
+package policy
+
+import "time"
+
+// Policy is the whole operator policy. The zero value is not useful: start from
+// Default() or Load().
+type Policy struct {
+	Limits Limits `yaml:"limits"`
+	Output Output `yaml:"output"`
+	Jobs   Jobs   `yaml:"jobs"`
+	// Network is the network mode of job containers: "none" (default) or "bridge".
+	Network string `yaml:"network"`
+	// Runtime is the OCI runtime of job containers; "" = engine default (e.g. "runsc" for gVisor).
+	Runtime string `yaml:"runtime"`
+	// Languages optionally overrides the image of a language, by language name.
+	// Never nil after Default() or Load().
+	Languages map[string]Language `yaml:"languages"`
+}
+
+// Range is a per-request integer limit: a request may ask for anything from the
+// field's floor up to Max; a request that omits it gets Default.
+type Range struct {
+	Default int64 `yaml:"default"`
+	Max     int64 `yaml:"max"`
+}
+
+// FloatRange is Range for fractional limits (CPUs).
+type FloatRange struct {
+	Default float64 `yaml:"default"`
+	Max     float64 `yaml:"max"`
+}
+
+// Limits are the per-job resource limits.
+type Limits struct {
+	TimeoutS   Range      `yaml:"timeout_s"`    // wall-clock seconds; requests may be fractional (>= 0.1)
+	MemoryMB   Range      `yaml:"memory_mb"`    // MiB of memory (swap is not given on top)
+	CPUs       FloatRange `yaml:"cpus"`         // CPUs (1.0 = one core's worth of time)
+	Pids       Range      `yaml:"pids"`         // max processes/threads in the container
+	OpenFiles  int64      `yaml:"open_files"`   // RLIMIT_NOFILE, fixed (not per request)
+	FileSizeMB int64      `yaml:"file_size_mb"` // RLIMIT_FSIZE in MiB, fixed
+	TmpMB      int64      `yaml:"tmp_mb"`       // size of the /tmp tmpfs in MiB, fixed
+	WorkdirMB  int64      `yaml:"workdir_mb"`   // size of the working-directory tmpfs in MiB, fixed
+}
+
+// Output are the output-capture sizes.
+type Output struct {
+	// InlineBytes is how much of stdout and of stderr (each) a call returns
+	// inline; beyond it a head and a tail are kept.
+	InlineBytes int64 `yaml:"inline_bytes"`
+	// MaxBytesPerJob caps the output kept on disk for one job.
+	MaxBytesPerJob int64 `yaml:"max_bytes_per_job"`
+	// RingBytes is the in-memory ring buffer per job.
+	RingBytes int64 `yaml:"ring_bytes"`
+}
+
+// Jobs are the job-manager settings.
+type Jobs struct {
+	MaxConcurrent    int   `yaml:"max_concurrent"`     // jobs running at once
+	MaxQueued        int   `yaml:"max_queued"`         // jobs waiting for a slot; past that, refused (0 = no queue)
+	RetentionS       int64 `yaml:"retention_s"`        // finished jobs are pruned after this many seconds
+	CleanupIntervalS int64 `yaml:"cleanup_interval_s"` // how often the pruner runs, seconds
+	DefaultWaitS     int64 `yaml:"default_wait_s"`     // how long run_command waits before returning a running handle (0 = return at once)
+	MaxWaitS         int64 `yaml:"max_wait_s"`         // the most a caller may ask to wait in one call
+}
+
+// Language is an operator override for one language.
+type Language struct {
+	Image string `yaml:"image"`
+}
+
+// Default returns the built-in policy. policies/default.yaml spells out the
+// same values.
+func Default() *Policy {
+	return &Policy{
+		Limits: Limits{
+			TimeoutS:   Range{Default: 30, Max: 3600},
+			MemoryMB:   Range{Default: 512, Max: 4096},
+			CPUs:       FloatRange{Default: 1.0, Max: 2.0},
+			Pids:       Range{Default: 256, Max: 1024},
+			OpenFiles:  1024,
+			FileSizeMB: 1024,
+			TmpMB:      256,
+			WorkdirMB:  256,
+		},
+		Output: Output{
+			InlineBytes:    16 << 10,
+			MaxBytesPerJob: 16 << 20,
+			RingBytes:      256 << 10,
+		},
+		Jobs: Jobs{
+			MaxConcurrent:    4,
+			MaxQueued:        64,
+			RetentionS:       86400,
+			CleanupIntervalS: 60,
+			DefaultWaitS:     30,
+			MaxWaitS:         300,
+		},
+		Network:   NetworkNone,
+		Runtime:   "",
+		Languages: map[string]Language{},
+	}
+}
+
+// Network modes a policy may name.
+const (
+	NetworkNone   = "none"
+	NetworkBridge = "bridge"
+)
+
+// Retention is Jobs.RetentionS as a duration.
+func (j Jobs) Retention() time.Duration { return seconds(j.RetentionS) }
+
+// CleanupInterval is Jobs.CleanupIntervalS as a duration.
+func (j Jobs) CleanupInterval() time.Duration { return seconds(j.CleanupIntervalS) }
+
+// DefaultWait is Jobs.DefaultWaitS as a duration.
+func (j Jobs) DefaultWait() time.Duration { return seconds(j.DefaultWaitS) }
+
+// MaxWait is Jobs.MaxWaitS as a duration.
+func (j Jobs) MaxWait() time.Duration { return seconds(j.MaxWaitS) }
+
+func seconds(s int64) time.Duration { return time.Duration(s) * time.Second }
+
+// Image returns the operator's image override for a language, if any.
+func (p *Policy) Image(language string) (string, bool) {
+	l, ok := p.Languages[language]
+	if !ok || l.Image == "" {
+		return "", false
+	}
+	return l.Image, true
+}

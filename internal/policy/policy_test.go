@@ -1,0 +1,593 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestDefaultValidates(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v", err)
+	}
+}
+
+func TestDefaultIsFresh(t *testing.T) {
+	a := Default()
+	a.Languages["python"] = Language{Image: "x"}
+	a.Limits.MemoryMB.Max = 1
+	if b := Default(); len(b.Languages) != 0 || b.Limits.MemoryMB.Max != 4096 {
+		t.Fatalf("Default() shares state between calls: %+v", b)
+	}
+}
+
+func TestDefaultYAMLEqualsDefault(t *testing.T) {
+	const path = "../../policies/default.yaml"
+	p, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if want := Default(); !reflect.DeepEqual(p, want) {
+		t.Fatalf("%s differs from Default():\n got  %+v\n want %+v", path, p, want)
+	}
+
+	// Also: the file names every key (it is the operators' reference), so
+	// overlaying it onto a zeroed policy must reproduce Default() too.
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := &Policy{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(zero); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(zero, Default()) {
+		t.Fatalf("%s does not spell out every key:\n got  %+v\n want %+v", path, zero, Default())
+	}
+}
+
+func TestStrictYAML(t *testing.T) {
+	p, err := Load("../../policies/strict.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	if p.Limits.TimeoutS.Max != 300 || p.Limits.MemoryMB.Max != 1024 || p.Limits.CPUs.Max != 1 ||
+		p.Limits.Pids.Max != 256 || p.Jobs.MaxConcurrent != 2 ||
+		p.Output.MaxBytesPerJob >= d.Output.MaxBytesPerJob || p.Output.InlineBytes >= d.Output.InlineBytes {
+		t.Fatalf("strict.yaml is not strict: %+v", p)
+	}
+}
+
+func TestLoadPartialOverlay(t *testing.T) {
+	p, err := Load(writeFile(t, `
+limits:
+  memory_mb:
+    max: 8192
+jobs:
+  max_concurrent: 8
+network: bridge
+languages:
+  python:
+    image: registry.example.com:5000/team/python:3.12-slim
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Limits.MemoryMB.Max = 8192
+	want.Jobs.MaxConcurrent = 8
+	want.Network = "bridge"
+	want.Languages["python"] = Language{Image: "registry.example.com:5000/team/python:3.12-slim"}
+	if !reflect.DeepEqual(p, want) {
+		t.Fatalf("got %+v\nwant %+v", p, want)
+	}
+	if img, ok := p.Image("python"); !ok || img != want.Languages["python"].Image {
+		t.Fatalf("Image(python) = %q, %v", img, ok)
+	}
+	if _, ok := p.Image("go"); ok {
+		t.Fatal("Image(go) found")
+	}
+}
+
+func TestLoadEmptyAndNulls(t *testing.T) {
+	for _, content := range []string{"", "# only a comment\n", "---\n", "~\n", "limits:\nlanguages:\n"} {
+		p, err := Load(writeFile(t, content))
+		if err != nil {
+			t.Fatalf("%q: %v", content, err)
+		}
+		if !reflect.DeepEqual(p, Default()) {
+			t.Fatalf("%q: got %+v", content, p)
+		}
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "nope.yaml") || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		want    []string // substrings of the error
+	}{
+		{"unknown top key", "limitz: {}\n", []string{"line 1: limitz: unknown key", "limits"}},
+		{"unknown nested key", "limits:\n  memory_mb:\n    maximum: 5\n", []string{"line 3: limits.memory_mb.maximum: unknown key", "default, max"}},
+		{"unknown language key", "languages:\n  python:\n    img: x\n", []string{"languages.python.img: unknown key"}},
+		{"duplicate top key", "network: none\nnetwork: bridge\n", []string{"line 2: network: duplicate key (first at line 1)"}},
+		{"duplicate nested key", "limits:\n  pids:\n    max: 5\n    max: 6\n", []string{"line 4: limits.pids.max: duplicate key (first at line 3)"}},
+		{"duplicate language", "languages:\n  go:\n    image: golang\n  go:\n    image: golang\n", []string{"languages.go: duplicate key"}},
+		{"fraction into int", "limits:\n  memory_mb:\n    max: 1.5\n", []string{"limits.memory_mb.max: must be a whole number, got \"1.5\""}},
+		{"string into int", "jobs:\n  max_queued: lots\n", []string{"jobs.max_queued: must be a whole number"}},
+		{"huge int", "output:\n  ring_bytes: 99999999999999999999999\n", []string{"output.ring_bytes: must be a whole number"}},
+		{"string into float", "limits:\n  cpus:\n    max: two\n", []string{"limits.cpus.max: must be a number"}},
+		{"int into string", "runtime: 5\n", []string{"runtime: must be a string"}},
+		{"null scalar", "limits:\n  tmp_mb:\n", []string{"limits.tmp_mb: has no value"}},
+		{"scalar for mapping", "limits: 5\n", []string{"limits: must be a mapping"}},
+		{"list for scalar", "network: [none]\n", []string{"network: must be a single value"}},
+		{"top level list", "- a\n", []string{"the policy file: must be a mapping"}},
+		{"two documents", "network: none\n---\nnetwork: bridge\n", []string{"more than one YAML document"}},
+		{"syntax", "limits: {\n", []string{"yaml:"}},
+		{"merge key", "base: &b {max: 5}\n", []string{"base: unknown key"}},
+		{"merge key used", "limits:\n  pids:\n    <<: {max: 5}\n", []string{"limits.pids.<<: YAML merge keys are not supported"}},
+		{"several at once", "foo: 1\nbar: 2\n", []string{"foo: unknown key", "bar: unknown key"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, tt.content)
+			_, err := Load(path)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			for _, line := range strings.Split(msg, "\n") {
+				if !strings.HasPrefix(line, "policy: "+path+": ") {
+					t.Errorf("error line does not start with the path: %q", line)
+				}
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+// TestYAMLRejectsDuplicates checks that yaml v3 itself (our second pass)
+// refuses duplicate keys, independent of our own first-pass check.
+func TestYAMLRejectsDuplicates(t *testing.T) {
+	dec := yaml.NewDecoder(strings.NewReader("network: none\nnetwork: bridge\n"))
+	dec.KnownFields(true)
+	var p Policy
+	err := dec.Decode(&p)
+	if err == nil || !strings.Contains(err.Error(), "already defined") {
+		t.Fatalf("yaml v3 accepted a duplicate key: %v", err)
+	}
+}
+
+func TestValidateErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(p *Policy)
+		want   string
+	}{
+		{"timeout default 0", func(p *Policy) { p.Limits.TimeoutS.Default = 0 }, "policy: limits.timeout_s.default: must be > 0, got 0"},
+		{"timeout max too big", func(p *Policy) { p.Limits.TimeoutS.Max = 86401 }, "policy: limits.timeout_s.max: must be <= 86400, got 86401"},
+		{"timeout default > max", func(p *Policy) { p.Limits.TimeoutS.Default = 4000 }, "policy: limits.timeout_s.max: must be >= limits.timeout_s.default (4000), got 3600"},
+		{"memory default small", func(p *Policy) { p.Limits.MemoryMB.Default = 8 }, "policy: limits.memory_mb.default: must be >= 16, got 8"},
+		{"memory max < default", func(p *Policy) { p.Limits.MemoryMB.Max = 256 }, "policy: limits.memory_mb.max: must be >= limits.memory_mb.default (512), got 256"},
+		{"memory max negative", func(p *Policy) { p.Limits.MemoryMB.Max = -1 }, "policy: limits.memory_mb.max: must be >= 16, got -1"},
+		{"cpus 0", func(p *Policy) { p.Limits.CPUs.Default = 0 }, "policy: limits.cpus.default: must be > 0, got 0"},
+		{"cpus NaN", func(p *Policy) { p.Limits.CPUs.Max = math.NaN() }, "policy: limits.cpus.max: must be a finite number"},
+		{"cpus Inf", func(p *Policy) { p.Limits.CPUs.Max = math.Inf(1) }, "policy: limits.cpus.max: must be a finite number"},
+		{"cpus > 64", func(p *Policy) { p.Limits.CPUs.Max = 65 }, "policy: limits.cpus.max: must be <= 64, got 65"},
+		{"cpus max < default", func(p *Policy) { p.Limits.CPUs.Max = 0.5 }, "policy: limits.cpus.max: must be >= limits.cpus.default (1), got 0.5"},
+		{"pids small", func(p *Policy) { p.Limits.Pids.Default = 8 }, "policy: limits.pids.default: must be >= 16, got 8"},
+		{"open files", func(p *Policy) { p.Limits.OpenFiles = 0 }, "policy: limits.open_files: must be >= 16, got 0"},
+		{"file size", func(p *Policy) { p.Limits.FileSizeMB = -5 }, "policy: limits.file_size_mb: must be > 0, got -5"},
+		{"tmp", func(p *Policy) { p.Limits.TmpMB = 0 }, "policy: limits.tmp_mb: must be > 0, got 0"},
+		{"workdir huge", func(p *Policy) { p.Limits.WorkdirMB = 1 << 30 }, "policy: limits.workdir_mb: must be <= 1048576"},
+		{"inline 0", func(p *Policy) { p.Output.InlineBytes = 0 }, "policy: output.inline_bytes: must be > 0, got 0"},
+		{"max bytes < inline", func(p *Policy) { p.Output.MaxBytesPerJob = 1000 }, "policy: output.max_bytes_per_job: must be >= output.inline_bytes (16384), got 1000"},
+		{"ring 0", func(p *Policy) { p.Output.RingBytes = 0 }, "policy: output.ring_bytes: must be > 0, got 0"},
+		{"concurrent 0", func(p *Policy) { p.Jobs.MaxConcurrent = 0 }, "policy: jobs.max_concurrent: must be > 0, got 0"},
+		{"queued negative", func(p *Policy) { p.Jobs.MaxQueued = -1 }, "policy: jobs.max_queued: must be >= 0, got -1"},
+		{"retention 0", func(p *Policy) { p.Jobs.RetentionS = 0 }, "policy: jobs.retention_s: must be > 0, got 0"},
+		{"cleanup 0", func(p *Policy) { p.Jobs.CleanupIntervalS = 0 }, "policy: jobs.cleanup_interval_s: must be > 0, got 0"},
+		{"max wait 0", func(p *Policy) { p.Jobs.MaxWaitS = 0 }, "policy: jobs.max_wait_s: must be > 0, got 0"},
+		{"default wait > max", func(p *Policy) { p.Jobs.DefaultWaitS = 301 }, "policy: jobs.default_wait_s: must be <= jobs.max_wait_s (300), got 301"},
+		{"default wait negative", func(p *Policy) { p.Jobs.DefaultWaitS = -1 }, "policy: jobs.default_wait_s: must be >= 0, got -1"},
+		{"network", func(p *Policy) { p.Network = "host" }, `policy: network: must be "none" or "bridge", got "host"`},
+		{"network empty", func(p *Policy) { p.Network = "" }, `policy: network: must be "none" or "bridge", got ""`},
+		{"runtime", func(p *Policy) { p.Runtime = "runsc; rm -rf /" }, `policy: runtime: invalid OCI runtime name`},
+		{"language name", func(p *Policy) { p.Languages["Python"] = Language{Image: "python"} }, `policy: languages.Python: invalid language name "Python"`},
+		{"language name long", func(p *Policy) { p.Languages[strings.Repeat("a", 33)] = Language{Image: "python"} }, `invalid language name`},
+		{"image empty", func(p *Policy) { p.Languages["python"] = Language{} }, `policy: languages.python.image: must be set`},
+		{"image space", func(p *Policy) { p.Languages["python"] = Language{Image: "python 3"} }, `policy: languages.python.image: invalid image reference "python 3"`},
+		{"image semicolon", func(p *Policy) { p.Languages["python"] = Language{Image: "python;rm"} }, `languages.python.image: invalid image reference`},
+		{"image upper", func(p *Policy) { p.Languages["python"] = Language{Image: "Python:3"} }, `languages.python.image: invalid image reference`},
+		{"image empty tag", func(p *Policy) { p.Languages["python"] = Language{Image: "python:"} }, `languages.python.image: invalid image reference`},
+		{"image double slash", func(p *Policy) { p.Languages["python"] = Language{Image: "a//b"} }, `languages.python.image: invalid image reference`},
+		{"image option", func(p *Policy) { p.Languages["python"] = Language{Image: "--privileged"} }, `languages.python.image: invalid image reference`},
+		{"image too long", func(p *Policy) { p.Languages["python"] = Language{Image: strings.Repeat("a", 256)} }, `languages.python.image: invalid image reference`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Default()
+			tt.mutate(p)
+			err := p.Validate()
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %q does not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateJoinsAll(t *testing.T) {
+	p := Default()
+	p.Network = "host"
+	p.Jobs.MaxConcurrent = 0
+	p.Limits.Pids.Max = 1
+	err := p.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 problems, got %q", lines)
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "policy: ") {
+			t.Errorf("line %q lacks the prefix", l)
+		}
+	}
+}
+
+func TestValidImages(t *testing.T) {
+	for _, img := range []string{
+		"python",
+		"python:3.12-slim",
+		"library/python:3.12",
+		"ghcr.io/owner/repo/img:v1.2.3",
+		"localhost:5000/foo",
+		"sandboxer-python:latest",
+		"a_b__c.d-e---f",
+		"python@sha256:" + strings.Repeat("ab", 32),
+		"python:3.12@sha256:" + strings.Repeat("0f", 32),
+	} {
+		p := Default()
+		p.Languages["python"] = Language{Image: img}
+		if err := p.Validate(); err != nil {
+			t.Errorf("%s: %v", img, err)
+		}
+	}
+	for _, name := range []string{"c", "c++", "node_js", "objective-c", "a" + strings.Repeat("b", 31)} {
+		p := Default()
+		p.Languages[name] = Language{Image: "img"}
+		if err := p.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestLoadBadValuesNameKey(t *testing.T) {
+	tests := []struct {
+		content, want string
+	}{
+		{"limits:\n  memory_mb:\n    max: 100\n", "policy: limits.memory_mb.max: must be >= limits.memory_mb.default (512), got 100"},
+		{"limits:\n  cpus:\n    max: .nan\n", "policy: limits.cpus.max: must be a finite number"},
+		{"limits:\n  cpus:\n    default: 0.5\n    max: 1\n", ""},
+		{"network: host\n", "policy: network: must be"},
+		{"jobs:\n  max_concurrent: -3\n", "policy: jobs.max_concurrent: must be > 0, got -3"},
+		{"languages:\n  python:\n    image: \"bad image\"\n", "policy: languages.python.image: invalid image reference"},
+		{"languages:\n  python:\n", "policy: languages.python.image: must be set"},
+	}
+	for _, tt := range tests {
+		p, err := Load(writeFile(t, tt.content))
+		if err != nil {
+			t.Fatalf("%q: load: %v", tt.content, err)
+		}
+		err = p.Validate()
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", tt.content, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v does not contain %q", tt.content, err, tt.want)
+		}
+	}
+}
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestApplyEnv(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   map[string]string
+		check func(p *Policy) bool
+	}{
+		{"none", nil, func(p *Policy) bool { return reflect.DeepEqual(p, Default()) }},
+		{"empty values", map[string]string{EnvMaxJobs: "", EnvJobTimeout: "  "}, func(p *Policy) bool { return reflect.DeepEqual(p, Default()) }},
+		{"max jobs", map[string]string{EnvMaxJobs: "12"}, func(p *Policy) bool { return p.Jobs.MaxConcurrent == 12 }},
+		{"output plain", map[string]string{EnvMaxOutputBytes: "1048576"}, func(p *Policy) bool { return p.Output.MaxBytesPerJob == 1<<20 }},
+		{"output k", map[string]string{EnvMaxOutputBytes: "64k"}, func(p *Policy) bool { return p.Output.MaxBytesPerJob == 64<<10 }},
+		{"output K", map[string]string{EnvMaxOutputBytes: "64K"}, func(p *Policy) bool { return p.Output.MaxBytesPerJob == 64<<10 }},
+		{"output M", map[string]string{EnvMaxOutputBytes: "32M"}, func(p *Policy) bool { return p.Output.MaxBytesPerJob == 32<<20 }},
+		{"output MiB", map[string]string{EnvMaxOutputBytes: "32MiB"}, func(p *Policy) bool { return p.Output.MaxBytesPerJob == 32<<20 }},
+		{"output G", map[string]string{EnvMaxOutputBytes: "1G"}, func(p *Policy) bool { return p.Output.MaxBytesPerJob == 1<<30 }},
+		{"timeout seconds", map[string]string{EnvJobTimeout: "45"}, func(p *Policy) bool { return p.Limits.TimeoutS.Default == 45 }},
+		{"timeout duration", map[string]string{EnvJobTimeout: "2m"}, func(p *Policy) bool { return p.Limits.TimeoutS.Default == 120 }},
+		{"timeout at max", map[string]string{EnvJobTimeout: "1h"}, func(p *Policy) bool { return p.Limits.TimeoutS.Default == 3600 }},
+		{"cleanup", map[string]string{EnvCleanupInterval: "5m"}, func(p *Policy) bool { return p.Jobs.CleanupIntervalS == 300 }},
+		{"cleanup seconds", map[string]string{EnvCleanupInterval: "10"}, func(p *Policy) bool { return p.Jobs.CleanupIntervalS == 10 }},
+		{"all", map[string]string{EnvMaxJobs: "1", EnvMaxOutputBytes: "16384", EnvJobTimeout: "1m30s", EnvCleanupInterval: "1s"}, func(p *Policy) bool {
+			return p.Jobs.MaxConcurrent == 1 && p.Output.MaxBytesPerJob == 16384 && p.Limits.TimeoutS.Default == 90 && p.Jobs.CleanupIntervalS == 1
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Default()
+			if err := p.ApplyEnv(env(tt.env)); err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(p) {
+				t.Fatalf("unexpected policy %+v", p)
+			}
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestApplyEnvErrors(t *testing.T) {
+	tests := []struct {
+		name, key, val, want string
+	}{
+		{"jobs word", EnvMaxJobs, "four", `policy: SANDBOXER_MAX_JOBS="four": must be a whole number`},
+		{"jobs zero", EnvMaxJobs, "0", `policy: SANDBOXER_MAX_JOBS="0": must be between 1 and 1024`},
+		{"jobs negative", EnvMaxJobs, "-2", `SANDBOXER_MAX_JOBS="-2"`},
+		{"jobs fraction", EnvMaxJobs, "2.5", `SANDBOXER_MAX_JOBS="2.5"`},
+		{"output word", EnvMaxOutputBytes, "lots", `policy: SANDBOXER_MAX_OUTPUT_BYTES="lots": must be a whole number of bytes`},
+		{"output MB", EnvMaxOutputBytes, "16MB", `SANDBOXER_MAX_OUTPUT_BYTES="16MB"`},
+		{"output T", EnvMaxOutputBytes, "1T", `SANDBOXER_MAX_OUTPUT_BYTES="1T"`},
+		{"output zero", EnvMaxOutputBytes, "0", `SANDBOXER_MAX_OUTPUT_BYTES="0": must be between 1`},
+		{"output negative", EnvMaxOutputBytes, "-1", `SANDBOXER_MAX_OUTPUT_BYTES="-1"`},
+		{"output overflow", EnvMaxOutputBytes, "99999999999G", `SANDBOXER_MAX_OUTPUT_BYTES="99999999999G": number out of range`},
+		{"output below inline", EnvMaxOutputBytes, "1k", `SANDBOXER_MAX_OUTPUT_BYTES="1k": 1024 bytes is below output.inline_bytes (16384)`},
+		{"timeout word", EnvJobTimeout, "soon", `policy: SANDBOXER_JOB_TIMEOUT="soon": must be whole seconds`},
+		{"timeout zero", EnvJobTimeout, "0", `SANDBOXER_JOB_TIMEOUT="0": must be > 0`},
+		{"timeout negative", EnvJobTimeout, "-5s", `SANDBOXER_JOB_TIMEOUT="-5s": must be > 0`},
+		{"timeout fraction", EnvJobTimeout, "1.5s", `SANDBOXER_JOB_TIMEOUT="1.5s": must be a whole number of seconds`},
+		{"timeout over max", EnvJobTimeout, "2h", `policy: SANDBOXER_JOB_TIMEOUT="2h": 7200s is over limits.timeout_s.max (3600)`},
+		{"cleanup word", EnvCleanupInterval, "often", `policy: SANDBOXER_CLEANUP_INTERVAL="often"`},
+		{"cleanup zero", EnvCleanupInterval, "0s", `SANDBOXER_CLEANUP_INTERVAL="0s": must be > 0`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Default()
+			err := p.ApplyEnv(env(map[string]string{tt.key: tt.val}))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %q does not contain %q", err, tt.want)
+			}
+			if !reflect.DeepEqual(p, Default()) {
+				t.Fatalf("a bad value changed the policy: %+v", p)
+			}
+		})
+	}
+}
+
+func TestApplyEnvJoinsAndAppliesGood(t *testing.T) {
+	p := Default()
+	err := p.ApplyEnv(env(map[string]string{EnvMaxJobs: "x", EnvJobTimeout: "y", EnvCleanupInterval: "2m"}))
+	if err == nil || strings.Count(err.Error(), "\n") != 1 {
+		t.Fatalf("want two problems, got %v", err)
+	}
+	if p.Jobs.CleanupIntervalS != 120 {
+		t.Fatalf("good value not applied: %d", p.Jobs.CleanupIntervalS)
+	}
+}
+
+func TestApplyEnvAfterLoad(t *testing.T) {
+	// The timeout ceiling is the file's, not the built-in one.
+	p, err := Load(writeFile(t, "limits:\n  timeout_s:\n    max: 7200\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ApplyEnv(env(map[string]string{EnvJobTimeout: "2h"})); err != nil {
+		t.Fatal(err)
+	}
+	if p.Limits.TimeoutS.Default != 7200 {
+		t.Fatalf("timeout default = %d", p.Limits.TimeoutS.Default)
+	}
+}
+
+func f64(v float64) *float64 { return &v }
+func i64(v int64) *int64     { return &v }
+
+func TestResolveDefaults(t *testing.T) {
+	r, err := Default().Resolve(Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Resolved{
+		Timeout:       30 * time.Second,
+		MemoryBytes:   512 << 20,
+		NanoCPUs:      1e9,
+		Pids:          256,
+		OpenFiles:     1024,
+		FileSizeBytes: 1024 << 20,
+		TmpBytes:      256 << 20,
+		WorkdirBytes:  256 << 20,
+	}
+	if r != want {
+		t.Fatalf("got %+v\nwant %+v", r, want)
+	}
+}
+
+func TestResolveGiven(t *testing.T) {
+	r, err := Default().Resolve(Request{TimeoutS: f64(0.5), MemoryMB: i64(4096), CPUs: f64(0.25), Pids: i64(16)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Timeout != 500*time.Millisecond || r.MemoryBytes != 4096<<20 || r.NanoCPUs != 25e7 || r.Pids != 16 {
+		t.Fatalf("got %+v", r)
+	}
+	r, err = Default().Resolve(Request{TimeoutS: f64(3600), CPUs: f64(2), MemoryMB: i64(16), Pids: i64(1024)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Timeout != time.Hour || r.NanoCPUs != 2e9 || r.MemoryBytes != 16<<20 || r.Pids != 1024 {
+		t.Fatalf("got %+v", r)
+	}
+	r, err = Default().Resolve(Request{TimeoutS: f64(0.1), CPUs: f64(0.01)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Timeout != 100*time.Millisecond || r.NanoCPUs != 1e7 {
+		t.Fatalf("got %+v", r)
+	}
+}
+
+func TestResolveErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		req   Request
+		field string
+		want  string
+	}{
+		{"memory over", Request{MemoryMB: i64(99999999)}, "memory_mb", "memory_mb 99999999 is over the policy ceiling of 4096 (limits.memory_mb.max)"},
+		{"memory just over", Request{MemoryMB: i64(4097)}, "memory_mb", "memory_mb 4097 is over the policy ceiling of 4096 (limits.memory_mb.max)"},
+		{"memory -1", Request{MemoryMB: i64(-1)}, "memory_mb", "memory_mb must be > 0, got -1"},
+		{"memory 0", Request{MemoryMB: i64(0)}, "memory_mb", "memory_mb must be > 0, got 0"},
+		{"memory small", Request{MemoryMB: i64(8)}, "memory_mb", "memory_mb must be at least 16, got 8"},
+		{"memory 1e12", Request{MemoryMB: i64(1e12)}, "memory_mb", "memory_mb 1000000000000 is over the policy ceiling of 4096"},
+		{"timeout -1", Request{TimeoutS: f64(-1)}, "timeout_s", "timeout_s must be > 0, got -1"},
+		{"timeout 0", Request{TimeoutS: f64(0)}, "timeout_s", "timeout_s must be > 0, got 0"},
+		{"timeout tiny", Request{TimeoutS: f64(0.05)}, "timeout_s", "timeout_s must be at least 0.1, got 0.05"},
+		{"timeout NaN", Request{TimeoutS: f64(math.NaN())}, "timeout_s", "timeout_s must be a finite number, got NaN"},
+		{"timeout Inf", Request{TimeoutS: f64(math.Inf(1))}, "timeout_s", "timeout_s must be a finite number, got +Inf"},
+		{"timeout -Inf", Request{TimeoutS: f64(math.Inf(-1))}, "timeout_s", "timeout_s must be a finite number"},
+		{"timeout 1e12", Request{TimeoutS: f64(1e12)}, "timeout_s", "timeout_s 1e+12 is over the policy ceiling of 3600 (limits.timeout_s.max)"},
+		{"timeout 3600.5", Request{TimeoutS: f64(3600.5)}, "timeout_s", "timeout_s 3600.5 is over the policy ceiling of 3600"},
+		{"cpus over", Request{CPUs: f64(2.5)}, "cpus", "cpus 2.5 is over the policy ceiling of 2 (limits.cpus.max)"},
+		{"cpus 0", Request{CPUs: f64(0)}, "cpus", "cpus must be > 0, got 0"},
+		{"cpus -1", Request{CPUs: f64(-1)}, "cpus", "cpus must be > 0, got -1"},
+		{"cpus NaN", Request{CPUs: f64(math.NaN())}, "cpus", "cpus must be a finite number"},
+		{"cpus 1e12", Request{CPUs: f64(1e12)}, "cpus", "cpus 1e+12 is over the policy ceiling of 2"},
+		{"cpus tiny", Request{CPUs: f64(0.001)}, "cpus", "cpus must be at least 0.01, got 0.001"},
+		{"pids over", Request{Pids: i64(1025)}, "pids", "pids 1025 is over the policy ceiling of 1024 (limits.pids.max)"},
+		{"pids 0", Request{Pids: i64(0)}, "pids", "pids must be > 0, got 0"},
+		{"pids -1", Request{Pids: i64(-1)}, "pids", "pids must be > 0, got -1"},
+		{"pids 1e12", Request{Pids: i64(1e12)}, "pids", "pids 1000000000000 is over the policy ceiling of 1024"},
+		{"pids small", Request{Pids: i64(4)}, "pids", "pids must be at least 16, got 4"},
+		{"first wins", Request{TimeoutS: f64(-1), Pids: i64(-1)}, "timeout_s", "timeout_s must be > 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Default().Resolve(tt.req)
+			var le *LimitError
+			if !errors.As(err, &le) {
+				t.Fatalf("err = %v (%T), want *LimitError", err, err)
+			}
+			if le.Field != tt.field {
+				t.Errorf("field = %q, want %q", le.Field, tt.field)
+			}
+			if !strings.Contains(le.Message, tt.want) || le.Error() != le.Message {
+				t.Errorf("message %q does not contain %q", le.Message, tt.want)
+			}
+			if r != (Resolved{}) {
+				t.Errorf("resolved not zero on error: %+v", r)
+			}
+		})
+	}
+}
+
+func TestResolveStrictCeilings(t *testing.T) {
+	p, err := Load("../../policies/strict.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Resolve(Request{MemoryMB: i64(2048)})
+	var le *LimitError
+	if !errors.As(err, &le) || !strings.Contains(le.Message, "ceiling of 1024 (limits.memory_mb.max)") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestResolveWait(t *testing.T) {
+	p := Default()
+	if d, err := p.ResolveWait(nil); err != nil || d != 30*time.Second {
+		t.Fatalf("nil: %v %v", d, err)
+	}
+	if d, err := p.ResolveWait(f64(0)); err != nil || d != 0 {
+		t.Fatalf("0: %v %v", d, err)
+	}
+	if d, err := p.ResolveWait(f64(2.5)); err != nil || d != 2500*time.Millisecond {
+		t.Fatalf("2.5: %v %v", d, err)
+	}
+	if d, err := p.ResolveWait(f64(300)); err != nil || d != 300*time.Second {
+		t.Fatalf("300: %v %v", d, err)
+	}
+	for _, v := range []float64{-1, 301, math.NaN(), math.Inf(1), math.Inf(-1), 1e12} {
+		_, err := p.ResolveWait(f64(v))
+		var le *LimitError
+		if !errors.As(err, &le) || le.Field != "wait_s" {
+			t.Errorf("%v: err = %v", v, err)
+		}
+	}
+	_, err := p.ResolveWait(f64(301))
+	if err == nil || !strings.Contains(err.Error(), "wait_s 301 is over the policy ceiling of 300 (jobs.max_wait_s)") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestJobsDurations(t *testing.T) {
+	j := Default().Jobs
+	if j.Retention() != 24*time.Hour || j.CleanupInterval() != time.Minute || j.DefaultWait() != 30*time.Second || j.MaxWait() != 5*time.Minute {
+		t.Fatalf("durations: %v %v %v %v", j.Retention(), j.CleanupInterval(), j.DefaultWait(), j.MaxWait())
+	}
+}

@@ -1,0 +1,160 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+)
+
+// Sanity bounds. They exist to catch typos (and int64 overflow when a value is
+// scaled to bytes or nanoseconds), not to second-guess the operator.
+const (
+	maxTimeoutS   = 86400            // limits.timeout_s.max: one day
+	minMemoryMB   = 16               // below this containers fail to start
+	maxMB         = 1 << 20          // any *_mb: 1 TiB
+	maxCPUs       = 64.0             // limits.cpus.max
+	minPids       = 16               // a shell and a command need a few
+	maxPids       = 1 << 22          // Linux's pid_max ceiling
+	minOpenFiles  = 16               // stdin/out/err plus a few
+	maxOpenFiles  = 1 << 20          // Linux's default fs.nr_open
+	maxConcurrent = 1024             // jobs.max_concurrent
+	maxQueued     = 1 << 20          // jobs.max_queued
+	maxWaitS      = 86400            // jobs.max_wait_s
+	maxSeconds    = 10 * 365 * 86400 // jobs.retention_s, jobs.cleanup_interval_s
+	maxBytes      = 1 << 40          // output.*: 1 TiB
+)
+
+var (
+	// LanguageNamePattern is what a key under languages must match.
+	LanguageNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_+-]{0,31}$`)
+	// ImagePattern is the (strict) image reference grammar accepted under
+	// languages: an optional lowercase registry host[:port]/, a lowercase
+	// repository path, an optional :tag and an optional @sha256:digest.
+	ImagePattern = regexp.MustCompile(`^` +
+		`(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*(?::[0-9]{1,5})?/)?` + // registry host
+		`[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*` + // repository path
+		`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?` + // tag
+		`(?:@sha256:[a-f0-9]{64})?$`) // digest
+	runtimePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+)
+
+// problems collects validation errors, each prefixed "policy: <key>: ".
+type problems []error
+
+func (ps *problems) add(key, format string, args ...any) {
+	*ps = append(*ps, fmt.Errorf("policy: %s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+// intIn checks lo <= v <= hi.
+func (ps *problems) intIn(key string, v, lo, hi int64) bool {
+	switch {
+	case v < lo && lo == 1:
+		ps.add(key, "must be > 0, got %d", v)
+	case v < lo:
+		ps.add(key, "must be >= %d, got %d", lo, v)
+	case v > hi:
+		ps.add(key, "must be <= %d, got %d", hi, v)
+	default:
+		return true
+	}
+	return false
+}
+
+func (ps *problems) rangeIn(key string, r Range, lo, hi int64) {
+	okD := ps.intIn(key+".default", r.Default, lo, hi)
+	okM := ps.intIn(key+".max", r.Max, lo, hi)
+	if okD && okM && r.Max < r.Default {
+		ps.add(key+".max", "must be >= %s.default (%d), got %d", key, r.Default, r.Max)
+	}
+}
+
+func (ps *problems) floatIn(key string, v, lo, hi float64) bool {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		ps.add(key, "must be a finite number, got %v", v)
+	case v <= 0:
+		ps.add(key, "must be > 0, got %v", v)
+	case v < lo:
+		ps.add(key, "must be >= %v, got %v", lo, v)
+	case v > hi:
+		ps.add(key, "must be <= %v, got %v", hi, v)
+	default:
+		return true
+	}
+	return false
+}
+
+// Validate checks the whole policy and returns every problem found (joined
+// with errors.Join, one line each), each naming its YAML key, e.g.
+//
+//	policy: limits.memory_mb.max: must be >= limits.memory_mb.default (512), got 256
+//
+// It returns nil for a usable policy.
+func (p *Policy) Validate() error {
+	var ps problems
+
+	l := p.Limits
+	ps.rangeIn("limits.timeout_s", l.TimeoutS, 1, maxTimeoutS)
+	ps.rangeIn("limits.memory_mb", l.MemoryMB, minMemoryMB, maxMB)
+	okD := ps.floatIn("limits.cpus.default", l.CPUs.Default, minCPUs, maxCPUs)
+	okM := ps.floatIn("limits.cpus.max", l.CPUs.Max, minCPUs, maxCPUs)
+	if okD && okM && l.CPUs.Max < l.CPUs.Default {
+		ps.add("limits.cpus.max", "must be >= limits.cpus.default (%v), got %v", l.CPUs.Default, l.CPUs.Max)
+	}
+	ps.rangeIn("limits.pids", l.Pids, minPids, maxPids)
+	ps.intIn("limits.open_files", l.OpenFiles, minOpenFiles, maxOpenFiles)
+	ps.intIn("limits.file_size_mb", l.FileSizeMB, 1, maxMB)
+	ps.intIn("limits.tmp_mb", l.TmpMB, 1, maxMB)
+	ps.intIn("limits.workdir_mb", l.WorkdirMB, 1, maxMB)
+
+	o := p.Output
+	okI := ps.intIn("output.inline_bytes", o.InlineBytes, 1, maxBytes)
+	okB := ps.intIn("output.max_bytes_per_job", o.MaxBytesPerJob, 1, maxBytes)
+	if okI && okB && o.MaxBytesPerJob < o.InlineBytes {
+		ps.add("output.max_bytes_per_job", "must be >= output.inline_bytes (%d), got %d", o.InlineBytes, o.MaxBytesPerJob)
+	}
+	ps.intIn("output.ring_bytes", o.RingBytes, 1, maxBytes)
+
+	j := p.Jobs
+	ps.intIn("jobs.max_concurrent", int64(j.MaxConcurrent), 1, maxConcurrent)
+	ps.intIn("jobs.max_queued", int64(j.MaxQueued), 0, maxQueued)
+	ps.intIn("jobs.retention_s", j.RetentionS, 1, maxSeconds)
+	ps.intIn("jobs.cleanup_interval_s", j.CleanupIntervalS, 1, maxSeconds)
+	okW := ps.intIn("jobs.max_wait_s", j.MaxWaitS, 1, maxWaitS)
+	if ps.intIn("jobs.default_wait_s", j.DefaultWaitS, 0, maxWaitS) && okW && j.DefaultWaitS > j.MaxWaitS {
+		ps.add("jobs.default_wait_s", "must be <= jobs.max_wait_s (%d), got %d", j.MaxWaitS, j.DefaultWaitS)
+	}
+
+	switch p.Network {
+	case NetworkNone, NetworkBridge:
+	default:
+		ps.add("network", "must be %q or %q, got %q", NetworkNone, NetworkBridge, p.Network)
+	}
+	if p.Runtime != "" && !runtimePattern.MatchString(p.Runtime) {
+		ps.add("runtime", "invalid OCI runtime name %q (want letters, digits, '.', '_', '-'; or empty for the engine default)", p.Runtime)
+	}
+
+	names := make([]string, 0, len(p.Languages))
+	for name := range p.Languages {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		key := "languages." + name
+		if !LanguageNamePattern.MatchString(name) {
+			ps.add(key, "invalid language name %q (want %s)", name, LanguageNamePattern)
+			continue
+		}
+		img := p.Languages[name].Image
+		switch {
+		case img == "":
+			ps.add(key+".image", "must be set")
+		case len(img) > 255 || !ImagePattern.MatchString(img):
+			ps.add(key+".image", "invalid image reference %q (want e.g. python:3.12-slim or registry.example.com/team/python:3.12: lowercase repository path, optional :tag, optional @sha256:digest)", img)
+		}
+	}
+
+	return errors.Join(ps...)
+}

@@ -1,0 +1,397 @@
+package docker
+
+// Image builds through the Engine API (classic builder): the sandbox images'
+// embedded build contexts (package images) are sent as tar streams; nothing is
+// ever pulled.
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/build"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxer/sandboxer/images"
+)
+
+// buildTailLines is how many lines of build output a failed build's error carries.
+const buildTailLines = 20
+
+// ImagePresent reports whether the engine has the image ref locally.
+func ImagePresent(ctx context.Context, cli *client.Client, ref string) (bool, error) {
+	_, err := cli.ImageInspect(ctx, ref)
+	if err == nil {
+		return true, nil
+	}
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("inspect image %s: %w", ref, err)
+}
+
+// BuildImage builds contextTar (a tar with a Dockerfile at its root) with the
+// engine's classic builder and tags the result tag and <repository>:latest.
+// Build output goes to log (may be nil). Every FROM image must already be present
+// locally: BuildImage checks that first and never pulls. A failed build returns
+// an error carrying the build's message and the last lines of its output.
+func BuildImage(ctx context.Context, cli *client.Client, tag string, contextTar []byte, buildArgs map[string]string, log io.Writer) error {
+	return buildImage(ctx, cli, tag, contextTar, buildArgs, false, log)
+}
+
+func buildImage(ctx context.Context, cli *client.Client, tag string, contextTar []byte, buildArgs map[string]string, noCache bool, log io.Writer) error {
+	if log == nil {
+		log = io.Discard
+	}
+	repo, ok := repositoryOf(tag)
+	if !ok {
+		return fmt.Errorf("build: %q is not a repository:tag reference", tag)
+	}
+
+	// The classic builder pulls a missing FROM image even with pull=0; refuse
+	// instead, with a message that says what is missing.
+	dockerfile, err := dockerfileFromTar(contextTar)
+	if err != nil {
+		return fmt.Errorf("build %s: %w", tag, err)
+	}
+	parents, err := fromImages(dockerfile, buildArgs)
+	if err != nil {
+		return fmt.Errorf("build %s: Dockerfile: %w", tag, err)
+	}
+	for _, ref := range parents {
+		present, err := ImagePresent(ctx, cli, ref)
+		if err != nil {
+			return fmt.Errorf("build %s: %w", tag, err)
+		}
+		if !present {
+			return fmt.Errorf("build %s: parent image %s is not present locally (images are never pulled)", tag, ref)
+		}
+	}
+
+	args := make(map[string]*string, len(buildArgs))
+	for k, v := range buildArgs {
+		args[k] = &v
+	}
+	tags := []string{tag}
+	if latest := repo + ":latest"; latest != tag {
+		tags = append(tags, latest)
+	}
+	res, err := cli.ImageBuild(ctx, bytes.NewReader(contextTar), client.ImageBuildOptions{
+		Tags:        tags,
+		Dockerfile:  "Dockerfile",
+		BuildArgs:   args,
+		Remove:      true,
+		ForceRemove: true,
+		PullParent:  false,
+		NoCache:     noCache,
+		Version:     build.BuilderV1,
+	})
+	if err != nil {
+		return fmt.Errorf("build %s: %w", tag, err)
+	}
+	defer res.Body.Close()
+
+	if err := decodeBuildStream(res.Body, log); err != nil {
+		return fmt.Errorf("build %s: %w", tag, err)
+	}
+	// The stream can end early without an error message (engine restarted,
+	// connection cut): only the image itself proves the build succeeded.
+	present, err := ImagePresent(ctx, cli, tag)
+	if err != nil {
+		return fmt.Errorf("build %s: %w", tag, err)
+	}
+	if !present {
+		return fmt.Errorf("build %s: the build reported no error but the image does not exist", tag)
+	}
+	return nil
+}
+
+// buildMessage is one JSON message of the /build response stream. Older engines
+// send the error both as "error" and as "errorDetail".
+type buildMessage struct {
+	Stream      string            `json:"stream"`
+	Status      string            `json:"status"`
+	ID          string            `json:"id"`
+	Error       string            `json:"error"`
+	ErrorDetail *jsonstream.Error `json:"errorDetail"`
+}
+
+// BuildFailedError is a build the engine reported as failed.
+type BuildFailedError struct {
+	Message string   // the engine's error message
+	Tail    []string // the last lines of the build's output
+}
+
+func (e *BuildFailedError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Message)
+	if len(e.Tail) > 0 {
+		b.WriteString("\n--- last build output ---\n")
+		b.WriteString(strings.Join(e.Tail, "\n"))
+	}
+	return b.String()
+}
+
+// decodeBuildStream copies the build output of a /build response stream to log
+// and returns a *BuildFailedError if the engine reported a failure.
+func decodeBuildStream(r io.Reader, log io.Writer) error {
+	tail := newLineTail(buildTailLines)
+	out := io.MultiWriter(log, tail)
+	dec := json.NewDecoder(r)
+	for {
+		var msg buildMessage
+		if err := dec.Decode(&msg); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			tail.flush()
+			return fmt.Errorf("reading build output: %w", err)
+		}
+		switch {
+		case msg.Stream != "":
+			_, _ = io.WriteString(out, msg.Stream)
+		case msg.Status != "":
+			line := msg.Status
+			if msg.ID != "" {
+				line = msg.ID + ": " + line
+			}
+			_, _ = io.WriteString(out, line+"\n")
+		}
+		if msg.Error != "" || msg.ErrorDetail != nil {
+			text := msg.Error
+			if msg.ErrorDetail != nil && msg.ErrorDetail.Message != "" {
+				text = msg.ErrorDetail.Message
+			}
+			if text == "" {
+				text = "build failed"
+			}
+			_, _ = io.WriteString(log, "ERROR: "+text+"\n")
+			tail.flush()
+			return &BuildFailedError{Message: text, Tail: tail.lines()}
+		}
+	}
+}
+
+// lineTail keeps the last n lines written to it.
+type lineTail struct {
+	n       int
+	buf     []string
+	partial []byte
+}
+
+func newLineTail(n int) *lineTail { return &lineTail{n: n} }
+
+func (t *lineTail) Write(p []byte) (int, error) {
+	data := append(t.partial, p...)
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		t.add(string(data[:i]))
+		data = data[i+1:]
+	}
+	t.partial = append([]byte(nil), data...)
+	return len(p), nil
+}
+
+func (t *lineTail) add(line string) {
+	line = strings.TrimRight(line, "\r")
+	if strings.TrimSpace(line) == "" {
+		return
+	}
+	t.buf = append(t.buf, line)
+	if len(t.buf) > t.n {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.n:]...)
+	}
+}
+
+func (t *lineTail) flush() {
+	if len(t.partial) > 0 {
+		t.add(string(t.partial))
+		t.partial = nil
+	}
+}
+
+func (t *lineTail) lines() []string { return append([]string(nil), t.buf...) }
+
+// repositoryOf splits repo:tag (the tag is after the last colon that follows
+// the last slash, so registry ports are kept in the repository).
+func repositoryOf(ref string) (string, bool) {
+	slash := strings.LastIndexByte(ref, '/')
+	colon := strings.LastIndexByte(ref, ':')
+	if colon <= slash || colon == len(ref)-1 || colon == 0 || strings.Contains(ref, "@") {
+		return "", false
+	}
+	return ref[:colon], true
+}
+
+// dockerfileFromTar returns the Dockerfile at the root of a build context tar.
+func dockerfileFromTar(contextTar []byte) (string, error) {
+	tr := tar.NewReader(bytes.NewReader(contextTar))
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return "", errors.New("build context has no Dockerfile")
+		}
+		if err != nil {
+			return "", fmt.Errorf("build context: %w", err)
+		}
+		if strings.TrimPrefix(hdr.Name, "./") == "Dockerfile" && hdr.Typeflag == tar.TypeReg {
+			data, err := io.ReadAll(tr)
+			if err != nil {
+				return "", fmt.Errorf("build context: %w", err)
+			}
+			return string(data), nil
+		}
+	}
+}
+
+// fromImages returns the images a Dockerfile's FROM lines name, with ARGs
+// declared before the first FROM (defaults overridden by buildArgs) expanded,
+// leaving out "scratch" and earlier build stages.
+func fromImages(dockerfile string, buildArgs map[string]string) ([]string, error) {
+	metaArgs := map[string]string{}
+	stages := map[string]bool{}
+	var refs []string
+	seenFrom := false
+	for _, line := range dockerfileInstructions(dockerfile) {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		switch strings.ToUpper(fields[0]) {
+		case "ARG":
+			if seenFrom {
+				continue
+			}
+			for _, decl := range fields[1:] {
+				name, def, hasDef := strings.Cut(decl, "=")
+				if v, ok := buildArgs[name]; ok {
+					metaArgs[name] = v
+				} else if hasDef {
+					metaArgs[name] = strings.Trim(def, `"'`)
+				} else {
+					metaArgs[name] = ""
+				}
+			}
+		case "FROM":
+			seenFrom = true
+			rest := fields[1:]
+			for len(rest) > 0 && strings.HasPrefix(rest[0], "--") { // --platform=...
+				rest = rest[1:]
+			}
+			if len(rest) == 0 {
+				return nil, fmt.Errorf("FROM without an image: %q", line)
+			}
+			ref := os.Expand(rest[0], func(v string) string {
+				name, def, hasDef := strings.Cut(v, ":-")
+				if val := metaArgs[name]; val != "" || !hasDef {
+					return val
+				}
+				return def
+			})
+			if ref == "" {
+				return nil, fmt.Errorf("%q names no image (missing build argument?)", line)
+			}
+			local := strings.EqualFold(ref, "scratch") || stages[strings.ToLower(ref)]
+			if len(rest) >= 3 && strings.EqualFold(rest[1], "AS") {
+				stages[strings.ToLower(rest[2])] = true
+			}
+			if !local && !slices.Contains(refs, ref) {
+				refs = append(refs, ref)
+			}
+		}
+	}
+	if !seenFrom {
+		return nil, errors.New("no FROM instruction")
+	}
+	return refs, nil
+}
+
+// dockerfileInstructions joins continuation lines and drops comments and blank
+// lines (good enough for ARG and FROM; the engine parses the real thing).
+func dockerfileInstructions(dockerfile string) []string {
+	var out []string
+	var cur strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(dockerfile))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "#") || (line == "" && cur.Len() == 0) {
+			continue
+		}
+		if cont, ok := strings.CutSuffix(line, `\`); ok {
+			cur.WriteString(cont)
+			cur.WriteByte(' ')
+			continue
+		}
+		cur.WriteString(line)
+		out = append(out, cur.String())
+		cur.Reset()
+	}
+	if cur.Len() > 0 {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// EnsureImages builds, in build order, every sandbox image whose tag
+// (images.Tag) is not present locally — or every image when force is set, then
+// without the build cache so packages are fetched afresh. Language images get
+// BASE_IMAGE=images.Tag("base"). It returns the tags it built. The Debian base
+// (images.BaseRef) must already be present: it is never pulled.
+func EnsureImages(ctx context.Context, cli *client.Client, force bool, log io.Writer) ([]string, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	present, err := ImagePresent(ctx, cli, images.BaseRef)
+	if err != nil {
+		return nil, err
+	}
+	if !present {
+		return nil, fmt.Errorf("base image %s is not present locally and images are never pulled: run scripts/base-image.sh (it pulls or debootstraps it), then retry", images.BaseRef)
+	}
+
+	var built []string
+	for _, im := range images.All() {
+		tag := images.Tag(im.Name)
+		if !force {
+			present, err := ImagePresent(ctx, cli, tag)
+			if err != nil {
+				return built, err
+			}
+			if present {
+				fmt.Fprintf(log, "==> %s is up to date\n", tag)
+				continue
+			}
+		}
+		contextTar, err := images.ContextTar(im.Name)
+		if err != nil {
+			return built, err
+		}
+		var args map[string]string
+		if im.Base != "" {
+			args = map[string]string{images.BaseImageArg: images.Tag(im.Base)}
+		}
+		fmt.Fprintf(log, "==> building %s\n", tag)
+		start := time.Now()
+		if err := buildImage(ctx, cli, tag, contextTar, args, force, log); err != nil {
+			return built, err
+		}
+		fmt.Fprintf(log, "==> built %s in %s\n", tag, time.Since(start).Round(100*time.Millisecond))
+		built = append(built, tag)
+	}
+	return built, nil
+}

@@ -1,0 +1,179 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// handle is one running container. Its end is observed once, by waitForEnd,
+// which then drains output, reads the verdict from inspect and removes it.
+type handle struct {
+	rt         *Runtime
+	id         string
+	cancelWait context.CancelFunc
+
+	stdin      net.Conn
+	closeWrite func() error
+	stdinOnce  sync.Once
+	stdinErr   error
+
+	drained   chan struct{} // closed when the output stream ended
+	done      chan struct{}
+	destroyed chan struct{} // closed by Destroy: the end is ours, not a surprise
+	destroyMu sync.Once
+	status    sandbox.ExitStatus
+}
+
+func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
+	return &handle{
+		rt: rt, id: id, cancelWait: cancelWait,
+		drained:   make(chan struct{}),
+		done:      make(chan struct{}),
+		destroyed: make(chan struct{}),
+	}
+}
+
+func (h *handle) ContainerID() string { return h.id }
+
+func (h *handle) Stdin() io.Writer {
+	if h.stdin == nil {
+		return nil
+	}
+	return h.stdin
+}
+
+func (h *handle) CloseStdin() error {
+	if h.stdin == nil {
+		return nil
+	}
+	h.stdinOnce.Do(func() { h.stdinErr = h.closeWrite() })
+	return h.stdinErr
+}
+
+func (h *handle) Done() <-chan struct{} { return h.done }
+
+// Status is valid once Done is closed.
+func (h *handle) Status() sandbox.ExitStatus {
+	<-h.done
+	return h.status
+}
+
+func (h *handle) Signal(ctx context.Context, signal string) error {
+	_, err := h.rt.cli.ContainerKill(ctx, h.id, client.ContainerKillOptions{Signal: signal})
+	if err != nil && (cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err)) {
+		return nil // already gone or not running: nothing left to signal
+	}
+	return h.rt.engineErr(err)
+}
+
+// Destroy removes the container, which kills every process in it.
+func (h *handle) Destroy(ctx context.Context) error {
+	h.destroyMu.Do(func() { close(h.destroyed) })
+	return h.rt.Remove(ctx, h.id)
+}
+
+// streamWriter feeds one stream into the Output, first skipping bytes that an
+// earlier server process already captured.
+type streamWriter struct {
+	out    sandbox.Output
+	stream sandbox.Stream
+	skip   int64
+}
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if w.skip > 0 {
+		if int64(len(p)) <= w.skip {
+			w.skip -= int64(len(p))
+			return n, nil
+		}
+		p = p[w.skip:]
+		w.skip = 0
+	}
+	w.out.Write(w.stream, p)
+	return n, nil
+}
+
+func (h *handle) copyOutput(src io.Reader, out sandbox.Output, skipStdout, skipStderr int64, closeSrc func()) {
+	defer close(h.drained)
+	defer closeSrc()
+	_, _ = stdcopy.StdCopy(
+		&streamWriter{out: out, stream: sandbox.Stdout, skip: skipStdout},
+		&streamWriter{out: out, stream: sandbox.Stderr, skip: skipStderr},
+		src)
+}
+
+func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
+	defer close(h.done)
+	defer h.cancelWait()
+	var waitErr error
+	select {
+	case <-wait.Result:
+	case err := <-wait.Error:
+		waitErr = err
+	}
+	// The process tree is gone once PID 1 ends, so the stream closes promptly;
+	// the bound only guards against an engine that never closes it.
+	select {
+	case <-h.drained:
+	case <-time.After(drainTimeout):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	h.status = h.verdict(ctx, waitErr)
+	if h.stdin != nil {
+		h.stdin.Close()
+	}
+	if err := h.rt.Remove(ctx, h.id); err != nil && h.status.Err == nil {
+		h.status.Err = fmt.Errorf("remove container: %w", err)
+	}
+}
+
+// verdict reads how the container ended from the engine: exit code and the
+// OOM flag, which the engine sets when the kernel killed any of its processes.
+func (h *handle) verdict(ctx context.Context, waitErr error) sandbox.ExitStatus {
+	info, err := h.rt.cli.ContainerInspect(ctx, h.id, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return sandbox.ExitStatus{ExitCode: -1, Gone: !h.wasDestroyed()}
+		}
+		if waitErr == nil {
+			waitErr = err
+		}
+		return sandbox.ExitStatus{ExitCode: -1, Err: h.rt.engineErr(waitErr)}
+	}
+	st := info.Container.State
+	if st == nil {
+		return sandbox.ExitStatus{ExitCode: -1, Err: errors.New("engine returned no container state")}
+	}
+	if st.Status == container.StateRunning && waitErr != nil {
+		return sandbox.ExitStatus{ExitCode: -1, Err: h.rt.engineErr(waitErr)}
+	}
+	return sandbox.ExitStatus{
+		ExitCode:   st.ExitCode,
+		OOMKilled:  st.OOMKilled,
+		StartedAt:  parseTime(st.StartedAt),
+		FinishedAt: parseTime(st.FinishedAt),
+	}
+}
+
+func (h *handle) wasDestroyed() bool {
+	select {
+	case <-h.destroyed:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,49 @@
+package docker
+
+import (
+	"context"
+	"sort"
+
+	"github.com/moby/moby/client"
+)
+
+// EngineInfo is what doctor reports about the engine.
+type EngineInfo struct {
+	Host          string
+	ServerVersion string
+	APIVersion    string // negotiated
+	MaxAPIVersion string // the engine's highest
+	CgroupVersion string
+	CgroupDriver  string
+	StorageDriver string
+	Runtimes      []string
+	DefaultRT     string
+	NCPU          int
+	MemTotal      int64
+}
+
+// EngineInfo asks the engine about itself.
+func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
+	if err := r.Ping(ctx); err != nil {
+		return EngineInfo{Host: r.Host()}, err
+	}
+	info, err := r.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return EngineInfo{Host: r.Host()}, r.engineErr(err)
+	}
+	ver, err := r.cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return EngineInfo{Host: r.Host()}, r.engineErr(err)
+	}
+	i := info.Info
+	var runtimes []string
+	for name := range i.Runtimes {
+		runtimes = append(runtimes, name)
+	}
+	sort.Strings(runtimes)
+	return EngineInfo{
+		Host: r.Host(), ServerVersion: i.ServerVersion, APIVersion: r.cli.ClientVersion(), MaxAPIVersion: ver.APIVersion,
+		CgroupVersion: i.CgroupVersion, CgroupDriver: i.CgroupDriver, StorageDriver: i.Driver,
+		Runtimes: runtimes, DefaultRT: i.DefaultRuntime, NCPU: i.NCPU, MemTotal: i.MemTotal,
+	}, nil
+}

@@ -1,0 +1,294 @@
+// Package docker implements sandbox.Runtime on the Docker Engine API. It is the
+// only package that imports the Docker client.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// Paths inside every sandbox that get a size-capped tmpfs, since the root is read-only.
+const (
+	tmpPath  = "/tmp"
+	homePath = "/home/sandbox"
+	homeSize = 64 << 20
+	shmSize  = 64 << 20 // /dev/shm stays writable under a read-only root: cap it
+	// sandboxUser is the image's non-root user (uid 1000).
+	sandboxUser = "1000:1000"
+	// drainTimeout bounds how long we wait for output after the process ended.
+	drainTimeout = 5 * time.Second
+	// cleanupTimeout bounds the calls made after the caller's context is gone.
+	cleanupTimeout = 30 * time.Second
+)
+
+// Runtime runs sandboxes as Docker containers.
+type Runtime struct {
+	cli      *client.Client
+	instance string // value of sandbox.LabelInstance on everything this server makes
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New connects to the engine named by DOCKER_HOST (or the default socket),
+// negotiating the API version on first use. It succeeds even when the engine is
+// down, so a server can start and recover once the engine is back.
+func New(instance string) (*Runtime, error) {
+	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	return &Runtime{cli: cli, instance: instance}, nil
+}
+
+// Client exposes the Engine client to this package's other files (image builds, doctor).
+func (r *Runtime) Client() *client.Client { return r.cli }
+
+// Host is where the engine is looked for.
+func (r *Runtime) Host() string { return r.cli.DaemonHost() }
+
+func (r *Runtime) Close() error { return r.cli.Close() }
+
+// engineErr turns connection failures into the typed error callers act on.
+func (r *Runtime) engineErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded) && strings.Contains(err.Error(), "dial") {
+		return &sandbox.EngineError{Host: r.cli.DaemonHost(), Err: err}
+	}
+	return err
+}
+
+func (r *Runtime) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := r.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
+	if err != nil {
+		return &sandbox.EngineError{Host: r.cli.DaemonHost(), Err: err}
+	}
+	return nil
+}
+
+func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
+	_, err := r.cli.ImageInspect(ctx, ref)
+	if err == nil {
+		return true, nil
+	}
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return false, r.engineErr(err)
+}
+
+func (r *Runtime) labels(spec sandbox.Spec) map[string]string {
+	return map[string]string{
+		sandbox.LabelManaged:  "true",
+		sandbox.LabelInstance: r.instance,
+		sandbox.LabelJobID:    spec.JobID,
+		sandbox.LabelKind:     spec.Kind,
+	}
+}
+
+// containerConfig applies every default of the hardening profile (DESIGN §4).
+func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
+	l := spec.Limits
+	workdir := spec.WorkDir
+	if workdir == "" {
+		workdir = "/workspace"
+	}
+	cfg := &container.Config{
+		Image:        spec.Image,
+		Cmd:          spec.Cmd,
+		Env:          spec.Env,
+		WorkingDir:   workdir,
+		User:         sandboxUser,
+		Labels:       r.labels(spec),
+		AttachStdout: true,
+		AttachStderr: true,
+		AttachStdin:  spec.OpenStdin,
+		OpenStdin:    spec.OpenStdin,
+		// StdinOnce: our detach (CloseWrite) is the process's end-of-file.
+		StdinOnce: spec.OpenStdin,
+	}
+	network := spec.Network
+	if network == "" {
+		network = "none"
+	}
+	init := true
+	pids := l.Pids
+	tmpfsOpts := func(size int64, owned bool) string {
+		o := "rw,exec,nosuid,nodev,size=" + strconv.FormatInt(size, 10)
+		if owned {
+			return o + ",uid=1000,gid=1000,mode=0755"
+		}
+		return o + ",mode=1777"
+	}
+	tmpfs := map[string]string{
+		tmpPath:  tmpfsOpts(l.TmpBytes, false),
+		homePath: tmpfsOpts(homeSize, true),
+	}
+	if workdir != tmpPath && workdir != homePath {
+		tmpfs[workdir] = tmpfsOpts(l.WorkdirBytes, true)
+	}
+	logBytes := l.LogBytes
+	if logBytes <= 0 {
+		logBytes = 16 << 20
+	}
+	host := &container.HostConfig{
+		// The local driver is size-capped and readable, so a restarted server can
+		// recover what a job printed while it was down; json-file is unbounded.
+		LogConfig: container.LogConfig{Type: "local", Config: map[string]string{
+			"max-size": strconv.FormatInt(logBytes, 10),
+			"max-file": "2",
+			"compress": "false",
+		}},
+		NetworkMode:    container.NetworkMode(network),
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		Tmpfs:          tmpfs,
+		ShmSize:        shmSize,
+		IpcMode:        "private",
+		Init:           &init,
+		Runtime:        spec.Runtime,
+		OomScoreAdj:    500, // the kernel should pick a sandbox before the host's own processes
+		Resources: container.Resources{
+			Memory:     l.MemoryBytes,
+			MemorySwap: l.MemoryBytes, // swap = memory: no swap at all
+			NanoCPUs:   l.NanoCPUs,
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles},
+				{Name: "fsize", Soft: l.FileSizeBytes, Hard: l.FileSizeBytes},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+	}
+	return cfg, host
+}
+
+// Start creates the container, attaches and registers the wait before it
+// starts it, so no output and no exit can be missed.
+func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	cfg, hostCfg := r.containerConfig(spec)
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, &sandbox.ImageError{Image: spec.Image}
+		}
+		return nil, r.engineErr(fmt.Errorf("create container: %w", err))
+	}
+	id := created.ID
+	fail := func(err error) (sandbox.Handle, error) {
+		r.removeQuietly(id)
+		return nil, r.engineErr(err)
+	}
+	attach, err := r.cli.ContainerAttach(ctx, id, client.ContainerAttachOptions{
+		Stream: true, Stdin: spec.OpenStdin, Stdout: true, Stderr: true,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("attach: %w", err))
+	}
+	// The wait and the output outlive the caller's context: the job goes on after
+	// the call that started it returns.
+	waitCtx, cancelWait := context.WithCancel(context.Background())
+	wait := r.cli.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	if _, err := r.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		attach.Close()
+		cancelWait()
+		return fail(fmt.Errorf("start container: %w", err))
+	}
+	h := newHandle(r, id, cancelWait)
+	if spec.OpenStdin {
+		h.stdin = attach.Conn
+		h.closeWrite = attach.CloseWrite
+	}
+	go h.copyOutput(attach.Reader, out, 0, 0, attach.Close)
+	go h.waitForEnd(wait)
+	return h, nil
+}
+
+// Adopt resumes a container started by a previous server process: its output
+// is read back from Docker's log (the local driver keeps it) after what was
+// already captured, and followed until it ends.
+func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, skipStderr int64, out sandbox.Output) (sandbox.Handle, error) {
+	info, err := r.cli.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, sandbox.ErrNotFound
+		}
+		return nil, r.engineErr(err)
+	}
+	if info.Container.Config == nil || info.Container.Config.Labels[sandbox.LabelInstance] != r.instance {
+		return nil, fmt.Errorf("container %s does not belong to this server", containerID)
+	}
+	waitCtx, cancelWait := context.WithCancel(context.Background())
+	wait := r.cli.ContainerWait(waitCtx, containerID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	logs, err := r.cli.ContainerLogs(waitCtx, containerID, client.ContainerLogsOptions{
+		ShowStdout: true, ShowStderr: true, Follow: true,
+	})
+	if err != nil {
+		cancelWait()
+		return nil, r.engineErr(fmt.Errorf("read logs: %w", err))
+	}
+	h := newHandle(r, containerID, cancelWait)
+	go h.copyOutput(logs, out, skipStdout, skipStderr, func() { logs.Close() })
+	go h.waitForEnd(wait)
+	return h, nil
+}
+
+func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
+	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: make(client.Filters).Add("label", sandbox.LabelInstance+"="+r.instance),
+	})
+	if err != nil {
+		return nil, r.engineErr(err)
+	}
+	var out []sandbox.Container
+	for _, c := range res.Items {
+		out = append(out, sandbox.Container{
+			ID:       c.ID,
+			JobID:    c.Labels[sandbox.LabelJobID],
+			Instance: c.Labels[sandbox.LabelInstance],
+			Running:  c.State == container.StateRunning,
+		})
+	}
+	return out, nil
+}
+
+// Remove kills and removes a container; a container already gone is success.
+func (r *Runtime) Remove(ctx context.Context, containerID string) error {
+	_, err := r.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil || cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress") {
+		return nil
+	}
+	return r.engineErr(err)
+}
+
+func (r *Runtime) removeQuietly(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_ = r.Remove(ctx, id)
+}
+
+func parseTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.Year() < 2000 {
+		return time.Time{}
+	}
+	return t
+}

@@ -1,0 +1,149 @@
+// Package sandbox is the container runtime contract: what to run with which
+// limits (Spec), a running sandbox (Handle), how it ended (ExitStatus) and the
+// typed errors callers act on. It imports no Docker code; internal/sandbox/docker
+// implements it.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Labels every container the server creates carries, so a restarted server can
+// find, adopt or remove what it made (and only what it made).
+const (
+	LabelManaged  = "dev.sandboxer.managed"  // always "true"
+	LabelInstance = "dev.sandboxer.instance" // which server (state directory) owns it
+	LabelJobID    = "dev.sandboxer.job-id"
+	LabelKind     = "dev.sandboxer.kind" // job kind: command, script, session, doctor
+)
+
+// Limits are hard ceilings applied to one container.
+type Limits struct {
+	MemoryBytes   int64 // memory; swap is set equal, so no swap is used
+	NanoCPUs      int64 // CPU quota, 1e9 = one CPU
+	Pids          int64
+	OpenFiles     int64 // RLIMIT_NOFILE
+	FileSizeBytes int64 // RLIMIT_FSIZE
+	TmpBytes      int64 // size of the /tmp tmpfs
+	WorkdirBytes  int64 // size of the working directory tmpfs
+	LogBytes      int64 // cap of Docker's own (local driver) log of this container
+}
+
+// Spec says what to run in a fresh sandbox.
+type Spec struct {
+	JobID   string
+	Kind    string
+	Image   string
+	Cmd     []string // argv; never passed through a host shell
+	Env     []string // KEY=VALUE, already validated
+	WorkDir string   // absolute path inside the container; a tmpfs is mounted there
+	Limits  Limits
+	Network string // "none" unless the policy allows another mode
+	Runtime string // OCI runtime name ("" = engine default, e.g. "runsc")
+	// OpenStdin keeps the process's stdin attached so it can be written later;
+	// otherwise stdin is closed at start.
+	OpenStdin bool
+}
+
+// Stream names one of a process's output streams.
+type Stream int
+
+const (
+	Stdout Stream = 1
+	Stderr Stream = 2
+)
+
+func (s Stream) String() string {
+	if s == Stderr {
+		return "stderr"
+	}
+	return "stdout"
+}
+
+// Output receives a sandbox's output as it is produced. Write must not block for long.
+type Output interface {
+	Write(stream Stream, p []byte)
+}
+
+// ExitStatus is how a sandbox's main process ended.
+type ExitStatus struct {
+	ExitCode   int
+	OOMKilled  bool      // from the engine, not guessed from exit 137
+	Gone       bool      // the container vanished (removed from outside) before its end was seen
+	Err        error     // the engine failed while waiting; the end is unknown
+	StartedAt  time.Time // as the engine saw it (zero if unknown)
+	FinishedAt time.Time
+}
+
+// Handle is one running sandbox.
+type Handle interface {
+	ContainerID() string
+	// Stdin writes to the process's stdin; nil when the spec did not open it.
+	Stdin() io.Writer
+	// CloseStdin sends end-of-file to the process; idempotent.
+	CloseStdin() error
+	// Done is closed once the process has ended, its output has been drained and
+	// the container removed; Status is valid after that.
+	Done() <-chan struct{}
+	Status() ExitStatus
+	// Signal sends a signal (e.g. "TERM", "KILL") to the process tree's init.
+	Signal(ctx context.Context, signal string) error
+	// Destroy kills everything in the sandbox and removes it; idempotent.
+	Destroy(ctx context.Context) error
+}
+
+// Container is a labelled container found on the engine.
+type Container struct {
+	ID       string
+	JobID    string
+	Instance string
+	Running  bool
+}
+
+// Runtime starts and manages sandboxes.
+type Runtime interface {
+	// Start creates, attaches and starts a sandbox; output flows to out until Done.
+	Start(ctx context.Context, spec Spec, out Output) (Handle, error)
+	// Adopt takes over a container a previous server process started: output
+	// resumes after the first skipStdout/skipStderr bytes already captured.
+	Adopt(ctx context.Context, containerID string, skipStdout, skipStderr int64, out Output) (Handle, error)
+	// List returns the containers labelled as this instance's.
+	List(ctx context.Context) ([]Container, error)
+	// Remove kills and removes a container by id; idempotent.
+	Remove(ctx context.Context, containerID string) error
+	// Ping says whether the engine answers.
+	Ping(ctx context.Context) error
+	// ImageExists says whether an image is present locally.
+	ImageExists(ctx context.Context, ref string) (bool, error)
+	Close() error
+}
+
+// Typed errors. Callers test with errors.Is.
+var (
+	ErrEngineUnreachable = errors.New("docker engine unreachable")
+	ErrImageMissing      = errors.New("image missing")
+	ErrNotFound          = errors.New("container not found")
+)
+
+// EngineError wraps ErrEngineUnreachable with where the engine was looked for.
+type EngineError struct {
+	Host string
+	Err  error
+}
+
+func (e *EngineError) Error() string {
+	return fmt.Sprintf("Docker engine unreachable at %s: start it (make engine, or systemctl start docker) or set DOCKER_HOST (%v)", e.Host, e.Err)
+}
+func (e *EngineError) Unwrap() error { return ErrEngineUnreachable }
+
+// ImageError says which image is missing and how to build it.
+type ImageError struct{ Image string }
+
+func (e *ImageError) Error() string {
+	return fmt.Sprintf("image %s is not built: run `make images` (or `sandboxer images build`)", e.Image)
+}
+func (e *ImageError) Unwrap() error { return ErrImageMissing }

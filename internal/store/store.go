@@ -1,0 +1,823 @@
+// Package store keeps the server's job records in an embedded SQLite database
+// (modernc.org/sqlite, pure Go).
+//
+// One Store owns one database file. It is safe for concurrent use by many
+// goroutines. The database is opened with a single connection
+// (SetMaxOpenConns(1)): SQLite allows only one writer at a time anyway, so a
+// single connection turns writer contention into Go-side queueing inside
+// database/sql instead of SQLITE_BUSY errors and retries, and it makes every
+// statement see the writes of every earlier one without cross-connection WAL
+// subtleties. The job table is small and the statements are short, so
+// serialising readers behind writers costs nothing noticeable.
+//
+// Times are stored as unix nanoseconds (INTEGER); a zero time.Time is stored
+// as NULL and read back as the zero time. Times read back are in UTC and carry
+// no monotonic clock reading: compare them with time.Time.Equal.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+)
+
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrNotFound: no job with that ID.
+	ErrNotFound = errors.New("store: job not found")
+	// ErrExists: CreateJob with an ID that is already stored.
+	ErrExists = errors.New("store: job already exists")
+	// ErrBadCursor: ListFilter.Cursor was not produced by ListJobs.
+	ErrBadCursor = errors.New("store: bad pagination cursor")
+	// ErrSchemaTooNew: the database was written by a newer version of the
+	// server (its schema version is higher than this build knows). Open
+	// returns it instead of setting the file aside, so a downgrade never
+	// discards data.
+	ErrSchemaTooNew = errors.New("store: database schema is newer than this build supports")
+)
+
+// Job statuses the store itself cares about: jobs in these states are
+// "active" and are never deleted by DeleteJobs.
+const (
+	statusQueued  = "queued"
+	statusRunning = "running"
+)
+
+// List page sizes.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 500
+)
+
+// Limits are the resource limits a job was started with. Persisted as JSON.
+type Limits struct {
+	TimeoutMS   int64 `json:"timeout_ms"`
+	MemoryBytes int64 `json:"memory_bytes"`
+	NanoCPUs    int64 `json:"nano_cpus"`
+	Pids        int64 `json:"pids"`
+}
+
+// Job is one persisted job record. Every field is stored.
+type Job struct {
+	ID          string   // uuid
+	Kind        string   // "command", "script", "session"
+	Status      string   // queued, running, completed, failed, timed_out, killed
+	Reason      string   // exit_code, oom_killed, start_error, lost, requested, cancelled, compile_error, ""
+	ExitCode    *int     // nil while running or when unknown
+	Signal      string   //
+	Command     string   // the command line or script text
+	Language    string   //
+	Image       string   //
+	Workspace   string   //
+	Cwd         string   //
+	Env         []string // KEY=VALUE (stored as JSON; nil and empty are kept distinct)
+	Limits      Limits   // stored as JSON
+	ContainerID string   //
+	StdinOpen   bool     //
+
+	CreatedAt, StartedAt, EndedAt time.Time // zero = not set (stored as NULL, except CreatedAt)
+
+	StdoutBytes, StderrBytes, DroppedBytes int64 // output sizes
+	ReadCursor                             int64 // where "new since last read" continues (combined stream)
+	Error                                  string
+}
+
+// ListFilter selects and pages jobs for ListJobs. Zero values mean "any".
+type ListFilter struct {
+	Status    []string // any of these statuses; empty = any status
+	Kind      string
+	Workspace string
+	Limit     int    // <= 0 means DefaultListLimit; values above MaxListLimit are clamped
+	Cursor    string // "" for the first page, else the next cursor ListJobs returned
+}
+
+// PruneFilter selects finished jobs for DeleteJobs.
+type PruneFilter struct {
+	// EndedBefore: only jobs that ended strictly before this time. Zero = any
+	// age. A finished job without an EndedAt is aged by its CreatedAt.
+	EndedBefore time.Time
+	// Status: only jobs in one of these statuses; empty = any finished status.
+	// queued and running jobs are never deleted, even if listed here.
+	Status []string
+}
+
+// Store is an open job database.
+type Store struct {
+	db   *sql.DB
+	path string
+
+	// SetAside is non-empty when Open found the existing database file
+	// unusable (not a database, failed quick_check, or its schema could not be
+	// created/validated), moved it aside and started a fresh, empty database.
+	// It is the path the old file now has: "<path>.corrupt-<unix seconds>"
+	// (its -wal/-shm/-journal companions, if any, were moved to the same name
+	// plus "-wal", "-shm", "-journal"). The caller should log it.
+	SetAside string
+	// SetAsideErr is why the old file was set aside (nil when SetAside is "").
+	SetAsideErr error
+}
+
+// migrations[i] upgrades the schema from version i to i+1 (PRAGMA
+// user_version). Append only; never edit a released entry.
+var migrations = []string{
+	// 1: initial schema.
+	`CREATE TABLE jobs (
+		id            TEXT PRIMARY KEY NOT NULL,
+		kind          TEXT NOT NULL DEFAULT '',
+		status        TEXT NOT NULL DEFAULT '',
+		reason        TEXT NOT NULL DEFAULT '',
+		exit_code     INTEGER,
+		signal        TEXT NOT NULL DEFAULT '',
+		command       TEXT NOT NULL DEFAULT '',
+		language      TEXT NOT NULL DEFAULT '',
+		image         TEXT NOT NULL DEFAULT '',
+		workspace     TEXT NOT NULL DEFAULT '',
+		cwd           TEXT NOT NULL DEFAULT '',
+		env           TEXT NOT NULL DEFAULT 'null',
+		limits        TEXT NOT NULL DEFAULT '{}',
+		container_id  TEXT NOT NULL DEFAULT '',
+		stdin_open    INTEGER NOT NULL DEFAULT 0,
+		created_at    INTEGER NOT NULL,
+		started_at    INTEGER,
+		ended_at      INTEGER,
+		stdout_bytes  INTEGER NOT NULL DEFAULT 0,
+		stderr_bytes  INTEGER NOT NULL DEFAULT 0,
+		dropped_bytes INTEGER NOT NULL DEFAULT 0,
+		read_cursor   INTEGER NOT NULL DEFAULT 0,
+		error         TEXT NOT NULL DEFAULT ''
+	) STRICT;
+	CREATE INDEX jobs_created ON jobs (created_at DESC, id DESC);
+	CREATE INDEX jobs_status ON jobs (status, created_at);
+	CREATE INDEX jobs_ended ON jobs (ended_at);`,
+}
+
+// SchemaVersion is the schema version (PRAGMA user_version) this build
+// creates and understands; it equals len(migrations).
+const SchemaVersion = 1
+
+func init() {
+	if len(migrations) != SchemaVersion {
+		panic("store: SchemaVersion does not match the migrations list")
+	}
+}
+
+const jobColumns = `id, kind, status, reason, exit_code, signal, command, language, image,
+	workspace, cwd, env, limits, container_id, stdin_open, created_at, started_at, ended_at,
+	stdout_bytes, stderr_bytes, dropped_bytes, read_cursor, error`
+
+// Open opens or creates the job database at path, creating the parent
+// directory (mode 0700) if needed.
+//
+// If the file exists but is unusable (not a SQLite database, PRAGMA
+// quick_check fails, or the schema cannot be created or validated), it is
+// renamed to "<path>.corrupt-<unix seconds>" together with its -wal/-shm
+// files, a fresh database is created, and Open succeeds with Store.SetAside
+// set. Environmental failures (permission denied, disk full, I/O errors,
+// database locked by another process beyond the busy timeout) and
+// ErrSchemaTooNew are returned as errors and leave the file untouched.
+func Open(path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("store: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("store: create directory: %w", err)
+	}
+	existed, err := checkHeader(abs)
+	var s *Store
+	if err == nil {
+		s, err = openAndInit(abs)
+	}
+	if err == nil {
+		return s, nil
+	}
+	if !existed || !isCorruption(err) {
+		return nil, err
+	}
+	aside, aerr := setAside(abs, time.Now())
+	if aerr != nil {
+		return nil, fmt.Errorf("%w (and moving it aside failed: %v)", err, aerr)
+	}
+	s, err2 := openAndInit(abs)
+	if err2 != nil {
+		return nil, fmt.Errorf("store: fresh database after setting %s aside: %w", aside, err2)
+	}
+	s.SetAside = aside
+	s.SetAsideErr = err
+	return s, nil
+}
+
+// sqliteMagic starts every SQLite 3 database file.
+const sqliteMagic = "SQLite format 3\x00"
+
+// checkHeader reports whether path exists and, if it is non-empty but does not
+// start with the SQLite magic string, returns a corruption error without
+// letting SQLite open it: SQLite would otherwise reset or delete the -wal and
+// -shm files next to it before they can be moved aside.
+func checkHeader(path string) (existed bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, len(sqliteMagic))
+	n, err := io.ReadFull(f, buf)
+	switch {
+	case n == 0 && errors.Is(err, io.EOF):
+		return true, nil // empty file: SQLite treats it as a new database
+	case errors.Is(err, io.ErrUnexpectedEOF) || (err == nil && string(buf) != sqliteMagic):
+		return true, &corruptError{fmt.Errorf("store: %s is not an SQLite database (bad header)", path)}
+	case err != nil:
+		return true, fmt.Errorf("store: read %s: %w", path, err)
+	}
+	return true, nil
+}
+
+// dsn builds a file: URI for path with the per-connection pragmas. Using a
+// URI (with the path escaped) keeps '?' or '#' in directory names from being
+// taken as the start of the query string.
+func dsn(path string) string {
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(path)}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(5000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func openAndInit(path string) (*Store, error) {
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	// See the package comment: one connection, kept forever (the pragmas are
+	// re-applied from the DSN should database/sql ever replace it).
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+
+	s := &Store{db: db, path: path}
+	if err := s.init(context.Background()); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// corruptError marks an init failure that means "this file is not a usable
+// job database" regardless of SQLite's error code.
+type corruptError struct{ err error }
+
+func (e *corruptError) Error() string { return e.err.Error() }
+func (e *corruptError) Unwrap() error { return e.err }
+
+func (s *Store) init(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("store: open %s: %w", s.path, err)
+	}
+	var mode string
+	if err := s.db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return fmt.Errorf("store: journal_mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("store: journal_mode is %q, want wal", mode)
+	}
+	if err := s.quickCheck(ctx); err != nil {
+		return err
+	}
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	// Validate the table shape whatever user_version claimed.
+	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs LIMIT 0`)
+	if err != nil {
+		return &corruptError{fmt.Errorf("store: jobs table unusable: %w", err)}
+	}
+	rows.Close()
+	return nil
+}
+
+func (s *Store) quickCheck(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, `PRAGMA quick_check`)
+	if err != nil {
+		return fmt.Errorf("store: quick_check: %w", err)
+	}
+	defer rows.Close()
+	var msgs []string
+	for rows.Next() {
+		var m string
+		if err := rows.Scan(&m); err != nil {
+			return fmt.Errorf("store: quick_check: %w", err)
+		}
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("store: quick_check: %w", err)
+	}
+	if len(msgs) != 1 || msgs[0] != "ok" {
+		return &corruptError{fmt.Errorf("store: quick_check failed: %s", strings.Join(msgs, "; "))}
+	}
+	return nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	var v int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return fmt.Errorf("store: read schema version: %w", err)
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("%w: file has version %d, this build knows %d", ErrSchemaTooNew, v, SchemaVersion)
+	}
+	if v < 0 {
+		return &corruptError{fmt.Errorf("store: invalid schema version %d", v)}
+	}
+	for ; v < SchemaVersion; v++ {
+		if err := s.applyMigration(ctx, v+1, migrations[v]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) applyMigration(ctx context.Context, to int, stmt string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: migrate to schema %d: %w", to, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, stmt); err != nil {
+		return wrapSchemaErr(fmt.Errorf("store: migrate to schema %d: %w", to, err))
+	}
+	// user_version lives in the file header and is covered by the transaction.
+	if _, err := tx.ExecContext(ctx, `PRAGMA user_version = `+strconv.Itoa(to)); err != nil {
+		return fmt.Errorf("store: set schema version %d: %w", to, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: migrate to schema %d: %w", to, err)
+	}
+	return nil
+}
+
+// wrapSchemaErr marks a failed schema statement as corruption unless SQLite
+// says the failure was environmental.
+func wrapSchemaErr(err error) error {
+	if isEnvironmental(err) {
+		return err
+	}
+	return &corruptError{err}
+}
+
+// SQLite primary result codes used for classification.
+const (
+	sqlitePerm       = 3
+	sqliteAbort      = 4
+	sqliteBusy       = 5
+	sqliteLocked     = 6
+	sqliteNoMem      = 7
+	sqliteReadOnly   = 8
+	sqliteInterrupt  = 9
+	sqliteIOErr      = 10
+	sqliteCorrupt    = 11
+	sqliteFull       = 13
+	sqliteCantOpen   = 14
+	sqliteProtocol   = 15
+	sqliteAuth       = 23
+	sqliteNotADB     = 26
+	sqliteConstraint = 19
+
+	sqliteConstraintPrimaryKey = sqliteConstraint | 6<<8
+)
+
+func sqliteCode(err error) (int, bool) {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code(), true
+	}
+	return 0, false
+}
+
+func isEnvironmental(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	code, ok := sqliteCode(err)
+	if !ok {
+		return false
+	}
+	switch code & 0xff {
+	case sqlitePerm, sqliteAbort, sqliteBusy, sqliteLocked, sqliteNoMem, sqliteReadOnly,
+		sqliteInterrupt, sqliteIOErr, sqliteFull, sqliteCantOpen, sqliteProtocol, sqliteAuth:
+		return true
+	}
+	return false
+}
+
+// isCorruption reports whether an Open failure means the existing file should
+// be set aside.
+func isCorruption(err error) bool {
+	var ce *corruptError
+	if errors.As(err, &ce) {
+		return true
+	}
+	if code, ok := sqliteCode(err); ok {
+		switch code & 0xff {
+		case sqliteCorrupt, sqliteNotADB:
+			return true
+		}
+	}
+	return false
+}
+
+// setAside renames path (and its -wal, -shm, -journal companions) to
+// "<path>.corrupt-<unix>" (+ suffix), picking a name not already taken.
+func setAside(path string, now time.Time) (string, error) {
+	base := path + ".corrupt-" + strconv.FormatInt(now.Unix(), 10)
+	target := base
+	for i := 1; ; i++ {
+		if !anyExists(target, "", "-wal", "-shm", "-journal") {
+			break
+		}
+		target = base + "." + strconv.Itoa(i)
+	}
+	if err := os.Rename(path, target); err != nil {
+		return "", err
+	}
+	for _, sfx := range []string{"-wal", "-shm", "-journal"} {
+		if err := os.Rename(path+sfx, target+sfx); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return target, fmt.Errorf("move %s aside: %w", path+sfx, err)
+		}
+	}
+	return target, nil
+}
+
+func anyExists(base string, suffixes ...string) bool {
+	for _, s := range suffixes {
+		if _, err := os.Lstat(base + s); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Close closes the database. SQLite checkpoints the WAL on the last close.
+func (s *Store) Close() error {
+	return s.db.Close()
+}
+
+// Path is the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// --- encoding helpers ---
+
+func timeToDB(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+func timeFromDB(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.Unix(0, v.Int64).UTC()
+}
+
+func jobArgs(j *Job) ([]any, error) {
+	env, err := json.Marshal(j.Env)
+	if err != nil {
+		return nil, fmt.Errorf("store: encode env: %w", err)
+	}
+	lim, err := json.Marshal(j.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("store: encode limits: %w", err)
+	}
+	var exit any
+	if j.ExitCode != nil {
+		exit = int64(*j.ExitCode)
+	}
+	stdin := 0
+	if j.StdinOpen {
+		stdin = 1
+	}
+	created := timeToDB(j.CreatedAt) // nil only reaches UpdateJob, which then keeps the stored value
+	return []any{
+		j.ID, j.Kind, j.Status, j.Reason, exit, j.Signal, j.Command, j.Language, j.Image,
+		j.Workspace, j.Cwd, string(env), string(lim), j.ContainerID, stdin, created,
+		timeToDB(j.StartedAt), timeToDB(j.EndedAt),
+		j.StdoutBytes, j.StderrBytes, j.DroppedBytes, j.ReadCursor, j.Error,
+	}, nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(sc scanner) (*Job, error) {
+	var (
+		j              Job
+		exit           sql.NullInt64
+		env, lim       string
+		stdin          int64
+		created        int64
+		started, ended sql.NullInt64
+	)
+	err := sc.Scan(&j.ID, &j.Kind, &j.Status, &j.Reason, &exit, &j.Signal, &j.Command, &j.Language,
+		&j.Image, &j.Workspace, &j.Cwd, &env, &lim, &j.ContainerID, &stdin, &created, &started, &ended,
+		&j.StdoutBytes, &j.StderrBytes, &j.DroppedBytes, &j.ReadCursor, &j.Error)
+	if err != nil {
+		return nil, err
+	}
+	if exit.Valid {
+		c := int(exit.Int64)
+		j.ExitCode = &c
+	}
+	if err := json.Unmarshal([]byte(env), &j.Env); err != nil {
+		return nil, fmt.Errorf("store: job %s: decode env: %w", j.ID, err)
+	}
+	if err := json.Unmarshal([]byte(lim), &j.Limits); err != nil {
+		return nil, fmt.Errorf("store: job %s: decode limits: %w", j.ID, err)
+	}
+	j.StdinOpen = stdin != 0
+	j.CreatedAt = time.Unix(0, created).UTC()
+	j.StartedAt = timeFromDB(started)
+	j.EndedAt = timeFromDB(ended)
+	return &j, nil
+}
+
+func collectJobs(rows *sql.Rows) ([]*Job, error) {
+	defer rows.Close()
+	var out []*Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// placeholders returns "?, ?, ?" for n values.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func stringArgs(ss []string) []any {
+	a := make([]any, len(ss))
+	for i, s := range ss {
+		a[i] = s
+	}
+	return a
+}
+
+// --- job operations ---
+
+// CreateJob inserts j. j.ID must be non-empty; a duplicate ID yields an error
+// wrapping ErrExists. If j.CreatedAt is zero it is set to time.Now() (the
+// caller's struct is updated).
+func (s *Store) CreateJob(ctx context.Context, j *Job) error {
+	if j == nil || j.ID == "" {
+		return errors.New("store: CreateJob: job ID is required")
+	}
+	if j.CreatedAt.IsZero() {
+		j.CreatedAt = time.Now()
+	}
+	args, err := jobArgs(j)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (`+placeholders(len(args))+`)`, args...)
+	if err != nil {
+		if code, ok := sqliteCode(err); ok && code == sqliteConstraintPrimaryKey {
+			return fmt.Errorf("%w: %s", ErrExists, j.ID)
+		}
+		return fmt.Errorf("store: create job %s: %w", j.ID, err)
+	}
+	return nil
+}
+
+// UpdateJob overwrites every stored field of the job with ID j.ID, including
+// CreatedAt unless j.CreatedAt is zero (then the stored value is kept). A
+// missing job yields an error wrapping ErrNotFound.
+func (s *Store) UpdateJob(ctx context.Context, j *Job) error {
+	if j == nil {
+		return errors.New("store: UpdateJob: nil job")
+	}
+	args, err := jobArgs(j)
+	if err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET
+		kind = ?, status = ?, reason = ?, exit_code = ?, signal = ?, command = ?, language = ?,
+		image = ?, workspace = ?, cwd = ?, env = ?, limits = ?, container_id = ?, stdin_open = ?,
+		created_at = COALESCE(?, created_at), started_at = ?, ended_at = ?, stdout_bytes = ?, stderr_bytes = ?,
+		dropped_bytes = ?, read_cursor = ?, error = ?
+		WHERE id = ?`, append(args[1:], args[0])...)
+	if err != nil {
+		return fmt.Errorf("store: update job %s: %w", j.ID, err)
+	}
+	return checkAffected(res, j.ID)
+}
+
+func checkAffected(res sql.Result, id string) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("store: job %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return nil
+}
+
+// SetReadCursor updates only the ReadCursor of job id. A missing job yields
+// an error wrapping ErrNotFound.
+func (s *Store) SetReadCursor(ctx context.Context, id string, cursor int64) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET read_cursor = ? WHERE id = ?`, cursor, id)
+	if err != nil {
+		return fmt.Errorf("store: set read cursor of %s: %w", id, err)
+	}
+	return checkAffected(res, id)
+}
+
+// GetJob returns the job with that ID, or an error wrapping ErrNotFound.
+func (s *Store) GetJob(ctx context.Context, id string) (*Job, error) {
+	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// cursor is the position after the last job of a page.
+const cursorVersion = "v1"
+
+func encodeCursor(j *Job) string {
+	raw := cursorVersion + ":" + strconv.FormatInt(j.CreatedAt.UnixNano(), 10) + ":" + j.ID
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+func decodeCursor(c string) (createdNS int64, id string, err error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: %v", ErrBadCursor, err)
+	}
+	parts := strings.SplitN(string(raw), ":", 3)
+	if len(parts) != 3 || parts[0] != cursorVersion || parts[2] == "" {
+		return 0, "", fmt.Errorf("%w: malformed", ErrBadCursor)
+	}
+	createdNS, err = strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: malformed", ErrBadCursor)
+	}
+	return createdNS, parts[2], nil
+}
+
+// ListJobs returns one page of jobs matching f, newest first (CreatedAt
+// descending, then ID descending), and the cursor for the next page ("" when
+// there are no more). The cursor is keyset-based: it stays valid while jobs
+// are added or deleted, and new jobs created after the first page do not
+// shift later pages. A cursor that ListJobs did not produce yields an error
+// wrapping ErrBadCursor.
+func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]*Job, string, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	if limit > MaxListLimit {
+		limit = MaxListLimit
+	}
+	var (
+		where []string
+		args  []any
+	)
+	if len(f.Status) > 0 {
+		where = append(where, `status IN (`+placeholders(len(f.Status))+`)`)
+		args = append(args, stringArgs(f.Status)...)
+	}
+	if f.Kind != "" {
+		where = append(where, `kind = ?`)
+		args = append(args, f.Kind)
+	}
+	if f.Workspace != "" {
+		where = append(where, `workspace = ?`)
+		args = append(args, f.Workspace)
+	}
+	if f.Cursor != "" {
+		ns, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where = append(where, `(created_at < ? OR (created_at = ? AND id < ?))`)
+		args = append(args, ns, ns, id)
+	}
+	q := `SELECT ` + jobColumns + ` FROM jobs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	args = append(args, limit+1)
+
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("store: list jobs: %w", err)
+	}
+	jobs, err := collectJobs(rows)
+	if err != nil {
+		return nil, "", fmt.Errorf("store: list jobs: %w", err)
+	}
+	next := ""
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		next = encodeCursor(jobs[limit-1])
+	}
+	return jobs, next, nil
+}
+
+// JobsWithStatus returns every job whose status is one of statuses, oldest
+// first (CreatedAt ascending, then ID). No statuses returns no jobs.
+func (s *Store) JobsWithStatus(ctx context.Context, statuses ...string) ([]*Job, error) {
+	if len(statuses) == 0 {
+		return nil, nil
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE status IN (`+
+		placeholders(len(statuses))+`) ORDER BY created_at ASC, id ASC`, stringArgs(statuses)...)
+	if err != nil {
+		return nil, fmt.Errorf("store: jobs with status: %w", err)
+	}
+	jobs, err := collectJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("store: jobs with status: %w", err)
+	}
+	return jobs, nil
+}
+
+// DeleteJobs deletes finished jobs (status neither queued nor running)
+// matching f, atomically, and returns their IDs (sorted) so the caller can
+// remove their output directories.
+func (s *Store) DeleteJobs(ctx context.Context, f PruneFilter) ([]string, error) {
+	where := []string{`status NOT IN (?, ?)`}
+	args := []any{statusQueued, statusRunning}
+	if len(f.Status) > 0 {
+		where = append(where, `status IN (`+placeholders(len(f.Status))+`)`)
+		args = append(args, stringArgs(f.Status)...)
+	}
+	if !f.EndedBefore.IsZero() {
+		where = append(where, `COALESCE(ended_at, created_at) < ?`)
+		args = append(args, f.EndedBefore.UnixNano())
+	}
+	rows, err := s.db.QueryContext(ctx, `DELETE FROM jobs WHERE `+strings.Join(where, ` AND `)+` RETURNING id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: delete jobs: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("store: delete jobs: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: delete jobs: %w", err)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// CountJobs returns the number of stored jobs.
+func (s *Store) CountJobs(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM jobs`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count jobs: %w", err)
+	}
+	return n, nil
+}

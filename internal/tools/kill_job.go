@@ -1,0 +1,58 @@
+package tools
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/job"
+)
+
+// KillJobArgs are kill_job's arguments.
+type KillJobArgs struct {
+	JobID  string   `json:"job_id"`
+	Signal string   `json:"signal,omitempty" jsonschema:"signal sent first: TERM (default), INT, HUP, QUIT, USR1, USR2 or KILL"`
+	GraceS *float64 `json:"grace_s,omitempty" jsonschema:"seconds to wait after the signal before the sandbox is removed with everything in it (default 5, max 60)"`
+}
+
+var killSignals = map[string]bool{"TERM": true, "INT": true, "HUP": true, "QUIT": true, "USR1": true, "USR2": true, "KILL": true}
+
+func KillJob(d Deps) Tool {
+	def := mcp.NewTool("kill_job",
+		mcp.WithDescription("Stop a job: send it a signal (TERM by default), and if it is still running after grace_s, remove its sandbox, which kills every process in it. Killing a finished job just returns its record."),
+		mcp.WithToolTitle("Kill a job"),
+		annotations("Kill a job", false, true, true, false),
+		mcp.WithInputSchema[KillJobArgs](),
+		mcp.WithOutputSchema[JobRecord](),
+	)
+	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args KillJobArgs
+		if err := bind(req, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		if err := validateJobID(args.JobID); err != nil {
+			return errorResult("%v", err), nil
+		}
+		sig := strings.TrimPrefix(strings.ToUpper(args.Signal), "SIG")
+		if sig == "" {
+			sig = "TERM"
+		}
+		if !killSignals[sig] {
+			return errorResult("signal %q is not one of TERM, INT, HUP, QUIT, USR1, USR2, KILL", truncate(args.Signal, 16)), nil
+		}
+		grace := 5.0
+		if args.GraceS != nil {
+			grace = *args.GraceS
+		}
+		if !(grace >= 0 && grace <= 60) {
+			return errorResult("grace_s must be between 0 and 60, got %v", grace), nil
+		}
+		rec, err := d.Jobs.Kill(ctx, args.JobID, sig, time.Duration(grace*float64(time.Second)), job.ReasonRequested)
+		if err != nil {
+			return failure(err), nil
+		}
+		return structured(RecordOf(rec), statusLine(rec)), nil
+	}}
+}

@@ -1,0 +1,169 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/output"
+)
+
+const (
+	defaultReadBytes = 64 << 10
+	maxReadBytes     = 1 << 20
+	maxTailLines     = 10000
+	maxUntilLen      = 1024
+)
+
+// ReadOutputArgs are read_output's arguments.
+type ReadOutputArgs struct {
+	JobID     string   `json:"job_id"`
+	Cursor    *int64   `json:"cursor,omitempty" jsonschema:"byte offset into the stream to read from; omitted: what is new since the last read"`
+	TailLines int      `json:"tail_lines,omitempty" jsonschema:"read the last N lines instead (1 to 10000)"`
+	Stream    string   `json:"stream,omitempty" jsonschema:"both (default: interleaved as produced), stdout or stderr"`
+	WaitS     *float64 `json:"wait_s,omitempty" jsonschema:"wait up to this many seconds for new output (default 0)"`
+	Until     string   `json:"until,omitempty" jsonschema:"regular expression (RE2): wait until the output read matches it"`
+	MaxBytes  int      `json:"max_bytes,omitempty" jsonschema:"most bytes to return (default 65536, max 1048576)"`
+	StripANSI *bool    `json:"strip_ansi,omitempty" jsonschema:"remove terminal escape sequences and control characters (default true)"`
+}
+
+// ReadOutputResult is read_output's (and send_input's) result.
+type ReadOutputResult struct {
+	JobID      string `json:"job_id"`
+	Output     string `json:"output"`
+	Stream     string `json:"stream"`
+	Cursor     int64  `json:"cursor" jsonschema:"byte offset where output starts"`
+	NextCursor int64  `json:"next_cursor" jsonschema:"pass as cursor to continue after this output"`
+	HasMore    bool   `json:"has_more" jsonschema:"more output is already stored past next_cursor"`
+	Dropped    int64  `json:"dropped_bytes" jsonschema:"bytes of this stream past the per-job cap, counted but not stored"`
+	Matched    bool   `json:"matched" jsonschema:"until matched"`
+	Lossy      bool   `json:"lossy,omitempty"`
+	Status     string `json:"status"`
+	Reason     string `json:"reason,omitempty"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+}
+
+// readArgs are the reading arguments shared by read_output and send_input.
+type readArgs struct {
+	cursor    *int64
+	tailLines int
+	stream    string
+	waitS     *float64
+	until     string
+	maxBytes  int
+	stripANSI *bool
+}
+
+func (d Deps) readRequest(a readArgs) (job.ReadRequest, error) {
+	stream := a.stream
+	if stream == "" {
+		stream = "both"
+	}
+	sel, err := output.ParseSelector(stream)
+	if err != nil {
+		return job.ReadRequest{}, fmt.Errorf("stream %q is not one of both, stdout, stderr", truncate(stream, 16))
+	}
+	if a.cursor != nil && *a.cursor < 0 {
+		return job.ReadRequest{}, fmt.Errorf("cursor must be >= 0, got %d", *a.cursor)
+	}
+	if a.tailLines < 0 || a.tailLines > maxTailLines {
+		return job.ReadRequest{}, fmt.Errorf("tail_lines must be between 1 and %d, got %d", maxTailLines, a.tailLines)
+	}
+	if a.tailLines > 0 && a.cursor != nil {
+		return job.ReadRequest{}, fmt.Errorf("give cursor or tail_lines, not both")
+	}
+	maxBytes := a.maxBytes
+	if maxBytes == 0 {
+		maxBytes = defaultReadBytes
+	}
+	if maxBytes < 1 || maxBytes > maxReadBytes {
+		return job.ReadRequest{}, fmt.Errorf("max_bytes must be between 1 and %d, got %d", maxReadBytes, a.maxBytes)
+	}
+	wait, err := d.Policy.ResolveWait(orZero(a.waitS))
+	if err != nil {
+		return job.ReadRequest{}, err
+	}
+	req := job.ReadRequest{Stream: sel, Cursor: a.cursor, TailLines: a.tailLines, MaxBytes: maxBytes, Wait: wait, StripANSI: true}
+	if a.stripANSI != nil {
+		req.StripANSI = *a.stripANSI
+	}
+	if a.until != "" {
+		if len(a.until) > maxUntilLen {
+			return job.ReadRequest{}, fmt.Errorf("until is %d bytes; the limit is %d", len(a.until), maxUntilLen)
+		}
+		re, err := regexp.Compile(a.until)
+		if err != nil {
+			return job.ReadRequest{}, fmt.Errorf("until is not a valid regular expression: %v", err)
+		}
+		req.Until = re
+	}
+	return req, nil
+}
+
+func (d Deps) readResult(r *job.ReadResult, stream string) (ReadOutputResult, string) {
+	if stream == "" {
+		stream = "both"
+	}
+	text, lossy := output.ToText(r.Data)
+	rec := r.Job
+	res := ReadOutputResult{
+		JobID: rec.ID, Output: text, Stream: stream, Cursor: r.Start, NextCursor: r.NextCursor,
+		HasMore: r.HasMore, Dropped: r.Dropped, Matched: r.Matched, Lossy: lossy,
+		Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode,
+	}
+	summary := fmt.Sprintf("%s [bytes %d-%d", statusLine(rec), r.Start, r.NextCursor)
+	if r.HasMore {
+		summary += ", more stored"
+	}
+	if r.Matched {
+		summary += ", until matched"
+	}
+	summary += "]"
+	if text != "" {
+		summary += "\n" + text
+	}
+	return res, summary
+}
+
+func ReadOutput(d Deps) Tool {
+	def := mcp.NewTool("read_output",
+		mcp.WithDescription("Read a job's output: what is new since the last read (default), from a byte cursor, or the last lines. "+
+			"Can wait for new output (wait_s) or until a regular expression matches (until). Output is kept per job up to a cap and stays readable after the job ends and across server restarts."),
+		mcp.WithToolTitle("Read a job's output"),
+		annotations("Read a job's output", true, false, false, false),
+		mcp.WithInputSchema[ReadOutputArgs](),
+		mcp.WithOutputSchema[ReadOutputResult](),
+	)
+	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args ReadOutputArgs
+		if err := bind(req, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		if err := validateJobID(args.JobID); err != nil {
+			return errorResult("%v", err), nil
+		}
+		rr, err := d.readRequest(readArgs{args.Cursor, args.TailLines, args.Stream, args.WaitS, args.Until, args.MaxBytes, args.StripANSI})
+		if err != nil {
+			return failure(err), nil
+		}
+		return d.read(ctx, req, args.JobID, rr, args.Stream)
+	}}
+}
+
+func (d Deps) read(ctx context.Context, req mcp.CallToolRequest, id string, rr job.ReadRequest, stream string) (*mcp.CallToolResult, error) {
+	var stop func() = func() {}
+	if rr.Wait > 0 {
+		stop = d.startProgress(ctx, req, id)
+	}
+	r, err := d.Jobs.Read(ctx, id, rr)
+	stop()
+	if err != nil {
+		return failure(err), nil
+	}
+	res, text := d.readResult(r, stream)
+	return structured(res, text), nil
+}
+

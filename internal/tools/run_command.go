@@ -1,0 +1,202 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/lang"
+	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/policy"
+)
+
+// RunCommandArgs are run_command's arguments.
+type RunCommandArgs struct {
+	Command       string            `json:"command" jsonschema:"shell command line, run with bash -c inside a fresh sandbox"`
+	Language      string            `json:"language,omitempty" jsonschema:"runtime image to run in (see list_languages); default bash"`
+	Cwd           string            `json:"cwd,omitempty" jsonschema:"working directory: /workspace (default) or a path below it"`
+	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command"`
+	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text written to the command's stdin, which is then closed"`
+	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input (default: true when background, else false)"`
+	TimeoutS      *float64          `json:"timeout_s,omitempty" jsonschema:"kill the job after this many seconds (policy default and ceiling apply)"`
+	WaitS         *float64          `json:"wait_s,omitempty" jsonschema:"return a running handle after this many seconds; the job goes on (policy default applies)"`
+	Background    bool              `json:"background,omitempty" jsonschema:"return at once with the job_id"`
+	Output        string            `json:"output,omitempty" jsonschema:"which streams to return inline: stdout, stderr or both (default)"`
+	MemoryMB      *int64            `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (swap is not added)"`
+	CPUs          *float64          `json:"cpus,omitempty" jsonschema:"CPU quota in cores, e.g. 0.5"`
+	Pids          *int64            `json:"pids,omitempty" jsonschema:"maximum number of processes and threads"`
+}
+
+// RunResult is run_command's result.
+type RunResult struct {
+	JobID      string `json:"job_id"`
+	Status     string `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
+	Reason     string `json:"reason,omitempty"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	Truncated  bool   `json:"truncated" jsonschema:"inline output was cut to head and tail; the rest is readable with read_output"`
+	Omitted    int64  `json:"omitted_bytes,omitempty" jsonschema:"bytes left out of the inline output"`
+	Dropped    int64  `json:"dropped_bytes,omitempty" jsonschema:"bytes past the per-job output cap, not stored"`
+	Lossy      bool   `json:"lossy,omitempty" jsonschema:"output held invalid UTF-8 or NUL bytes, replaced"`
+	NextCursor int64  `json:"next_cursor" jsonschema:"cursor for read_output (combined stream) after what this result covers"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+func RunCommand(d Deps) Tool {
+	def := mcp.NewTool("run_command",
+		mcp.WithDescription("Run a shell command in a fresh, hardened sandbox container (no network, non-root, capped CPU, memory and processes). "+
+			"Waits up to wait_s; if the command is still running then, returns status running with the output so far and a job_id — the job goes on until timeout_s; "+
+			"use read_output, get_job, send_input and kill_job with that id. A non-zero exit code is a result, not an error."),
+		mcp.WithToolTitle("Run a command in a sandbox"),
+		annotations("Run a command in a sandbox", false, true, false, false),
+		mcp.WithInputSchema[RunCommandArgs](),
+		mcp.WithOutputSchema[RunResult](),
+	)
+	return Tool{Toolset: ToolsetExec, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args RunCommandArgs
+		if err := bind(req, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		jr, wait, problem := d.commandRequest(args)
+		if problem != nil {
+			return problem, nil
+		}
+		rec, err := d.Jobs.Submit(ctx, jr)
+		if err != nil {
+			if rec != nil {
+				return errorResult("job %s could not start: %v", rec.ID, err), nil
+			}
+			return failure(err), nil
+		}
+		if !args.Background {
+			stop := d.startProgress(ctx, req, rec.ID)
+			rec, err = d.Jobs.Wait(ctx, rec.ID, wait)
+			stop()
+			if err != nil {
+				return failure(err), nil
+			}
+			if ctx.Err() != nil && !job.Finished(rec.Status) {
+				// The caller cancelled the call: the job goes with it.
+				rec, _ = d.Jobs.Kill(context.Background(), rec.ID, "KILL", 0, job.ReasonCancelled)
+				return errorResult("call cancelled; job %s killed", rec.ID), nil
+			}
+		}
+		res, text, err := d.runResult(ctx, rec, args.Output)
+		if err != nil {
+			return failure(err), nil
+		}
+		return structured(res, text), nil
+	}}
+}
+
+// commandRequest validates run_command's arguments into a job request.
+func (d Deps) commandRequest(args RunCommandArgs) (job.Request, time.Duration, *mcp.CallToolResult) {
+	if err := validateCommand("command", args.Command); err != nil {
+		return job.Request{}, 0, errorResult("%v", err)
+	}
+	switch args.Output {
+	case "", "both", "stdout", "stderr":
+	default:
+		return job.Request{}, 0, errorResult("output %q is not one of stdout, stderr, both", args.Output)
+	}
+	name := args.Language
+	if name == "" {
+		name = lang.DefaultLanguage
+	}
+	language, image, ok := d.Languages.Lookup(name)
+	if !ok {
+		return job.Request{}, 0, errorResult("unknown language %q: use one of %s (list_languages tells more)", truncate(name, 64), strings.Join(d.Languages.Names(), ", "))
+	}
+	cwd, err := validateCwd(args.Cwd)
+	if err != nil {
+		return job.Request{}, 0, errorResult("%v", err)
+	}
+	env, err := validateEnv(args.Env)
+	if err != nil {
+		return job.Request{}, 0, errorResult("%v", err)
+	}
+	var stdin []byte
+	if args.Stdin != nil {
+		if len(*args.Stdin) > maxStdinBytes {
+			return job.Request{}, 0, errorResult("stdin is %d bytes; the limit is %d", len(*args.Stdin), maxStdinBytes)
+		}
+		stdin = []byte(*args.Stdin)
+	}
+	limits, err := d.Policy.Resolve(policy.Request{TimeoutS: args.TimeoutS, MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids})
+	if err != nil {
+		return job.Request{}, 0, failure(err)
+	}
+	wait, err := d.Policy.ResolveWait(args.WaitS)
+	if err != nil {
+		return job.Request{}, 0, failure(err)
+	}
+	keepOpen := args.Background
+	if args.KeepStdinOpen != nil {
+		keepOpen = *args.KeepStdinOpen
+	}
+	return job.Request{
+		Kind: job.KindCommand, Command: args.Command, Cmd: []string{"bash", "-c", args.Command},
+		Language: language.Name, Image: image, Cwd: cwd, Env: env,
+		Stdin: stdin, KeepStdinOpen: keepOpen,
+		Timeout: limits.Timeout, MemoryBytes: limits.MemoryBytes, NanoCPUs: limits.NanoCPUs, Pids: limits.Pids,
+		OpenFiles: limits.OpenFiles, FileSizeBytes: limits.FileSizeBytes, TmpBytes: limits.TmpBytes, WorkdirBytes: limits.WorkdirBytes,
+		Network: d.Policy.Network,
+	}, wait, nil
+}
+
+// runResult builds the result of a call that ran (or started) a job: status
+// plus inline output capped to head and tail.
+func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunResult, string, error) {
+	res := RunResult{
+		JobID: rec.ID, Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode, Error: rec.Error,
+		Dropped: rec.DroppedBytes, DurationMS: durationOf(rec),
+	}
+	var b strings.Builder
+	b.WriteString(statusLine(rec))
+	streams := []struct {
+		sel  output.Selector
+		name string
+		dst  *string
+	}{{output.StdoutOnly, "stdout", &res.Stdout}, {output.StderrOnly, "stderr", &res.Stderr}}
+	for _, s := range streams {
+		if which != "" && which != "both" && which != s.name {
+			continue
+		}
+		in, err := d.inline(ctx, rec.ID, s.sel)
+		if err != nil {
+			return res, "", err
+		}
+		*s.dst = in.text
+		res.Omitted += in.omitted
+		res.Truncated = res.Truncated || in.omitted > 0
+		res.Lossy = res.Lossy || in.lossy
+		if in.text != "" {
+			fmt.Fprintf(&b, "\n--- %s ---\n%s", s.name, in.text)
+		}
+	}
+	// What was returned counts as read: read_output continues after it.
+	if size, err := d.Jobs.Size(ctx, rec.ID, output.Both); err == nil {
+		res.NextCursor = size
+	}
+	d.Jobs.MarkRead(rec.ID, output.Both, res.NextCursor)
+	if !job.Finished(rec.Status) {
+		fmt.Fprintf(&b, "\n(still %s: read_output, get_job or kill_job with job_id %s)", rec.Status, rec.ID)
+	}
+	if res.Truncated {
+		fmt.Fprintf(&b, "\n(%d bytes of output left out; read_output reads them)", res.Omitted)
+	}
+	return res, b.String(), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,71 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// SendInputArgs are send_input's arguments.
+type SendInputArgs struct {
+	JobID     string   `json:"job_id"`
+	Text      string   `json:"text,omitempty" jsonschema:"text written to the job's stdin"`
+	Enter     bool     `json:"enter,omitempty" jsonschema:"append a newline"`
+	EOF       bool     `json:"eof,omitempty" jsonschema:"close stdin after writing (end of input)"`
+	Read      *bool    `json:"read,omitempty" jsonschema:"read what the job answers afterwards, as read_output does (default true)"`
+	WaitS     *float64 `json:"wait_s,omitempty" jsonschema:"wait up to this many seconds for the answer (default 1)"`
+	Until     string   `json:"until,omitempty" jsonschema:"regular expression: wait until the answer matches it"`
+	MaxBytes  int      `json:"max_bytes,omitempty"`
+	StripANSI *bool    `json:"strip_ansi,omitempty"`
+}
+
+func SendInput(d Deps) Tool {
+	def := mcp.NewTool("send_input",
+		mcp.WithDescription("Write text to a running job's stdin (jobs started with background or keep_stdin_open), optionally close it (eof), then read what the job answers, as read_output does."),
+		mcp.WithToolTitle("Send input to a job"),
+		annotations("Send input to a job", false, false, false, false),
+		mcp.WithInputSchema[SendInputArgs](),
+		mcp.WithOutputSchema[ReadOutputResult](),
+	)
+	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args SendInputArgs
+		if err := bind(req, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		if err := validateJobID(args.JobID); err != nil {
+			return errorResult("%v", err), nil
+		}
+		if len(args.Text) > maxStdinBytes {
+			return errorResult("text is %d bytes; the limit is %d", len(args.Text), maxStdinBytes), nil
+		}
+		if args.Text == "" && !args.Enter && !args.EOF {
+			return errorResult("nothing to send: give text, enter or eof"), nil
+		}
+		wait := args.WaitS
+		if wait == nil {
+			one := 1.0
+			wait = &one
+		}
+		rr, err := d.readRequest(readArgs{nil, 0, "both", wait, args.Until, args.MaxBytes, args.StripANSI})
+		if err != nil {
+			return failure(err), nil
+		}
+		data := args.Text
+		if args.Enter {
+			data += "\n"
+		}
+		if err := d.Jobs.SendInput(args.JobID, []byte(data), args.EOF); err != nil {
+			return failure(err), nil
+		}
+		if args.Read != nil && !*args.Read {
+			rec, err := d.Jobs.Get(ctx, args.JobID)
+			if err != nil {
+				return failure(err), nil
+			}
+			return structured(ReadOutputResult{JobID: rec.ID, Stream: "both", Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode},
+				fmt.Sprintf("sent %d bytes to job %s", len(data), rec.ID)), nil
+		}
+		return d.read(ctx, req, args.JobID, rr, "both")
+	}}
+}

@@ -1,0 +1,128 @@
+// Package tools holds one constructor per MCP tool: each returns the tool's
+// definition (name, title, annotations, input and output schemas) and its
+// handler, which turns arguments into a job-manager call and its result.
+//
+// Error rule: anything the caller can act on — a bad argument, an unknown job,
+// a limit exceeded, the engine down, an image missing — is a tool result with
+// isError set and a message saying what was wrong and what to do. A Go error is
+// returned only for a fault of the server itself. A non-zero exit code is a
+// result, not an error.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/lang"
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// Toolsets an operator can switch on and off.
+const (
+	ToolsetExec = "exec" // running things
+	ToolsetJobs = "jobs" // inspecting and steering jobs
+	ToolsetInfo = "info" // read-only facts
+)
+
+// Notifier delivers progress notifications. Flush returns once every
+// notification sent for a token has been written, so none can follow the result.
+type Notifier interface {
+	Progress(ctx context.Context, token mcp.ProgressToken, progress float64, message string) bool
+	Flush(ctx context.Context, token mcp.ProgressToken)
+}
+
+// Deps is what the tools need.
+type Deps struct {
+	Jobs      *job.Manager
+	Policy    *policy.Policy
+	Languages *lang.Registry
+	Runtime   sandbox.Runtime
+	Notifier  Notifier
+}
+
+// Tool is a definition with its handler and toolset.
+type Tool struct {
+	Toolset string
+	Def     mcp.Tool
+	Handler server.ToolHandlerFunc
+}
+
+// All returns every tool, in the order they are listed.
+func All(d Deps) []Tool {
+	return []Tool{
+		RunCommand(d),
+		GetJob(d),
+		ListJobs(d),
+		ReadOutput(d),
+		SendInput(d),
+		KillJob(d),
+		PruneJobs(d),
+		ListLanguages(d),
+	}
+}
+
+// annotations sets all four hints explicitly, as the tool contract requires.
+func annotations(title string, readOnly, destructive, idempotent, openWorld bool) mcp.ToolOption {
+	return mcp.WithToolAnnotation(mcp.ToolAnnotation{
+		Title:           title,
+		ReadOnlyHint:    mcp.ToBoolPtr(readOnly),
+		DestructiveHint: mcp.ToBoolPtr(destructive),
+		IdempotentHint:  mcp.ToBoolPtr(idempotent),
+		OpenWorldHint:   mcp.ToBoolPtr(openWorld),
+	})
+}
+
+// bind decodes arguments strictly: unknown fields and wrong types are errors
+// that name the field.
+func bind(req mcp.CallToolRequest, target any) error {
+	raw, err := json.Marshal(req.GetRawArguments())
+	if err != nil {
+		return fmt.Errorf("arguments: %v", err)
+	}
+	if string(raw) == "null" {
+		raw = []byte("{}")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(target); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return fmt.Errorf("argument %s: expected %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		}
+		return fmt.Errorf("arguments: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return nil
+}
+
+// errorResult is a tool error the caller can act on.
+func errorResult(format string, args ...any) *mcp.CallToolResult {
+	return mcp.NewToolResultError(fmt.Sprintf(format, args...))
+}
+
+// failure turns an error from below into a tool error with advice.
+func failure(err error) *mcp.CallToolResult {
+	var limitErr *policy.LimitError
+	switch {
+	case errors.As(err, &limitErr):
+		return errorResult("%s", limitErr.Message)
+	case errors.Is(err, sandbox.ErrEngineUnreachable), errors.Is(err, sandbox.ErrImageMissing),
+		errors.Is(err, job.ErrNotFound), errors.Is(err, job.ErrQueueFull),
+		errors.Is(err, job.ErrNoStdin), errors.Is(err, job.ErrShuttingDown):
+		return errorResult("%v", err)
+	}
+	return errorResult("%v", err)
+}
+
+// structured returns structuredContent plus a short text for clients that
+// read only text.
+func structured(v any, text string) *mcp.CallToolResult {
+	return mcp.NewToolResultStructured(v, text)
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Make sure a Docker engine answers. On a Debian host where we are root and none
+# answers, install docker.io and start dockerd in the background; otherwise say
+# exactly what the user must do. Copes with stale pid files of a killed daemon.
+set -euo pipefail
+
+log() { echo "engine: $*" >&2; }
+
+engine_answers() {
+  # DOCKER_HOST is honoured by the client; a plain `docker version` checks the server answers.
+  timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1
+}
+
+if command -v docker >/dev/null 2>&1 && engine_answers; then
+  log "Docker engine answers ($(docker version --format '{{.Server.Version}}' 2>/dev/null))"
+  exit 0
+fi
+
+if [[ -n "${DOCKER_HOST:-}" ]]; then
+  log "DOCKER_HOST=$DOCKER_HOST does not answer: start that engine or unset DOCKER_HOST"
+  exit 1
+fi
+
+if [[ $(id -u) -ne 0 || ! -f /etc/debian_version ]]; then
+  log "no Docker engine answers. Install Docker Engine and start it (e.g. 'sudo systemctl start docker'),"
+  log "or set DOCKER_HOST to a running engine; this script only installs one on Debian as root."
+  exit 1
+fi
+
+if ! command -v dockerd >/dev/null 2>&1; then
+  log "installing docker.io from Debian's packages"
+  # Extra third-party apt sources may be unreachable; Debian's own mirror is what matters.
+  apt-get update -qq >/dev/null 2>&1 || log "apt-get update reported problems (continuing)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    docker.io iptables ca-certificates >/dev/null
+fi
+# A client from outside Debian's package may sit earlier on PATH; any client of API >= 1.41 works.
+command -v docker >/dev/null 2>&1 || { log "docker client missing after install"; exit 1; }
+
+# Stale state from a daemon that was killed: pid files whose process is gone block a new start.
+for pidfile in /var/run/docker.pid /run/docker/containerd/containerd.pid /var/run/docker/containerd/containerd.pid; do
+  if [[ -f $pidfile ]]; then
+    pid=$(cat "$pidfile" 2>/dev/null || true)
+    if [[ -z $pid ]] || ! kill -0 "$pid" 2>/dev/null; then
+      log "removing stale pid file $pidfile"
+      rm -f "$pidfile"
+    fi
+  fi
+done
+if [[ -S /var/run/docker.sock ]] && ! pgrep -x dockerd >/dev/null; then
+  rm -f /var/run/docker.sock
+fi
+
+if ! pgrep -x dockerd >/dev/null; then
+  mkdir -p /var/log
+  log "starting dockerd (log: /var/log/dockerd.log)"
+  # setsid: the daemon must outlive this script and the make that called it.
+  setsid nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
+fi
+
+for _ in $(seq 1 60); do
+  if engine_answers; then
+    log "Docker engine answers ($(docker version --format '{{.Server.Version}}' 2>/dev/null))"
+    exit 0
+  fi
+  sleep 1
+done
+log "dockerd did not answer within 60 s; see the end of /var/log/dockerd.log:"
+tail -n 20 /var/log/dockerd.log >&2 || true
+exit 1
