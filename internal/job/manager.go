@@ -65,7 +65,7 @@ type liveJob struct {
 	// (timeout, kill, cancel, shutdown) before the container goes.
 	endStatus, endReason string
 	timer                *time.Timer
-	hasSlot              bool // counted in Manager.running
+	hasSlot              bool     // counted in Manager.running
 	readCursors          [3]int64 // "new since last read", per stream selector
 }
 

@@ -12,33 +12,33 @@ import (
 
 // JobRecord is a job as get_job and the job:// resource show it.
 type JobRecord struct {
-	JobID         string   `json:"job_id"`
-	Kind          string   `json:"kind"`
-	Status        string   `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
-	Reason        string   `json:"reason,omitempty" jsonschema:"why it ended: exit_code, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
-	ExitCode      *int     `json:"exit_code,omitempty"`
-	Signal        string   `json:"signal,omitempty"`
-	Error         string   `json:"error,omitempty"`
-	Command       string   `json:"command"`
-	Language      string   `json:"language"`
-	Image         string   `json:"image"`
-	Workspace     string   `json:"workspace,omitempty"`
-	Cwd           string   `json:"cwd"`
-	EnvKeys       []string `json:"env_keys,omitempty"`
-	StdinOpen     bool     `json:"stdin_open"`
-	CreatedAt     string   `json:"created_at"`
-	StartedAt     string   `json:"started_at,omitempty"`
-	EndedAt       string   `json:"ended_at,omitempty"`
-	DurationMS    int64    `json:"duration_ms"`
-	TimeoutMS     int64    `json:"timeout_ms"`
-	MemoryBytes   int64    `json:"memory_bytes"`
-	CPUs          float64  `json:"cpus"`
-	Pids          int64    `json:"pids"`
-	StdoutBytes   int64    `json:"stdout_bytes"`
-	StderrBytes   int64    `json:"stderr_bytes"`
-	DroppedBytes  int64    `json:"dropped_bytes" jsonschema:"output bytes past the per-job cap, counted but not stored"`
-	ContainerID   string   `json:"container_id,omitempty"`
-	OutputResource string  `json:"output_resource"`
+	JobID          string   `json:"job_id"`
+	Kind           string   `json:"kind"`
+	Status         string   `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
+	Reason         string   `json:"reason,omitempty" jsonschema:"why it ended: exit_code, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
+	ExitCode       *int     `json:"exit_code,omitempty"`
+	Signal         string   `json:"signal,omitempty"`
+	Error          string   `json:"error,omitempty"`
+	Command        string   `json:"command"`
+	Language       string   `json:"language"`
+	Image          string   `json:"image"`
+	Workspace      string   `json:"workspace,omitempty"`
+	Cwd            string   `json:"cwd"`
+	EnvKeys        []string `json:"env_keys,omitempty"`
+	StdinOpen      bool     `json:"stdin_open"`
+	CreatedAt      string   `json:"created_at"`
+	StartedAt      string   `json:"started_at,omitempty"`
+	EndedAt        string   `json:"ended_at,omitempty"`
+	DurationMS     int64    `json:"duration_ms"`
+	TimeoutMS      int64    `json:"timeout_ms"`
+	MemoryBytes    int64    `json:"memory_bytes"`
+	CPUs           float64  `json:"cpus"`
+	Pids           int64    `json:"pids"`
+	StdoutBytes    int64    `json:"stdout_bytes"`
+	StderrBytes    int64    `json:"stderr_bytes"`
+	DroppedBytes   int64    `json:"dropped_bytes" jsonschema:"output bytes past the per-job cap, counted but not stored"`
+	ContainerID    string   `json:"container_id,omitempty"`
+	OutputResource string   `json:"output_resource"`
 }
 
 func stamp(t time.Time) string {

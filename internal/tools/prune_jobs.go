@@ -16,9 +16,9 @@ type PruneJobsArgs struct {
 
 // PruneJobsResult is prune_jobs' result.
 type PruneJobsResult struct {
-	Removed   int      `json:"removed"`
+	Removed    int      `json:"removed"`
 	RemovedIDs []string `json:"removed_ids"`
-	Remaining int      `json:"remaining"`
+	Remaining  int      `json:"remaining"`
 }
 
 func PruneJobs(d Deps) Tool {

@@ -166,4 +166,3 @@ func (d Deps) read(ctx context.Context, req mcp.CallToolRequest, id string, rr j
 	res, text := d.readResult(r, stream)
 	return structured(res, text), nil
 }
-

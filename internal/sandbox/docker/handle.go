@@ -136,8 +136,13 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	if h.stdin != nil {
 		h.stdin.Close()
 	}
-	if err := h.rt.Remove(ctx, h.id); err != nil && h.status.Err == nil {
+	gone, err := h.rt.remove(ctx, h.id)
+	if err != nil && h.status.Err == nil {
 		h.status.Err = fmt.Errorf("remove container: %w", err)
+	}
+	if gone && !h.wasDestroyed() {
+		// Nobody here removed it: it was removed from outside the server.
+		h.status.Gone = true
 	}
 }
 

@@ -248,9 +248,13 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 }
 
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
+	// A runtime made without an instance (tools, tests) sees every server's sandboxes.
+	label := sandbox.LabelManaged + "=true"
+	if r.instance != "" {
+		label = sandbox.LabelInstance + "=" + r.instance
+	}
 	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{
-		All:     true,
-		Filters: make(client.Filters).Add("label", sandbox.LabelInstance+"="+r.instance),
+		All: true, Filters: make(client.Filters).Add("label", label),
 	})
 	if err != nil {
 		return nil, r.engineErr(err)
@@ -269,14 +273,22 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
 
 // Remove kills and removes a container; a container already gone is success.
 func (r *Runtime) Remove(ctx context.Context, containerID string) error {
-	_, err := r.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	if err == nil || cerrdefs.IsNotFound(err) {
-		return nil
+	_, err := r.remove(ctx, containerID)
+	return err
+}
+
+// remove also says whether the container was already gone (or going).
+func (r *Runtime) remove(ctx context.Context, containerID string) (alreadyGone bool, err error) {
+	_, err = r.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	switch {
+	case err == nil:
+		return false, nil
+	case cerrdefs.IsNotFound(err):
+		return true, nil
+	case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
+		return true, nil
 	}
-	if cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress") {
-		return nil
-	}
-	return r.engineErr(err)
+	return false, r.engineErr(err)
 }
 
 func (r *Runtime) removeQuietly(id string) {

@@ -1,0 +1,50 @@
+# sandboxer — see README.md. `make run` and `make test` set up everything they
+# need (Docker engine, base image, sandbox images) on a fresh Debian machine.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin/sandboxer
+GOTEST_FLAGS ?= -race -count=1 -timeout 30m
+
+.PHONY: all build engine base-image images run test test-unit test-integration leftovers lint bench clean doctor
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/sandboxer
+
+# Make sure a Docker engine answers (installs docker.io and starts dockerd on Debian as root).
+engine:
+	@bash scripts/engine.sh
+
+# debian:bookworm-slim, made locally with debootstrap when it cannot be pulled.
+base-image: engine
+	@bash scripts/base-image.sh
+
+# The sandbox images, built through the Engine API, tagged by a hash of their build context.
+images: build base-image
+	./$(BIN) images build
+
+run: images
+	./$(BIN) serve
+
+doctor: images
+	./$(BIN) doctor
+
+# Unit, Docker integration and end-to-end tests, then a check that no sandbox was left behind.
+test: images
+	SANDBOXER_BIN=$(CURDIR)/$(BIN) $(GO) test $(GOTEST_FLAGS) ./...
+	SANDBOXER_CHECK_LEFTOVERS=1 $(GO) test -count=1 -run TestNoLeftoverContainers ./test/leftovers
+
+# Pure unit tests only: no engine needed.
+test-unit:
+	$(GO) test -race -count=1 ./internal/output/ ./internal/policy/ ./internal/store/ ./internal/config/ ./internal/tools/ ./images/
+
+lint:
+	@out=$$(gofmt -l cmd internal images test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+bench: images
+	$(GO) run ./cmd/bench
+
+clean:
+	rm -rf bin
