@@ -40,7 +40,13 @@ debootstrap --variant=minbase bookworm "$root" "$mirror" >/tmp/sandboxer-deboots
 # Slim like the official image: no caches, docs or man pages.
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
        "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/*
-echo "deb $mirror bookworm main" > "$root/etc/apt/sources.list"
+security=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -E 'debian-security/?$' | head -n1 || true)
+{
+  echo "deb $mirror bookworm main"
+  echo "deb $mirror bookworm-updates main"
+  # Security updates too, so the images do not stay at point-release versions.
+  [[ -n $security ]] && echo "deb $security bookworm-security main"
+} > "$root/etc/apt/sources.list"
 tar -C "$root" -c . | docker import \
   --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   - "$IMAGE" >/dev/null
