@@ -45,7 +45,7 @@ security=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk
   echo "deb $mirror bookworm main"
   echo "deb $mirror bookworm-updates main"
   # Security updates too, so the images do not stay at point-release versions.
-  [[ -n $security ]] && echo "deb $security bookworm-security main"
+  if [[ -n $security ]]; then echo "deb $security bookworm-security main"; fi
 } > "$root/etc/apt/sources.list"
 tar -C "$root" -c . | docker import \
   --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \

@@ -15,7 +15,7 @@ func TestJobsRecoverAfterCrash(t *testing.T) {
 		"background": true,
 	})
 	id := str(r, "job_id")
-	rd := s.ok("read_output", map[string]any{"job_id": id, "until": "line2", "wait_s": 15})
+	rd := s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "line2", "wait_s": 15})
 	if rd["matched"] != true {
 		t.Fatalf("line2 never came before the crash: %v", rd)
 	}
