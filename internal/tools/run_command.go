@@ -14,6 +14,9 @@ import (
 	"github.com/sandboxer/sandboxer/internal/policy"
 )
 
+// timeoutSlack is how long past a job's timeout a call waits for its end.
+const timeoutSlack = 5 * time.Second
+
 // RunCommandArgs are run_command's arguments.
 type RunCommandArgs struct {
 	Command       string            `json:"command" jsonschema:"shell command line, run with bash -c inside a fresh sandbox"`
@@ -135,6 +138,11 @@ func (d Deps) commandRequest(args RunCommandArgs) (job.Request, time.Duration, *
 	wait, err := d.Policy.ResolveWait(args.WaitS)
 	if err != nil {
 		return job.Request{}, 0, failure(err)
+	}
+	if wait >= limits.Timeout {
+		// The job ends by its timeout anyway: wait for that end (and the
+		// container's removal) rather than return "running" a moment before it.
+		wait = limits.Timeout + timeoutSlack
 	}
 	keepOpen := args.Background
 	if args.KeepStdinOpen != nil {
