@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandboxer/sandboxer/images"
-	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
@@ -39,12 +36,7 @@ echo ifaces=$(ls /sys/class/net | tr '\n' ' ')
 test -S /var/run/docker.sock && echo docker_sock=present || echo docker_sock=absent`
 
 func doctor(args []string) error {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	flags := config.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := flags.Load(os.Getenv)
+	cfg, err := loadConfig("doctor", args)
 	if err != nil {
 		return err
 	}

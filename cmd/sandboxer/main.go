@@ -61,13 +61,18 @@ func main() {
 	}
 }
 
-func serve(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+// loadConfig parses a command's flags and resolves the configuration.
+func loadConfig(name string, args []string) (*config.Config, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	flags := config.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
-	cfg, err := flags.Load(os.Getenv)
+	return flags.Load(os.Getenv)
+}
+
+func serve(args []string) error {
+	cfg, err := loadConfig("serve", args)
 	if err != nil {
 		return err
 	}

@@ -29,8 +29,6 @@ const (
 	drainTimeout = 5 * time.Second
 	// cleanupTimeout bounds the calls made after the caller's context is gone.
 	cleanupTimeout = 30 * time.Second
-	// removePoll is how often remove asks again while another removal is in progress.
-	removePoll = 50 * time.Millisecond
 )
 
 // Runtime runs sandboxes as Docker containers.
@@ -279,28 +277,18 @@ func (r *Runtime) Remove(ctx context.Context, containerID string) error {
 	return err
 }
 
-// remove also says whether the container was already gone (or going). When
-// another call is already removing it, remove waits for that to finish: on a
-// nil error the container is gone, whoever removed it (Handle.Done relies on it).
+// remove also says whether the container was already gone (or going).
 func (r *Runtime) remove(ctx context.Context, containerID string) (alreadyGone bool, err error) {
-	for {
-		_, err = r.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-		switch {
-		case err == nil:
-			return alreadyGone, nil
-		case cerrdefs.IsNotFound(err):
-			return true, nil
-		case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
-			alreadyGone = true
-		default:
-			return alreadyGone, r.engineErr(err)
-		}
-		select {
-		case <-ctx.Done():
-			return alreadyGone, fmt.Errorf("container %s is still being removed: %w", containerID, ctx.Err())
-		case <-time.After(removePoll):
-		}
+	_, err = r.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	switch {
+	case err == nil:
+		return false, nil
+	case cerrdefs.IsNotFound(err):
+		return true, nil
+	case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
+		return true, nil
 	}
+	return false, r.engineErr(err)
 }
 
 func (r *Runtime) removeQuietly(id string) {
