@@ -1,0 +1,70 @@
+package config
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func load(t *testing.T, args []string, env map[string]string) (*Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	f := RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return f.Load(func(k string) string { return env[k] })
+}
+
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pol, []byte("jobs:\n  max_concurrent: 3\nlimits:\n  timeout_s:\n    default: 20\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Defaults only.
+	c, err := load(t, nil, map[string]string{"XDG_STATE_HOME": dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StateDir != filepath.Join(dir, "sandboxer") || c.Policy.Jobs.MaxConcurrent != 4 || c.LogLevel != "info" {
+		t.Fatalf("defaults: %+v", c)
+	}
+	// The file overrides defaults; env overrides the file; flags override env.
+	c, err = load(t, []string{"--policy", pol}, map[string]string{"SANDBOXER_JOB_TIMEOUT": "25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Policy.Jobs.MaxConcurrent != 3 || c.Policy.Limits.TimeoutS.Default != 25 {
+		t.Fatalf("file+env: max_concurrent %d timeout %d", c.Policy.Jobs.MaxConcurrent, c.Policy.Limits.TimeoutS.Default)
+	}
+	c, err = load(t, []string{"--state-dir", filepath.Join(dir, "flag"), "--toolsets", "exec, jobs"},
+		map[string]string{EnvStateDir: filepath.Join(dir, "env"), EnvToolsets: "info"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StateDir != filepath.Join(dir, "flag") || strings.Join(c.Toolsets, ",") != "exec,jobs" {
+		t.Fatalf("flags: %+v", c)
+	}
+}
+
+func TestBadConfigNamesTheProblem(t *testing.T) {
+	_, err := load(t, nil, map[string]string{"SANDBOXER_MAX_JOBS": "lots"})
+	if err == nil || !strings.Contains(err.Error(), "SANDBOXER_MAX_JOBS") {
+		t.Fatalf("want error naming SANDBOXER_MAX_JOBS, got %v", err)
+	}
+	_, err = load(t, []string{"--policy", "/nonexistent/policy.yaml"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/policy.yaml") {
+		t.Fatalf("want error naming the file, got %v", err)
+	}
+}
+
+func TestInstanceFollowsStateDir(t *testing.T) {
+	a := Config{StateDir: "/a"}
+	b := Config{StateDir: "/b"}
+	if a.Instance() == b.Instance() || a.Instance() != (&Config{StateDir: "/a"}).Instance() || len(a.Instance()) != 12 {
+		t.Fatalf("instances: %s %s", a.Instance(), b.Instance())
+	}
+}
