@@ -72,3 +72,9 @@ func fShort(s string) string {
 	}
 	return s
 }
+
+// fNum is a numeric result field, 0 when it is absent (omitempty).
+func fNum(m map[string]any, key string) float64 {
+	v, _ := m[key].(float64)
+	return v
+}

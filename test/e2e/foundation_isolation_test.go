@@ -186,6 +186,7 @@ func TestFoundationForkBomb(t *testing.T) {
 	// bomb runs against the pids limit until the timeout.
 	r := fRun(s, map[string]any{"command": "bomb(){ bomb|bomb& }; bomb; sleep 60", "timeout_s": 5})
 	took := time.Since(start)
+	t.Logf("fork bomb: %s/%s in %s", str(r, "status"), str(r, "reason"), took.Round(100*time.Millisecond))
 	if st := str(r, "status"); st != "timed_out" && st != "failed" {
 		t.Errorf("fork bomb: want status timed_out or failed, got %v", r)
 	}

@@ -29,6 +29,8 @@ const (
 	drainTimeout = 5 * time.Second
 	// cleanupTimeout bounds the calls made after the caller's context is gone.
 	cleanupTimeout = 30 * time.Second
+	// removePoll is how often remove asks again while another removal is in progress.
+	removePoll = 50 * time.Millisecond
 )
 
 // Runtime runs sandboxes as Docker containers.
@@ -277,18 +279,28 @@ func (r *Runtime) Remove(ctx context.Context, containerID string) error {
 	return err
 }
 
-// remove also says whether the container was already gone (or going).
+// remove also says whether the container was already gone (or going). When
+// another call is already removing it, remove waits for that to finish: on a
+// nil error the container is gone, whoever removed it (Handle.Done relies on it).
 func (r *Runtime) remove(ctx context.Context, containerID string) (alreadyGone bool, err error) {
-	_, err = r.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	switch {
-	case err == nil:
-		return false, nil
-	case cerrdefs.IsNotFound(err):
-		return true, nil
-	case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
-		return true, nil
+	for {
+		_, err = r.cli.ContainerRemove(ctx, containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		switch {
+		case err == nil:
+			return alreadyGone, nil
+		case cerrdefs.IsNotFound(err):
+			return true, nil
+		case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
+			alreadyGone = true
+		default:
+			return alreadyGone, r.engineErr(err)
+		}
+		select {
+		case <-ctx.Done():
+			return alreadyGone, fmt.Errorf("container %s is still being removed: %w", containerID, ctx.Err())
+		case <-time.After(removePoll):
+		}
 	}
-	return false, r.engineErr(err)
 }
 
 func (r *Runtime) removeQuietly(id string) {
