@@ -193,7 +193,7 @@ func (m *Manager) start(j *liveJob) error {
 	workdir := j.req.Cwd
 	spec := sandbox.Spec{
 		JobID: j.id, Kind: j.req.Kind, Image: j.req.Image, Cmd: j.req.Cmd, Env: j.req.Env,
-		WorkDir: workdir, Network: j.req.Network, Runtime: m.pol.Runtime,
+		WorkDir: workdir, Network: j.req.Network, Runtime: m.pol.Runtime, EngineLog: m.pol.Output.EngineLog,
 		OpenStdin: j.req.KeepStdinOpen || j.req.Stdin != nil,
 		Limits: sandbox.Limits{
 			MemoryBytes: j.req.MemoryBytes, NanoCPUs: j.req.NanoCPUs, Pids: j.req.Pids,

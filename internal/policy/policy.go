@@ -66,6 +66,12 @@ type Output struct {
 	MaxBytesPerJob int64 `yaml:"max_bytes_per_job"`
 	// RingBytes is the in-memory ring buffer per job.
 	RingBytes int64 `yaml:"ring_bytes"`
+	// EngineLog is Docker's own log of a job container: "local" (size-capped at
+	// MaxBytesPerJob; lets a restarted server recover what a job printed while
+	// it was down, but the engine's per-line logging slows floods of short
+	// lines to a few MB/s) or "none" (full speed; output printed while the
+	// server is down is lost and such jobs cannot be adopted after a restart).
+	EngineLog string `yaml:"engine_log"`
 }
 
 // Jobs are the job-manager settings.
@@ -101,6 +107,7 @@ func Default() *Policy {
 			InlineBytes:    16 << 10,
 			MaxBytesPerJob: 16 << 20,
 			RingBytes:      256 << 10,
+			EngineLog:      EngineLogLocal,
 		},
 		Jobs: Jobs{
 			MaxConcurrent:    4,
@@ -117,6 +124,12 @@ func Default() *Policy {
 }
 
 // Network modes a policy may name.
+// Engine log modes (output.engine_log).
+const (
+	EngineLogLocal = "local"
+	EngineLogNone  = "none"
+)
+
 const (
 	NetworkNone   = "none"
 	NetworkBridge = "bridge"

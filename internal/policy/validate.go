@@ -116,6 +116,9 @@ func (p *Policy) Validate() error {
 		ps.add("output.max_bytes_per_job", "must be >= output.inline_bytes (%d), got %d", o.InlineBytes, o.MaxBytesPerJob)
 	}
 	ps.intIn("output.ring_bytes", o.RingBytes, 1, maxBytes)
+	if o.EngineLog != EngineLogLocal && o.EngineLog != EngineLogNone {
+		ps.add("output.engine_log", "must be %q or %q, got %q", EngineLogLocal, EngineLogNone, o.EngineLog)
+	}
 
 	j := p.Jobs
 	ps.intIn("jobs.max_concurrent", int64(j.MaxConcurrent), 1, maxConcurrent)

@@ -44,6 +44,9 @@ type Spec struct {
 	Limits  Limits
 	Network string // "none" unless the policy allows another mode
 	Runtime string // OCI runtime name ("" = engine default, e.g. "runsc")
+	// EngineLog is the engine's own log of the container: "local" (capped at
+	// Limits.LogBytes, readable by Adopt) or "none".
+	EngineLog string
 	// OpenStdin keeps the process's stdin attached so it can be written later;
 	// otherwise stdin is closed at start.
 	OpenStdin bool

@@ -147,13 +147,7 @@ func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *contai
 		logBytes = 16 << 20
 	}
 	host := &container.HostConfig{
-		// The local driver is size-capped and readable, so a restarted server can
-		// recover what a job printed while it was down; json-file is unbounded.
-		LogConfig: container.LogConfig{Type: "local", Config: map[string]string{
-			"max-size": strconv.FormatInt(logBytes, 10),
-			"max-file": "2",
-			"compress": "false",
-		}},
+		LogConfig:      logConfig(spec.EngineLog, logBytes),
 		NetworkMode:    container.NetworkMode(network),
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
@@ -177,6 +171,20 @@ func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *contai
 		},
 	}
 	return cfg, host
+}
+
+// logConfig is the engine's own logging of a sandbox. The local driver is
+// size-capped and readable, so a restarted server can recover what a job
+// printed while it was down; json-file would be unbounded.
+func logConfig(mode string, maxBytes int64) container.LogConfig {
+	if mode == "none" {
+		return container.LogConfig{Type: "none"}
+	}
+	return container.LogConfig{Type: "local", Config: map[string]string{
+		"max-size": strconv.FormatInt(maxBytes, 10),
+		"max-file": "2",
+		"compress": "false",
+	}}
 }
 
 // Start creates the container, attaches and registers the wait before it
