@@ -218,9 +218,22 @@ func (m *Manager) start(j *liveJob) error {
 	j.rec.ContainerID = h.ContainerID()
 	j.timer = time.AfterFunc(j.req.Timeout, func() { m.end(j, StatusTimedOut, ReasonTimeout) })
 	rec := j.rec
+	// Ended (killed, cancelled, shut down) while the sandbox was starting: end
+	// found no handle then, so the sandbox goes now. Deciding under j.mu means
+	// one of the two always sees the other.
+	endedWhileStarting := j.endStatus != ""
 	j.mu.Unlock()
 	if err := m.st.UpdateJob(context.Background(), &rec); err != nil {
 		m.log.Error().Err(err).Str("job", j.id).Msg("store running job")
+	}
+	if endedWhileStarting {
+		m.watch(j, h)
+		ctx, cancel := context.WithTimeout(context.Background(), destroyTimeout)
+		defer cancel()
+		if err := h.Destroy(ctx); err != nil {
+			m.log.Error().Err(err).Str("job", j.id).Msg("destroy sandbox")
+		}
+		return nil
 	}
 	if j.req.Stdin != nil {
 		go func() {
@@ -256,7 +269,8 @@ func (m *Manager) end(j *liveJob, status, reason string) {
 	h := j.handle
 	j.mu.Unlock()
 	if h == nil {
-		// Still queued: take it out of the queue and finish it here.
+		// Still queued: take it out of the queue and finish it here. (A job
+		// whose sandbox is starting is in no queue: start ends it.)
 		m.mu.Lock()
 		queued := m.removeQueued(j)
 		m.mu.Unlock()

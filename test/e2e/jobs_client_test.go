@@ -23,6 +23,7 @@ func TestJobsCancelledCallKillsJob(t *testing.T) {
 	if ctx.Err() == nil {
 		t.Fatalf("run_command failed before the cancel: %v", err)
 	}
+	<-ctx.Done() // cancelledAt is set before the cancel
 
 	deadline := cancelledAt.Add(2 * time.Second)
 	var job map[string]any

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -82,7 +83,13 @@ func TestJobsConcurrentRunCommands(t *testing.T) {
 			case res.IsError:
 				results[i].err = text(res)
 			default:
-				m := structured(t, res)
+				// Not structured(): t.Fatal must not be called off the test goroutine.
+				var m map[string]any
+				data, _ := json.Marshal(res.StructuredContent)
+				if err := json.Unmarshal(data, &m); err != nil {
+					results[i].err = fmt.Sprintf("structured content %s: %v", data, err)
+					return
+				}
 				results[i] = result{status: str(m, "status"), stdout: str(m, "stdout")}
 			}
 		}(i)
@@ -150,5 +157,30 @@ func TestJobsPrune(t *testing.T) {
 		t.Fatalf("running job %s gone from list_jobs: %v", running, jobs)
 	}
 	s.ok("kill_job", map[string]any{"job_id": running, "signal": "KILL"})
+	s.waitNoContainers(10 * time.Second)
+}
+
+// A job killed while its sandbox is being started (here: just promoted from
+// the queue) must still go at once, not run on until its own end or timeout.
+func TestJobsKillWhileStarting(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, "SANDBOXER_MAX_JOBS=1")
+	first := str(s.ok("run_command", map[string]any{"command": "sleep 1", "background": true}), "job_id")
+	r := s.ok("run_command", map[string]any{"command": "sleep 1000", "background": true})
+	second := str(r, "job_id")
+	if str(r, "status") != "queued" {
+		t.Fatalf("second job: want queued, got %v", r)
+	}
+	// get_job returns as the first job ends, which is when the second's
+	// sandbox starts being created: the kill lands while it starts.
+	s.ok("get_job", map[string]any{"job_id": first, "wait_s": 15})
+	start := time.Now()
+	k := s.ok("kill_job", map[string]any{"job_id": second, "grace_s": 0})
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("kill_job of a starting job took %s, want a few seconds at most", took)
+	}
+	if str(k, "status") != "killed" || str(k, "reason") != "requested" {
+		t.Fatalf("want killed/requested, got %v", k)
+	}
 	s.waitNoContainers(10 * time.Second)
 }
