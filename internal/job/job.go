@@ -58,6 +58,9 @@ type Request struct {
 	Env       []string
 	// Stdin is written to the process and then closed when non-nil.
 	Stdin []byte
+	// Detach returns from Submit before the sandbox has started (background
+	// jobs); a start failure is then recorded as failed/start_error.
+	Detach bool
 	// KeepStdinOpen leaves stdin open for send_input; otherwise it is closed at start.
 	KeepStdinOpen bool
 	Timeout       time.Duration

@@ -57,6 +57,7 @@ type liveJob struct {
 	req     Request
 	capture *output.Capture
 	done    chan struct{} // closed once the final status is stored
+	started chan struct{} // closed once the sandbox runs (handle set)
 
 	mu     sync.Mutex
 	rec    store.Job
@@ -100,7 +101,7 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 		return nil, err
 	}
 	now := time.Now()
-	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{})}
+	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{})}
 	j.rec = store.Job{
 		ID: id, Kind: req.Kind, Status: StatusQueued, Command: req.Command,
 		Language: req.Language, Image: req.Image, Workspace: req.Workspace, Cwd: req.Cwd,
@@ -128,8 +129,10 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 	}
 	startNow := m.running < m.pol.Jobs.MaxConcurrent
 	if startNow {
+		// Holding a slot is running, from the caller's view, while the sandbox starts.
 		m.running++
 		j.hasSlot = true
+		j.rec.Status = StatusRunning
 	} else {
 		m.queue = append(m.queue, j)
 	}
@@ -152,10 +155,27 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 	if !startNow {
 		return j.snapshot(), nil
 	}
+	if req.Detach {
+		snap := j.snapshot()
+		m.startAsync(j)
+		return snap, nil
+	}
 	if err := m.start(j); err != nil {
 		return j.snapshot(), err
 	}
 	return j.snapshot(), nil
+}
+
+// startAsync starts a job that holds a slot without waiting for it. Shutdown
+// waits for such starts, so no sandbox can start after the server stopped.
+func (m *Manager) startAsync(j *liveJob) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.bg.Add(1) // under m.mu, before Shutdown (which sets closed under m.mu) waits
+	go func() {
+		defer m.bg.Done()
+		_ = m.start(j)
+	}()
 }
 
 func envKeys(env []string) []string {
@@ -180,8 +200,14 @@ func cutEnv(kv string) (string, string, bool) {
 // start runs a job that holds a slot. On failure the job is finished as
 // failed/start_error and the slot released.
 func (m *Manager) start(j *liveJob) error {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
 	j.mu.Lock()
-	if j.endStatus != "" { // killed while it waited for its slot
+	if closed && j.endStatus == "" {
+		j.endStatus, j.endReason = StatusKilled, ReasonShutdown
+	}
+	if j.endStatus != "" { // killed while it waited for its slot, or shutting down
 		j.mu.Unlock()
 		m.finish(j, sandbox.ExitStatus{})
 		return nil
@@ -213,6 +239,7 @@ func (m *Manager) start(j *liveJob) error {
 	}
 	j.mu.Lock()
 	j.handle = h
+	close(j.started)
 	j.rec.Status = StatusRunning
 	j.rec.StartedAt = time.Now()
 	j.rec.ContainerID = h.ContainerID()
@@ -355,13 +382,14 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 			m.running++
 			next.mu.Lock()
 			next.hasSlot = true
+			next.rec.Status = StatusRunning
 			next.mu.Unlock()
 		}
 	}
 	m.mu.Unlock()
 	close(j.done)
 	if next != nil {
-		go func() { _ = m.start(next) }()
+		m.startAsync(next)
 	}
 }
 
@@ -465,7 +493,7 @@ func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Durati
 }
 
 // SendInput writes to a running job's stdin; eof closes it afterwards.
-func (m *Manager) SendInput(id string, data []byte, eof bool) error {
+func (m *Manager) SendInput(ctx context.Context, id string, data []byte, eof bool) error {
 	j := m.liveJob(id)
 	if j == nil {
 		if _, err := m.Get(context.Background(), id); err != nil {
@@ -474,10 +502,25 @@ func (m *Manager) SendInput(id string, data []byte, eof bool) error {
 		return fmt.Errorf("%w: job %s has finished", ErrNoStdin, id)
 	}
 	j.mu.Lock()
-	h := j.handle
+	h, queued := j.handle, !j.hasSlot
 	j.mu.Unlock()
+	if queued {
+		return fmt.Errorf("%w: job %s is queued and has not started yet", ErrNoStdin, id)
+	}
 	if h == nil {
-		return fmt.Errorf("%w: job %s has not started yet (queued)", ErrNoStdin, id)
+		// Its sandbox is starting: input waits for it, as a terminal would.
+		select {
+		case <-j.started:
+		case <-j.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		j.mu.Lock()
+		h = j.handle
+		j.mu.Unlock()
+		if h == nil {
+			return fmt.Errorf("%w: job %s ended before its sandbox started", ErrNoStdin, id)
+		}
 	}
 	w := h.Stdin()
 	if w == nil {

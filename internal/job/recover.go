@@ -72,7 +72,8 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 		return err
 	}
 	sz := capture.Sizes()
-	j := &liveJob{id: rec.ID, capture: capture, done: make(chan struct{}), rec: *rec, hasSlot: true}
+	j := &liveJob{id: rec.ID, capture: capture, done: make(chan struct{}), started: make(chan struct{}), rec: *rec, hasSlot: true}
+	close(j.started)
 	j.req = Request{Kind: rec.Kind, Command: rec.Command, Language: rec.Language, Image: rec.Image,
 		Workspace: rec.Workspace, Cwd: rec.Cwd, Timeout: time.Duration(rec.Limits.TimeoutMS) * time.Millisecond}
 	j.readCursors[0] = rec.ReadCursor

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
 // timeoutSlack is how long past a job's timeout a call waits for its end.
@@ -70,6 +71,13 @@ func RunCommand(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
+		if args.Background {
+			// The start happens after the call returns: say now what would make it fail.
+			if problem := d.checkImage(ctx, jr.Image); problem != nil {
+				return problem, nil
+			}
+			jr.Detach = true
+		}
 		rec, err := d.Jobs.Submit(ctx, jr)
 		if err != nil {
 			if rec != nil {
@@ -96,6 +104,18 @@ func RunCommand(d Deps) Tool {
 		}
 		return structured(res, text), nil
 	}}
+}
+
+// checkImage turns an unreachable engine or a missing image into a tool error.
+func (d Deps) checkImage(ctx context.Context, image string) *mcp.CallToolResult {
+	ok, err := d.Runtime.ImageExists(ctx, image)
+	if err != nil {
+		return failure(err)
+	}
+	if !ok {
+		return failure(&sandbox.ImageError{Image: image})
+	}
+	return nil
 }
 
 // commandRequest validates run_command's arguments into a job request.
@@ -165,6 +185,11 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 		JobID: rec.ID, Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode, Error: rec.Error,
 		Dropped: rec.DroppedBytes, DurationMS: durationOf(rec),
 	}
+	// The cursor is taken before the inline output is read, so output that
+	// arrives meanwhile is left for the next read rather than skipped.
+	if size, err := d.Jobs.Size(ctx, rec.ID, output.Both); err == nil {
+		res.NextCursor = size
+	}
 	var b strings.Builder
 	b.WriteString(statusLine(rec))
 	streams := []struct {
@@ -189,9 +214,6 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 		}
 	}
 	// What was returned counts as read: read_output continues after it.
-	if size, err := d.Jobs.Size(ctx, rec.ID, output.Both); err == nil {
-		res.NextCursor = size
-	}
 	d.Jobs.MarkRead(rec.ID, output.Both, res.NextCursor)
 	if !job.Finished(rec.Status) {
 		fmt.Fprintf(&b, "\n(still %s: read_output, get_job or kill_job with job_id %s)", rec.Status, rec.ID)

@@ -55,7 +55,7 @@ func SendInput(d Deps) Tool {
 		if args.Enter {
 			data += "\n"
 		}
-		if err := d.Jobs.SendInput(args.JobID, []byte(data), args.EOF); err != nil {
+		if err := d.Jobs.SendInput(ctx, args.JobID, []byte(data), args.EOF); err != nil {
 			return failure(err), nil
 		}
 		if args.Read != nil && !*args.Read {
