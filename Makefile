@@ -31,8 +31,10 @@ doctor: images
 	./$(BIN) doctor
 
 # Unit, Docker integration and end-to-end tests, then a check that no sandbox was left behind.
+# The end-to-end tests drive a -race build of the server, and fail on any race it reports.
 test: images
-	SANDBOXER_BIN=$(CURDIR)/$(BIN) $(GO) test $(GOTEST_FLAGS) ./...
+	$(GO) build -race -o $(BIN)-race ./cmd/sandboxer
+	SANDBOXER_BIN=$(CURDIR)/$(BIN)-race $(GO) test $(GOTEST_FLAGS) ./...
 	SANDBOXER_CHECK_LEFTOVERS=1 $(GO) test -count=1 -run TestNoLeftoverContainers ./test/leftovers
 
 # Pure unit tests only: no engine needed.

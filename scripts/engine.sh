@@ -37,21 +37,34 @@ fi
 # A client from outside Debian's package may sit earlier on PATH; any client of API >= 1.41 works.
 command -v docker >/dev/null 2>&1 || { log "docker client missing after install"; exit 1; }
 
+# running NAME PID: PID is a live (not zombie) process called NAME. A pid file
+# left by a killed daemon may name a zombie or, after a reboot, some other process.
+running() {
+  local name=$1 pid=$2
+  [[ -n $pid && -r /proc/$pid/stat ]] || return 1
+  [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]] || return 1
+  [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]
+}
+
+live_dockerd() {
+  local pid
+  for pid in $(pgrep -x dockerd || true); do
+    if running dockerd "$pid"; then echo "$pid"; return 0; fi
+  done
+  return 1
+}
+
 # Stale state from a daemon that was killed: pid files whose process is gone block a new start.
-for pidfile in /var/run/docker.pid /run/docker/containerd/containerd.pid /var/run/docker/containerd/containerd.pid; do
-  if [[ -f $pidfile ]]; then
-    pid=$(cat "$pidfile" 2>/dev/null || true)
-    if [[ -z $pid ]] || ! kill -0 "$pid" 2>/dev/null; then
-      log "removing stale pid file $pidfile"
-      rm -f "$pidfile"
-    fi
+for entry in dockerd:/var/run/docker.pid containerd:/run/docker/containerd/containerd.pid containerd:/var/run/docker/containerd/containerd.pid; do
+  name=${entry%%:*} pidfile=${entry#*:}
+  if [[ -f $pidfile ]] && ! running "$name" "$(cat "$pidfile" 2>/dev/null || true)"; then
+    log "removing stale pid file $pidfile"
+    rm -f "$pidfile"
   fi
 done
-if [[ -S /var/run/docker.sock ]] && ! pgrep -x dockerd >/dev/null; then
-  rm -f /var/run/docker.sock
-fi
 
-if ! pgrep -x dockerd >/dev/null; then
+if ! live_dockerd >/dev/null; then
+  rm -f /var/run/docker.sock
   mkdir -p /var/log
   log "starting dockerd (log: /var/log/dockerd.log)"
   # setsid: the daemon must outlive this script and the make that called it.

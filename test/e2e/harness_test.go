@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -191,6 +192,7 @@ func (s *server) stop() {
 			<-s.exited
 		}
 	}
+	s.checkRaces()
 	s.stdout.mu.Lock()
 	defer s.stdout.mu.Unlock()
 	if len(s.stdout.bad) > 0 {
@@ -203,6 +205,17 @@ func (s *server) kill9() {
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	<-s.exited
 	_ = s.client.Close()
+	s.checkRaces()
+}
+
+// checkRaces fails the test if the server (built with -race by make test)
+// reported a data race.
+func (s *server) checkRaces() {
+	s.t.Helper()
+	if out := s.stderr.String(); strings.Contains(out, "WARNING: DATA RACE") {
+		i := strings.Index(out, "WARNING: DATA RACE")
+		s.t.Errorf("the server reported a data race:\n%s", tail(out[i:], 6000))
+	}
 }
 
 // call calls a tool and returns the result.
