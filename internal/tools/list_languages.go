@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -13,6 +15,7 @@ type LanguageInfo struct {
 	Name        string `json:"name"`
 	Image       string `json:"image"`
 	Built       bool   `json:"built" jsonschema:"the image is present on the engine"`
+	Version     string `json:"version,omitempty" jsonschema:"the runtime's version, asked from a sandbox of its image"`
 	Description string `json:"description"`
 	VersionCmd  string `json:"version_command" jsonschema:"run this with run_command and the language to see its version"`
 }
@@ -27,9 +30,32 @@ type ListLanguagesResult struct {
 // ListLanguagesArgs takes nothing.
 type ListLanguagesArgs struct{}
 
+// versionTimeout bounds asking one image for its version.
+const versionTimeout = 20 * time.Second
+
+// versionCache remembers versions by image reference: a tag names fixed content.
+type versionCache struct {
+	mu sync.Mutex
+	v  map[string]string
+}
+
+func (c *versionCache) get(image string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.v[image]
+	return v, ok
+}
+
+func (c *versionCache) put(image, version string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.v[image] = version
+}
+
 func ListLanguages(d Deps) Tool {
+	versions := &versionCache{v: map[string]string{}}
 	def := mcp.NewTool("list_languages",
-		mcp.WithDescription("The languages commands can run in, the image each maps to, and whether that image is built."),
+		mcp.WithDescription("The languages commands can run in, the image each maps to, whether that image is built, and the runtime's version (asked once per image from a sandbox)."),
 		mcp.WithToolTitle("List languages"),
 		annotations("List languages", true, false, true, false),
 		mcp.WithInputSchema[ListLanguagesArgs](),
@@ -53,11 +79,35 @@ func ListLanguages(d Deps) Tool {
 				built, _ = d.Runtime.ImageExists(ctx, image)
 			}
 			res.Languages = append(res.Languages, LanguageInfo{Name: l.Name, Image: image, Built: built, Description: l.Description, VersionCmd: l.VersionCmd})
+		}
+		// Versions are asked once per image and command, all at once.
+		var wg sync.WaitGroup
+		for i := range res.Languages {
+			info := &res.Languages[i]
+			key := info.Image + " " + info.VersionCmd
+			if v, ok := versions.get(key); ok {
+				info.Version = v
+				continue
+			}
+			if !info.Built {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if v, err := d.Jobs.Probe(ctx, info.Image, info.VersionCmd, versionTimeout); err == nil {
+					versions.put(key, v)
+					info.Version = v
+				}
+			}()
+		}
+		wg.Wait()
+		for _, l := range res.Languages {
 			state := "built"
-			if !built {
+			if !l.Built {
 				state = "not built (make images)"
 			}
-			fmt.Fprintf(&b, "%-10s %s %s\n", l.Name, image, state)
+			fmt.Fprintf(&b, "%-10s %-32s %-24s %s\n", l.Name, l.Image, state, l.Version)
 		}
 		if !engineOK {
 			b.WriteString(res.Engine)

@@ -31,6 +31,12 @@ func TestFoundationListLanguages(t *testing.T) {
 			t.Errorf("list_languages: %s maps to image %q, want sandboxer/...", name, str(m, "image"))
 		}
 	}
+	wantVersion := map[string]string{"bash": "GNU bash", "python": "Python 3.", "javascript": "v", "typescript": "Version", "go": "go version go1.", "rust": "rustc 1."}
+	for name, prefix := range wantVersion {
+		if v := str(got[name], "version"); !strings.HasPrefix(v, prefix) {
+			t.Errorf("list_languages: %s version %q, want it to start with %q", name, v, prefix)
+		}
+	}
 }
 
 func TestFoundationLanguagesRun(t *testing.T) {

@@ -1,0 +1,74 @@
+package job
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// probeOutputBytes caps what a probe keeps of its output.
+const probeOutputBytes = 64 << 10
+
+// boundedBuffer keeps the first probeOutputBytes of stdout.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *boundedBuffer) Write(s sandbox.Stream, p []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s == sandbox.Stdout && b.buf.Len() < probeOutputBytes {
+		b.buf.Write(p[:min(len(p), probeOutputBytes-b.buf.Len())])
+	}
+}
+
+// Probe runs a short command in a sandbox of image with the policy's default
+// limits and returns its stdout. It is not a job: nothing is recorded, and it
+// takes no job slot. Used for facts about images (versions).
+func (m *Manager) Probe(ctx context.Context, image, command string, timeout time.Duration) (string, error) {
+	limits, err := m.pol.Resolve(policy.Request{})
+	if err != nil {
+		return "", err
+	}
+	out := &boundedBuffer{}
+	h, err := m.rt.Start(ctx, sandbox.Spec{
+		JobID: "probe-" + uuid.NewString(), Kind: "probe", Image: image, Cmd: []string{"bash", "-c", command},
+		WorkDir: "/workspace", Network: policy.NetworkNone, Runtime: m.pol.Runtime, EngineLog: policy.EngineLogNone,
+		Limits: sandbox.Limits{MemoryBytes: limits.MemoryBytes, NanoCPUs: limits.NanoCPUs, Pids: limits.Pids,
+			OpenFiles: limits.OpenFiles, FileSizeBytes: limits.FileSizeBytes, TmpBytes: limits.TmpBytes,
+			WorkdirBytes: limits.WorkdirBytes},
+	}, out)
+	if err != nil {
+		return "", err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-h.Done():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	select {
+	case <-h.Done():
+	default:
+		dctx, cancel := context.WithTimeout(context.Background(), destroyTimeout)
+		defer cancel()
+		_ = h.Destroy(dctx)
+		return "", fmt.Errorf("probe %q in %s did not finish within %s", command, image, timeout)
+	}
+	if st := h.Status(); st.ExitCode != 0 || st.Err != nil {
+		return "", fmt.Errorf("probe %q in %s failed (exit %d)", command, image, st.ExitCode)
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	return strings.TrimSpace(out.buf.String()), nil
+}
