@@ -14,6 +14,8 @@ const (
 	KindCommand = "command"
 	KindScript  = "script"
 	KindSession = "session"
+	// KindProbe labels short-lived sandboxes that are not jobs (Probe).
+	KindProbe = "probe"
 )
 
 // Statuses.

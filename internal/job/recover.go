@@ -126,11 +126,32 @@ func (m *Manager) RunCleanup() {
 				m.log.Debug().Err(err).Msg("restart recovery still waiting for the engine")
 			}
 		}
+		if recovered {
+			m.sweepOrphans(ctx)
+		}
 		if ids, _, err := m.Prune(ctx, retention, nil); err != nil {
 			m.log.Warn().Err(err).Msg("prune")
 		} else if len(ids) > 0 {
 			m.log.Info().Int("removed", len(ids)).Msg("pruned finished jobs past retention")
 		}
 		cancel()
+	}
+}
+
+// sweepOrphans removes this instance's sandboxes that belong to no live job,
+// e.g. containers whose end the server missed while the engine was down.
+func (m *Manager) sweepOrphans(ctx context.Context) {
+	containers, err := m.rt.List(ctx)
+	if err != nil {
+		return
+	}
+	for _, c := range containers {
+		if c.Kind == KindProbe || m.liveJob(c.JobID) != nil {
+			continue
+		}
+		m.log.Info().Str("container", c.ID[:12]).Str("job", c.JobID).Msg("removing orphaned sandbox")
+		if err := m.rt.Remove(ctx, c.ID); err != nil {
+			m.log.Warn().Err(err).Str("container", c.ID).Msg("remove orphan")
+		}
 	}
 }

@@ -103,6 +103,7 @@ type Handle interface {
 type Container struct {
 	ID       string
 	JobID    string
+	Kind     string
 	Instance string
 	Running  bool
 }

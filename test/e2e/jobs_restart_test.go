@@ -74,3 +74,24 @@ func TestJobsListedAfterGracefulRestart(t *testing.T) {
 		}
 	}
 }
+
+// A job that ends while the server is down is recorded with its real exit
+// code and all its output when the server comes back.
+func TestJobsEndedDuringOutage(t *testing.T) {
+	s := startServer(t)
+	r := s.ok("run_command", map[string]any{"command": "echo before; sleep 2; echo after >&2; exit 3", "background": true})
+	id := str(r, "job_id")
+	s.ok("read_output", map[string]any{"job_id": id, "until": "before", "wait_s": 10})
+	s.kill9()
+	time.Sleep(4 * time.Second) // the job ends meanwhile
+	again := startServerIn(t, s.stateDir)
+	rec := again.ok("get_job", map[string]any{"job_id": id, "wait_s": 20})
+	if str(rec, "status") != "failed" || str(rec, "reason") != "exit_code" || num(t, rec, "exit_code") != 3 {
+		t.Fatalf("want failed/exit_code 3, got %v", rec)
+	}
+	out := again.ok("read_output", map[string]any{"job_id": id, "cursor": 0})
+	if str(out, "output") != "before\nafter\n" {
+		t.Fatalf("output %q, want before and after", str(out, "output"))
+	}
+	again.waitNoContainers(10 * time.Second)
+}

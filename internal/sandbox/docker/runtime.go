@@ -274,6 +274,7 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
 		out = append(out, sandbox.Container{
 			ID:       c.ID,
 			JobID:    c.Labels[sandbox.LabelJobID],
+			Kind:     c.Labels[sandbox.LabelKind],
 			Instance: c.Labels[sandbox.LabelInstance],
 			Running:  c.State == container.StateRunning,
 		})
