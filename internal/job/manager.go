@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -182,19 +183,10 @@ func envKeys(env []string) []string {
 	// Only keys are recorded: values may be secrets.
 	keys := make([]string, 0, len(env))
 	for _, kv := range env {
-		k, _, _ := cutEnv(kv)
+		k, _, _ := strings.Cut(kv, "=")
 		keys = append(keys, k)
 	}
 	return keys
-}
-
-func cutEnv(kv string) (string, string, bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
-	}
-	return kv, "", false
 }
 
 // start runs a job that holds a slot. On failure the job is finished as
