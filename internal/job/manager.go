@@ -341,7 +341,8 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	default:
 		rec.Status, rec.Reason = StatusFailed, ReasonExitCode
 	}
-	if j.handle != nil && st.Err == nil && !st.Gone {
+	// ExitCode < 0 is the runtime's "unknown" (the container was already gone).
+	if j.handle != nil && st.Err == nil && !st.Gone && st.ExitCode >= 0 {
 		code := st.ExitCode
 		rec.ExitCode = &code
 		if code > 128 && code < 160 {
@@ -357,6 +358,7 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	rec.StdoutBytes, rec.StderrBytes = sz.Stdout, sz.Stderr
 	rec.DroppedBytes = sz.DroppedCombined
 	rec.ReadCursor = j.readCursors[output.Both]
+	rec.StdoutReadCursor, rec.StderrReadCursor = j.readCursors[output.StdoutOnly], j.readCursors[output.StderrOnly]
 	final := *rec
 	j.mu.Unlock()
 

@@ -109,8 +109,8 @@ func (m *Manager) Read(ctx context.Context, id string, req ReadRequest) (*ReadRe
 		if !req.Peek {
 			m.setReadCursor(j, req.Stream, next)
 		}
-		if j == nil && req.Stream == output.Both && !req.Peek {
-			_ = m.st.SetReadCursor(context.Background(), id, next)
+		if j == nil && !req.Peek {
+			m.storeReadCursor(id, req.Stream, next)
 		}
 		return m.readResult(ctx, id, capture, req, data, start, next, matched)
 	}
@@ -150,12 +150,34 @@ func (m *Manager) readCursor(ctx context.Context, j *liveJob, id string, sel out
 		defer j.mu.Unlock()
 		return j.readCursors[sel]
 	}
-	if sel == output.Both {
-		if rec, err := m.st.GetJob(ctx, id); err == nil {
-			return rec.ReadCursor
-		}
+	if rec, err := m.st.GetJob(ctx, id); err == nil {
+		return readCursorsOf(rec)[sel]
 	}
 	return 0
+}
+
+// readCursorsOf are a stored job's "new since last read" cursors, by selector.
+func readCursorsOf(rec *Job) [3]int64 {
+	var c [3]int64
+	c[output.Both], c[output.StdoutOnly], c[output.StderrOnly] = rec.ReadCursor, rec.StdoutReadCursor, rec.StderrReadCursor
+	return c
+}
+
+// storeReadCursor moves a finished job's stored cursor of one stream forward.
+func (m *Manager) storeReadCursor(id string, sel output.Selector, next int64) {
+	ctx := context.Background()
+	rec, err := m.st.GetJob(ctx, id)
+	if err != nil {
+		return
+	}
+	c := readCursorsOf(rec)
+	if next <= c[sel] {
+		return
+	}
+	c[sel] = next
+	if err := m.st.SetReadCursors(ctx, id, c[output.Both], c[output.StdoutOnly], c[output.StderrOnly]); err != nil {
+		m.log.Warn().Err(err).Str("job", id).Msg("store read cursor")
+	}
 }
 
 func (m *Manager) setReadCursor(j *liveJob, sel output.Selector, next int64) {

@@ -53,7 +53,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	for _, c := range containers {
-		if !adopted[c.JobID] {
+		if !adopted[c.JobID] && c.Kind != KindProbe {
 			m.log.Info().Str("container", c.ID[:12]).Str("job", c.JobID).Msg("removing orphaned sandbox")
 			if err := m.rt.Remove(ctx, c.ID); err != nil {
 				m.log.Warn().Err(err).Str("container", c.ID).Msg("remove orphan")
@@ -76,7 +76,7 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 	close(j.started)
 	j.req = Request{Kind: rec.Kind, Command: rec.Command, Language: rec.Language, Image: rec.Image,
 		Workspace: rec.Workspace, Cwd: rec.Cwd, Timeout: time.Duration(rec.Limits.TimeoutMS) * time.Millisecond}
-	j.readCursors[0] = rec.ReadCursor
+	j.readCursors = readCursorsOf(rec)
 	// Stdin does not survive a restart: the engine closed it when our attach dropped.
 	j.rec.StdinOpen = false
 	h, err := m.rt.Adopt(ctx, c.ID, sz.Stdout, sz.Stderr, capture)
@@ -88,7 +88,12 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 		return err
 	}
 	j.handle = h
-	remaining := time.Until(rec.StartedAt.Add(j.req.Timeout))
+	j.rec.ContainerID = c.ID
+	if j.rec.StartedAt.IsZero() {
+		// Crashed between the sandbox's start and storing it: the timeout counts from now.
+		j.rec.StartedAt = time.Now()
+	}
+	remaining := time.Until(j.rec.StartedAt.Add(j.req.Timeout))
 	if remaining < 0 {
 		remaining = 0
 	}

@@ -92,6 +92,7 @@ type Job struct {
 
 	StdoutBytes, StderrBytes, DroppedBytes int64 // output sizes
 	ReadCursor                             int64 // where "new since last read" continues (combined stream)
+	StdoutReadCursor, StderrReadCursor     int64 // the same, per stream
 	Error                                  string
 }
 
@@ -162,11 +163,14 @@ var migrations = []string{
 	CREATE INDEX jobs_created ON jobs (created_at DESC, id DESC);
 	CREATE INDEX jobs_status ON jobs (status, created_at);
 	CREATE INDEX jobs_ended ON jobs (ended_at);`,
+	// 2: "new since last read" per stream, not only for the combined one.
+	`ALTER TABLE jobs ADD COLUMN stdout_read_cursor INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE jobs ADD COLUMN stderr_read_cursor INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build
 // creates and understands; it equals len(migrations).
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 func init() {
 	if len(migrations) != SchemaVersion {
@@ -176,7 +180,7 @@ func init() {
 
 const jobColumns = `id, kind, status, reason, exit_code, signal, command, language, image,
 	workspace, cwd, env, limits, container_id, stdin_open, created_at, started_at, ended_at,
-	stdout_bytes, stderr_bytes, dropped_bytes, read_cursor, error`
+	stdout_bytes, stderr_bytes, dropped_bytes, read_cursor, error, stdout_read_cursor, stderr_read_cursor`
 
 // Open opens or creates the job database at path, creating the parent
 // directory (mode 0700) if needed.
@@ -528,6 +532,7 @@ func jobArgs(j *Job) ([]any, error) {
 		j.Workspace, j.Cwd, string(env), string(lim), j.ContainerID, stdin, created,
 		timeToDB(j.StartedAt), timeToDB(j.EndedAt),
 		j.StdoutBytes, j.StderrBytes, j.DroppedBytes, j.ReadCursor, j.Error,
+		j.StdoutReadCursor, j.StderrReadCursor,
 	}, nil
 }
 
@@ -544,7 +549,8 @@ func scanJob(sc scanner) (*Job, error) {
 	)
 	err := sc.Scan(&j.ID, &j.Kind, &j.Status, &j.Reason, &exit, &j.Signal, &j.Command, &j.Language,
 		&j.Image, &j.Workspace, &j.Cwd, &env, &lim, &j.ContainerID, &stdin, &created, &started, &ended,
-		&j.StdoutBytes, &j.StderrBytes, &j.DroppedBytes, &j.ReadCursor, &j.Error)
+		&j.StdoutBytes, &j.StderrBytes, &j.DroppedBytes, &j.ReadCursor, &j.Error,
+		&j.StdoutReadCursor, &j.StderrReadCursor)
 	if err != nil {
 		return nil, err
 	}
@@ -635,7 +641,7 @@ func (s *Store) UpdateJob(ctx context.Context, j *Job) error {
 		kind = ?, status = ?, reason = ?, exit_code = ?, signal = ?, command = ?, language = ?,
 		image = ?, workspace = ?, cwd = ?, env = ?, limits = ?, container_id = ?, stdin_open = ?,
 		created_at = COALESCE(?, created_at), started_at = ?, ended_at = ?, stdout_bytes = ?, stderr_bytes = ?,
-		dropped_bytes = ?, read_cursor = ?, error = ?
+		dropped_bytes = ?, read_cursor = ?, error = ?, stdout_read_cursor = ?, stderr_read_cursor = ?
 		WHERE id = ?`, append(args[1:], args[0])...)
 	if err != nil {
 		return fmt.Errorf("store: update job %s: %w", j.ID, err)
@@ -654,10 +660,11 @@ func checkAffected(res sql.Result, id string) error {
 	return nil
 }
 
-// SetReadCursor updates only the ReadCursor of job id. A missing job yields
-// an error wrapping ErrNotFound.
-func (s *Store) SetReadCursor(ctx context.Context, id string, cursor int64) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET read_cursor = ? WHERE id = ?`, cursor, id)
+// SetReadCursors updates only the read cursors of job id (combined, stdout,
+// stderr). A missing job yields an error wrapping ErrNotFound.
+func (s *Store) SetReadCursors(ctx context.Context, id string, combined, stdout, stderr int64) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET read_cursor = ?, stdout_read_cursor = ?, stderr_read_cursor = ? WHERE id = ?`,
+		combined, stdout, stderr, id)
 	if err != nil {
 		return fmt.Errorf("store: set read cursor of %s: %w", id, err)
 	}

@@ -35,29 +35,31 @@ var base = time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
 
 func fullJob(id string) *Job {
 	return &Job{
-		ID:           id,
-		Kind:         "script",
-		Status:       "completed",
-		Reason:       "exit_code",
-		ExitCode:     intp(3),
-		Signal:       "SIGTERM",
-		Command:      "print('hi')\n# ünïcode ✓ 'quotes' \"double\"",
-		Language:     "python",
-		Image:        "python:3.12-slim",
-		Workspace:    "/home/u/proj",
-		Cwd:          "sub/dir",
-		Env:          []string{"A=1", "B=x=y", "EMPTY="},
-		Limits:       Limits{TimeoutMS: 60000, MemoryBytes: 512 << 20, NanoCPUs: 1_500_000_000, Pids: 256},
-		ContainerID:  "abcdef0123456789",
-		StdinOpen:    true,
-		CreatedAt:    base,
-		StartedAt:    base.Add(time.Second),
-		EndedAt:      base.Add(time.Minute + 7*time.Nanosecond),
-		StdoutBytes:  1 << 40,
-		StderrBytes:  12,
-		DroppedBytes: 7,
-		ReadCursor:   99,
-		Error:        "some error text",
+		ID:               id,
+		Kind:             "script",
+		Status:           "completed",
+		Reason:           "exit_code",
+		ExitCode:         intp(3),
+		Signal:           "SIGTERM",
+		Command:          "print('hi')\n# ünïcode ✓ 'quotes' \"double\"",
+		Language:         "python",
+		Image:            "python:3.12-slim",
+		Workspace:        "/home/u/proj",
+		Cwd:              "sub/dir",
+		Env:              []string{"A=1", "B=x=y", "EMPTY="},
+		Limits:           Limits{TimeoutMS: 60000, MemoryBytes: 512 << 20, NanoCPUs: 1_500_000_000, Pids: 256},
+		ContainerID:      "abcdef0123456789",
+		StdinOpen:        true,
+		CreatedAt:        base,
+		StartedAt:        base.Add(time.Second),
+		EndedAt:          base.Add(time.Minute + 7*time.Nanosecond),
+		StdoutBytes:      1 << 40,
+		StderrBytes:      12,
+		DroppedBytes:     7,
+		ReadCursor:       99,
+		StdoutReadCursor: 98,
+		StderrReadCursor: 97,
+		Error:            "some error text",
 	}
 }
 
@@ -160,7 +162,7 @@ func TestRoundTrip(t *testing.T) {
 	})
 
 	t.Run("read cursor", func(t *testing.T) {
-		if err := s.SetReadCursor(ctx, "full", 12345); err != nil {
+		if err := s.SetReadCursors(ctx, "full", 12345, 7, 8); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.GetJob(ctx, "full")
@@ -168,7 +170,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fullJob("full")
-		want.ReadCursor = 12345
+		want.ReadCursor, want.StdoutReadCursor, want.StderrReadCursor = 12345, 7, 8
 		equalJobs(t, got, want)
 	})
 
@@ -179,8 +181,8 @@ func TestRoundTrip(t *testing.T) {
 		if err := s.UpdateJob(ctx, fullJob("missing")); !errors.Is(err, ErrNotFound) {
 			t.Errorf("UpdateJob missing: %v", err)
 		}
-		if err := s.SetReadCursor(ctx, "missing", 1); !errors.Is(err, ErrNotFound) {
-			t.Errorf("SetReadCursor missing: %v", err)
+		if err := s.SetReadCursors(ctx, "missing", 1, 1, 1); !errors.Is(err, ErrNotFound) {
+			t.Errorf("SetReadCursors missing: %v", err)
 		}
 		if err := s.CreateJob(ctx, fullJob("full")); !errors.Is(err, ErrExists) {
 			t.Errorf("CreateJob duplicate: %v", err)
@@ -680,7 +682,7 @@ func TestConcurrent(t *testing.T) {
 				if err := s.UpdateJob(ctx, j); err != nil {
 					errs <- err
 				}
-				if err := s.SetReadCursor(ctx, id, int64(i)); err != nil {
+				if err := s.SetReadCursors(ctx, id, int64(i), 0, 0); err != nil {
 					errs <- err
 				}
 				j.Status, j.EndedAt, j.ExitCode, j.ReadCursor = "completed", time.Now(), intp(i), int64(i)
@@ -812,6 +814,44 @@ func TestPathWithURICharacters(t *testing.T) {
 	}
 	defer s.Close()
 	if _, err := s.GetJob(context.Background(), "x"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMigrateFromVersion1: a database written by a build with schema 1 is
+// upgraded in place, keeping its jobs.
+func TestMigrateFromVersion1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v1.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(migrations[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO jobs (id, kind, status, created_at, read_cursor) VALUES ('old', 'command', 'completed', 1, 42)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`PRAGMA user_version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.SetAside != "" {
+		t.Fatalf("a version 1 database was set aside (%v) instead of migrated", s.SetAsideErr)
+	}
+	j, err := s.GetJob(context.Background(), "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.ReadCursor != 42 || j.StdoutReadCursor != 0 {
+		t.Fatalf("migrated job: %+v", j)
+	}
+	if err := s.SetReadCursors(context.Background(), "old", 42, 5, 6); err != nil {
 		t.Fatal(err)
 	}
 }
