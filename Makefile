@@ -35,6 +35,8 @@ doctor: images
 test: images
 	$(GO) build -race -o $(BIN)-race ./cmd/sandboxer
 	SANDBOXER_BIN=$(CURDIR)/$(BIN)-race $(GO) test $(GOTEST_FLAGS) ./...
+	@# Fault tests restart the Docker daemon, so they run alone, after the rest.
+	SANDBOXER_FAULT_TESTS=1 SANDBOXER_BIN=$(CURDIR)/$(BIN)-race $(GO) test -count=1 ./test/faults
 	SANDBOXER_CHECK_LEFTOVERS=1 $(GO) test -count=1 -run TestNoLeftoverContainers ./test/leftovers
 
 # Pure unit tests only: no engine needed.
