@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sandboxer/sandboxer/images"
@@ -13,20 +11,6 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 )
-
-// bufferOutput collects a short run's output for doctor.
-type bufferOutput struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *bufferOutput) Write(_ sandbox.Stream, p []byte) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.buf.Len() < 1<<20 {
-		b.buf.Write(p)
-	}
-}
 
 // probeScript prints, from inside a sandbox, the facts the hardening profile promises.
 const probeScript = `echo uid=$(id -u)
@@ -97,7 +81,7 @@ func doctor(args []string) error {
 	if err != nil {
 		return err
 	}
-	out := &bufferOutput{}
+	out := &sandbox.Buffer{Max: 1 << 20}
 	h, err := rt.Start(ctx, sandbox.Spec{
 		JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"bash", "-c", probeScript},
 		WorkDir: "/workspace", Network: cfg.Policy.Network, Runtime: cfg.Policy.Runtime,
@@ -114,7 +98,7 @@ func doctor(args []string) error {
 	st := h.Status()
 	report(st.ExitCode == 0 && st.Err == nil, "hardened container", fmt.Sprintf("ran in %d ms, exit %d", time.Since(started).Milliseconds(), st.ExitCode), "")
 	facts := map[string]string{}
-	for _, line := range strings.Split(out.buf.String(), "\n") {
+	for _, line := range strings.Split(out.Stdout(), "\n") {
 		if k, v, ok := strings.Cut(line, "="); ok {
 			facts[k] = strings.TrimSpace(v)
 		}

@@ -1,11 +1,9 @@
 package job
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,20 +15,6 @@ import (
 // probeOutputBytes caps what a probe keeps of its output.
 const probeOutputBytes = 64 << 10
 
-// boundedBuffer keeps the first probeOutputBytes of stdout.
-type boundedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *boundedBuffer) Write(s sandbox.Stream, p []byte) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if s == sandbox.Stdout && b.buf.Len() < probeOutputBytes {
-		b.buf.Write(p[:min(len(p), probeOutputBytes-b.buf.Len())])
-	}
-}
-
 // Probe runs a short command in a sandbox of image with the policy's default
 // limits and returns its stdout. It is not a job: nothing is recorded, and it
 // takes no job slot. Used for facts about images (versions).
@@ -39,7 +23,7 @@ func (m *Manager) Probe(ctx context.Context, image, command string, timeout time
 	if err != nil {
 		return "", err
 	}
-	out := &boundedBuffer{}
+	out := &sandbox.Buffer{Max: probeOutputBytes}
 	h, err := m.rt.Start(ctx, sandbox.Spec{
 		JobID: "probe-" + uuid.NewString(), Kind: KindProbe, Image: image, Cmd: []string{"bash", "-c", command},
 		WorkDir: "/workspace", Network: policy.NetworkNone, Runtime: m.pol.Runtime, EngineLog: policy.EngineLogNone,
@@ -68,7 +52,5 @@ func (m *Manager) Probe(ctx context.Context, image, command string, timeout time
 	if st := h.Status(); st.ExitCode != 0 || st.Err != nil {
 		return "", fmt.Errorf("probe %q in %s failed (exit %d)", command, image, st.ExitCode)
 	}
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	return strings.TrimSpace(out.buf.String()), nil
+	return strings.TrimSpace(out.Stdout()), nil
 }

@@ -1,10 +1,8 @@
 package docker_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,26 +15,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/testutil"
 )
 
-type memOutput struct {
-	mu             sync.Mutex
-	stdout, stderr bytes.Buffer
-}
-
-func (m *memOutput) Write(s sandbox.Stream, p []byte) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s == sandbox.Stderr {
-		m.stderr.Write(p)
-	} else {
-		m.stdout.Write(p)
-	}
-}
-
-func (m *memOutput) String() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.stdout.String()
-}
+func newBuffer() *sandbox.Buffer { return &sandbox.Buffer{Max: 1 << 20} }
 
 func testSpec(cmd string) sandbox.Spec {
 	return sandbox.Spec{
@@ -69,7 +48,7 @@ func newTestRuntime(t *testing.T) (*docker.Runtime, string) {
 func TestHardeningProfile(t *testing.T) {
 	rt, instance := newTestRuntime(t)
 	ctx := context.Background()
-	h, err := rt.Start(ctx, testSpec("sleep 30"), &memOutput{})
+	h, err := rt.Start(ctx, testSpec("sleep 30"), newBuffer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +133,7 @@ func hasUlimit(us []*container.Ulimit, name string, v int64) bool {
 // TestExitStatusAndStreams: exit code, separate streams, container removed after.
 func TestExitStatusAndStreams(t *testing.T) {
 	rt, _ := newTestRuntime(t)
-	out := &memOutput{}
+	out := newBuffer()
 	h, err := rt.Start(context.Background(), testSpec("echo out; echo err >&2; exit 3"), out)
 	if err != nil {
 		t.Fatal(err)
@@ -164,8 +143,8 @@ func TestExitStatusAndStreams(t *testing.T) {
 	if st.ExitCode != 3 || st.OOMKilled || st.Gone || st.Err != nil {
 		t.Fatalf("status %+v", st)
 	}
-	if out.stdout.String() != "out\n" || out.stderr.String() != "err\n" {
-		t.Fatalf("stdout %q stderr %q", out.stdout.String(), out.stderr.String())
+	if out.Stdout() != "out\n" || out.Stderr() != "err\n" {
+		t.Fatalf("stdout %q stderr %q", out.Stdout(), out.Stderr())
 	}
 	if cs, _ := rt.List(context.Background()); len(cs) != 0 {
 		t.Errorf("container left: %v", cs)
@@ -175,7 +154,7 @@ func TestExitStatusAndStreams(t *testing.T) {
 // TestRemovedFromOutside: a container removed behind the server's back ends as Gone.
 func TestRemovedFromOutside(t *testing.T) {
 	rt, _ := newTestRuntime(t)
-	h, err := rt.Start(context.Background(), testSpec("sleep 60"), &memOutput{})
+	h, err := rt.Start(context.Background(), testSpec("sleep 60"), newBuffer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,13 +177,13 @@ func TestRemovedFromOutside(t *testing.T) {
 // running container and gets exactly the output not yet captured.
 func TestAdoptResumesOutput(t *testing.T) {
 	rt, instance := newTestRuntime(t)
-	first := &memOutput{}
+	first := newBuffer()
 	h, err := rt.Start(context.Background(), testSpec("for i in 1 2 3 4 5 6; do echo line$i; sleep 0.5; done; exit 4"), first)
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1200 * time.Millisecond)
-	captured := first.String()
+	captured := first.Stdout()
 	if captured == "" {
 		t.Fatal("nothing captured before adoption")
 	}
@@ -214,7 +193,7 @@ func TestAdoptResumesOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt2.Close()
-	second := &memOutput{}
+	second := newBuffer()
 	h2, err := rt2.Adopt(context.Background(), h.ContainerID(), int64(len(captured)), 0, second)
 	if err != nil {
 		t.Fatal(err)
@@ -224,9 +203,9 @@ func TestAdoptResumesOutput(t *testing.T) {
 	if st := h2.Status(); st.ExitCode != 4 {
 		t.Fatalf("adopted status %+v", st)
 	}
-	all := captured + second.String()
+	all := captured + second.Stdout()
 	want := "line1\nline2\nline3\nline4\nline5\nline6\n"
 	if all != want {
-		t.Fatalf("captured %q + resumed %q != %q", captured, second.String(), want)
+		t.Fatalf("captured %q + resumed %q != %q", captured, second.Stdout(), want)
 	}
 }
