@@ -37,3 +37,22 @@ func TestRunCommandTimeout(t *testing.T) {
 		t.Error("get_job does not say timed_out")
 	}
 }
+
+// A cwd below /workspace exists, is writable and is where the command runs.
+func TestRunCommandCwdBelowWorkspace(t *testing.T) {
+	s := startServer(t)
+	r := s.ok("run_command", map[string]any{"command": "pwd; echo x > f && cat f", "cwd": "src/app"})
+	if str(r, "status") != "completed" || str(r, "stdout") != "/workspace/src/app\nx\n" {
+		t.Fatalf("cwd src/app: %v", r)
+	}
+	r = s.ok("run_command", map[string]any{"command": "echo $GREETING; cat", "env": map[string]any{"GREETING": "hi there"}, "stdin": "from stdin\n"})
+	if str(r, "stdout") != "hi there\nfrom stdin\n" {
+		t.Fatalf("env and stdin: %v", r)
+	}
+	// Without stdin, a command that reads it gets end-of-file, not a hang.
+	start := time.Now()
+	r = s.ok("run_command", map[string]any{"command": "cat; echo done", "timeout_s": 20})
+	if str(r, "stdout") != "done\n" || time.Since(start) > 10*time.Second {
+		t.Fatalf("cat without stdin: %v after %s", r, time.Since(start))
+	}
+}
