@@ -1,6 +1,11 @@
 # sandboxer — see README.md. `make run` and `make test` set up everything they
 # need (Docker engine, base image, sandbox images) on a fresh Debian machine.
 SHELL := /bin/bash
+# Work from a bare environment too (CI, cron): Go where Debian images put it, and a HOME for its caches.
+export PATH := $(PATH):/usr/local/go/bin
+ifeq ($(HOME),)
+export HOME := $(shell getent passwd $$(id -u) | cut -d: -f6)
+endif
 GO    ?= go
 BIN   := bin/sandboxer
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m
