@@ -29,8 +29,10 @@ base-image: engine
 images: build base-image
 	./$(BIN) images build
 
-run: images
-	./$(BIN) serve
+# Everything but the server's MCP messages goes to stderr, so `make run` can itself be an MCP command.
+run:
+	@$(MAKE) --no-print-directory -s images >&2
+	@exec ./$(BIN) serve
 
 doctor: images
 	./$(BIN) doctor

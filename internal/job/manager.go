@@ -245,6 +245,7 @@ func (m *Manager) start(j *liveJob) error {
 	if err := m.st.UpdateJob(context.Background(), &rec); err != nil {
 		m.log.Error().Err(err).Str("job", j.id).Msg("store running job")
 	}
+	m.log.Debug().Str("job", j.id).Str("container", shortID(rec.ContainerID)).Str("image", rec.Image).Msg("job started")
 	if endedWhileStarting {
 		m.watch(j, h)
 		ctx, cancel := context.WithTimeout(context.Background(), destroyTimeout)
@@ -365,6 +366,16 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	if err := m.st.UpdateJob(context.Background(), &final); err != nil {
 		m.log.Error().Err(err).Str("job", j.id).Msg("store finished job")
 	}
+	var ran time.Duration
+	if !final.StartedAt.IsZero() {
+		ran = final.EndedAt.Sub(final.StartedAt)
+	}
+	ev := m.log.Info().Str("job", j.id).Str("status", final.Status).Str("reason", final.Reason).
+		Dur("ran", ran).Int64("output_bytes", final.StdoutBytes+final.StderrBytes)
+	if final.ExitCode != nil {
+		ev = ev.Int("exit_code", *final.ExitCode)
+	}
+	ev.Msg("job ended")
 	m.mu.Lock()
 	delete(m.live, j.id)
 	var next *liveJob
@@ -599,4 +610,11 @@ func signalName(n int) string {
 		return s
 	}
 	return fmt.Sprintf("signal %d", n)
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }
