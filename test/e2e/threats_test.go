@@ -275,3 +275,42 @@ func TestThreatsContainerRemovedFromOutside(t *testing.T) {
 		t.Fatalf("want failed/lost saying removed from outside, got %v", rec)
 	}
 }
+
+// THREATS 8: two jobs without a workspace see nothing of each other: files,
+// /dev/shm, processes.
+func TestThreatsJobsAreIsolatedFromEachOther(t *testing.T) {
+	s := startServer(t)
+	first := s.ok("run_command", map[string]any{
+		"command":    "echo secret > /tmp/secret; echo secret > /dev/shm/secret; echo secret > /workspace/secret; echo ready; exec sleep 60",
+		"background": true,
+	})
+	s.ok("read_output", map[string]any{"job_id": str(first, "job_id"), "until": "ready", "wait_s": 20})
+	r := s.ok("run_command", map[string]any{"command": "ls /tmp /dev/shm /workspace; ps -eo comm | grep -c sleep || true"})
+	if strings.Contains(str(r, "stdout"), "secret") || !strings.HasSuffix(str(r, "stdout"), "0\n") {
+		t.Fatalf("the second job sees the first one's files or processes:\n%s", str(r, "stdout"))
+	}
+	s.ok("kill_job", map[string]any{"job_id": str(first, "job_id"), "signal": "KILL"})
+}
+
+// THREATS 4: privileged operations are refused inside a sandbox.
+func TestThreatsPrivilegedOperationsRefused(t *testing.T) {
+	s := startServer(t)
+	for _, cmd := range []string{
+		"unshare --user --map-root-user true",
+		"unshare -m true",
+		"mount -t tmpfs none /mnt",
+		"mknod /tmp/dev c 1 3",
+		"echo 3 > /proc/sys/vm/drop_caches",
+		"echo 1 > /sys/kernel/profiling",
+		"chroot / true",
+	} {
+		r := s.ok("run_command", map[string]any{"command": cmd})
+		if str(r, "status") == "completed" {
+			t.Errorf("%q succeeded inside the sandbox: %v", cmd, r)
+		}
+		// Refused, not merely missing: the tool exists and the kernel said no.
+		if e := str(r, "stderr"); strings.Contains(e, "not found") || !strings.Contains(strings.ToLower(e), "not permitted") && !strings.Contains(strings.ToLower(e), "permission denied") && !strings.Contains(strings.ToLower(e), "read-only") && !strings.Contains(e, "must be superuser") {
+			t.Errorf("%q failed for another reason: %q", cmd, e)
+		}
+	}
+}
