@@ -314,3 +314,19 @@ func TestThreatsPrivilegedOperationsRefused(t *testing.T) {
 		}
 	}
 }
+
+// THREATS 12: filling /tmp, /dev/shm or the working directory stops at its
+// cap; the next job starts normally.
+func TestThreatsDiskFillStopsAtCap(t *testing.T) {
+	s := startServer(t)
+	for _, dir := range []string{"/tmp", "/dev/shm", "/workspace"} {
+		r := s.ok("run_command", map[string]any{"command": "head -c 600000000 /dev/zero > " + dir + "/fill; echo rc=$?; du -sm " + dir + "/fill", "timeout_s": 60})
+		out := str(r, "stdout") + str(r, "stderr")
+		if !strings.Contains(out, "No space left on device") && str(r, "reason") != "oom_killed" {
+			t.Errorf("%s: filling it did not stop at a cap: %v", dir, r)
+		}
+	}
+	if r := s.ok("run_command", map[string]any{"command": "echo still fine"}); str(r, "stdout") != "still fine\n" {
+		t.Fatalf("next job: %v", r)
+	}
+}
