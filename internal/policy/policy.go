@@ -70,7 +70,7 @@ type Output struct {
 	// MaxBytesPerJob; lets a restarted server recover what a job printed while
 	// it was down, but the engine's per-line logging slows floods of short
 	// lines to a few MB/s) or "none" (full speed; output printed while the
-	// server is down is lost and such jobs cannot be adopted after a restart).
+	// server is down is lost, though the job is still adopted after a restart).
 	EngineLog string `yaml:"engine_log"`
 }
 

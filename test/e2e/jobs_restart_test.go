@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,33 @@ func TestJobsEndedDuringOutage(t *testing.T) {
 	out := again.ok("read_output", map[string]any{"job_id": id, "cursor": 0})
 	if str(out, "output") != "before\nafter\n" {
 		t.Fatalf("output %q, want before and after", str(out, "output"))
+	}
+	again.waitNoContainers(10 * time.Second)
+}
+
+// With output.engine_log: none there is no engine log to read back, yet a
+// running job is still adopted after a crash: its end and exit code are
+// recorded and output printed after the restart is captured.
+func TestJobsRecoverWithoutEngineLog(t *testing.T) {
+	dir := t.TempDir()
+	pol := dir + "/policy.yaml"
+	if err := os.WriteFile(pol, []byte("output:\n  engine_log: none\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "SANDBOXER_POLICY="+pol)
+	r := s.ok("run_command", map[string]any{"command": "for i in $(seq 1 10); do echo line$i; sleep 1; done; exit 4", "background": true})
+	id := str(r, "job_id")
+	s.ok("read_output", map[string]any{"job_id": id, "until": "line2", "wait_s": 20})
+	s.kill9()
+	time.Sleep(2 * time.Second)
+	again := startServerIn(t, s.stateDir, "SANDBOXER_POLICY="+pol)
+	rec := again.ok("get_job", map[string]any{"job_id": id, "wait_s": 30})
+	if str(rec, "status") != "failed" || str(rec, "reason") != "exit_code" || num(t, rec, "exit_code") != 4 {
+		t.Fatalf("want failed/exit_code 4, got %v", rec)
+	}
+	out := str(again.ok("read_output", map[string]any{"job_id": id, "cursor": 0}), "output")
+	if !strings.HasPrefix(out, "line1\nline2\n") || !strings.HasSuffix(out, "line10\n") {
+		t.Fatalf("output %q: want the lines from before the crash and after the restart", out)
 	}
 	again.waitNoContainers(10 * time.Second)
 }

@@ -244,6 +244,19 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	}
 	waitCtx, cancelWait := context.WithCancel(context.Background())
 	wait := r.cli.ContainerWait(waitCtx, containerID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	h := newHandle(r, containerID, cancelWait)
+	if info.Container.HostConfig != nil && info.Container.HostConfig.LogConfig.Type == "none" {
+		// No engine log to read back: follow the live output from now on;
+		// what was printed while no server was attached is gone.
+		attach, err := r.cli.ContainerAttach(ctx, containerID, client.ContainerAttachOptions{Stream: true, Stdout: true, Stderr: true})
+		if err != nil {
+			cancelWait()
+			return nil, r.engineErr(fmt.Errorf("attach: %w", err))
+		}
+		go h.copyOutput(attach.Reader, out, 0, 0, attach.Close)
+		go h.waitForEnd(wait)
+		return h, nil
+	}
 	logs, err := r.cli.ContainerLogs(waitCtx, containerID, client.ContainerLogsOptions{
 		ShowStdout: true, ShowStderr: true, Follow: true,
 	})
@@ -251,7 +264,6 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 		cancelWait()
 		return nil, r.engineErr(fmt.Errorf("read logs: %w", err))
 	}
-	h := newHandle(r, containerID, cancelWait)
 	go h.copyOutput(logs, out, skipStdout, skipStderr, func() { logs.Close() })
 	go h.waitForEnd(wait)
 	return h, nil
