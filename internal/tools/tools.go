@@ -107,16 +107,14 @@ func errorResult(format string, args ...any) *mcp.CallToolResult {
 	return mcp.NewToolResultError(fmt.Sprintf(format, args...))
 }
 
-// failure turns an error from below into a tool error with advice.
+// failure turns an error from below into a tool error. The errors of the
+// layers below already say what was wrong and what to do (engine unreachable,
+// image missing, unknown job, queue full, limit over its ceiling); a limit
+// error is shown by its message alone.
 func failure(err error) *mcp.CallToolResult {
 	var limitErr *policy.LimitError
-	switch {
-	case errors.As(err, &limitErr):
+	if errors.As(err, &limitErr) {
 		return errorResult("%s", limitErr.Message)
-	case errors.Is(err, sandbox.ErrEngineUnreachable), errors.Is(err, sandbox.ErrImageMissing),
-		errors.Is(err, job.ErrNotFound), errors.Is(err, job.ErrQueueFull),
-		errors.Is(err, job.ErrNoStdin), errors.Is(err, job.ErrShuttingDown):
-		return errorResult("%v", err)
 	}
 	return errorResult("%v", err)
 }
