@@ -74,11 +74,51 @@ func run(runs int, bin string) error {
 	if err != nil {
 		return fmt.Errorf("sandboxer: %w", err)
 	}
+	// THREATS 43: answers stay fast while jobs flood output.
+	callTool := func(name string, args map[string]any) (*mcp.CallToolResult, error) {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = name
+		req.Params.Arguments = args
+		return c.CallTool(ctx, req)
+	}
+	probe, err := callTool("run_command", map[string]any{"command": "true"})
+	if err != nil {
+		return err
+	}
+	probeID := probe.StructuredContent.(map[string]any)["job_id"]
+	getJob := func() error {
+		_, err := callTool("get_job", map[string]any{"job_id": probeID})
+		return err
+	}
+	idle, err := measure(runs, getJob)
+	if err != nil {
+		return err
+	}
+	var floods []any
+	for i := 0; i < 4; i++ {
+		r, err := callTool("run_command", map[string]any{"command": "yes", "background": true, "timeout_s": 60})
+		if err != nil {
+			return err
+		}
+		floods = append(floods, r.StructuredContent.(map[string]any)["job_id"])
+	}
+	time.Sleep(time.Second)
+	flooded, err := measure(runs, getJob)
+	if err != nil {
+		return err
+	}
+	for _, id := range floods {
+		_, _ = callTool("kill_job", map[string]any{"job_id": id, "signal": "KILL"})
+	}
+
 	fmt.Printf("%-34s %10s\n", "case (median of runs)", "ms")
 	fmt.Printf("%-34s %10.2f\n", "bare host process (/bin/true)", ms(host))
 	fmt.Printf("%-34s %10.2f\n", "raw docker run --rm (CLI)", ms(dockerRun))
 	fmt.Printf("%-34s %10.2f\n", "sandboxer run_command over MCP", ms(sandboxed))
+	fmt.Printf("%-34s %10.2f\n", "get_job, idle", ms(idle))
+	fmt.Printf("%-34s %10.2f\n", "get_job, 4 jobs flooding output", ms(flooded))
 	fmt.Printf("\nratio sandboxer / docker run: %.2f\n", float64(sandboxed)/float64(dockerRun))
+	fmt.Printf("ratio get_job flooded / idle: %.2f\n", float64(flooded)/float64(idle))
 	fmt.Printf("ratio sandboxer / host process: %.0f\n", float64(sandboxed)/float64(host))
 	return nil
 }
