@@ -1,0 +1,43 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/sandboxer/sandboxer/internal/testutil"
+)
+
+// doctor passes on a healthy machine and, with the engine unreachable, says
+// what is wrong and how to fix it, exiting non-zero.
+func TestDoctor(t *testing.T) {
+	testutil.RequireDocker(t)
+	out, err := exec.Command(binPath, "doctor").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "all checks passed") {
+		t.Fatalf("doctor on a healthy machine: %v\n%s", err, out)
+	}
+	for _, want := range []string{"non-root user", "CapEff=0000000000000000", "rootfs=readonly", "ifaces=lo"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+	cmd := exec.Command(binPath, "doctor")
+	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix:///tmp/no-such-engine.sock")
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "FAIL") || !strings.Contains(string(out), "fix:") {
+		t.Fatalf("doctor with no engine: err %v\n%s", err, out)
+	}
+}
+
+// A bad policy stops the server at start with an error naming the key.
+func TestBadPolicyStopsServerAtStart(t *testing.T) {
+	pol := t.TempDir() + "/policy.yaml"
+	if err := os.WriteFile(pol, []byte("limits:\n  memory_mb:\n    default: 8192\n    max: 4096\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binPath, "serve", "--state-dir", t.TempDir(), "--policy", pol).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "limits.memory_mb") {
+		t.Fatalf("bad policy: err %v, output:\n%s", err, out)
+	}
+}
