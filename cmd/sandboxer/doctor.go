@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/images"
+	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
@@ -85,9 +86,7 @@ func doctor(args []string) error {
 	h, err := rt.Start(ctx, sandbox.Spec{
 		JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"bash", "-c", probeScript},
 		WorkDir: "/workspace", Network: cfg.Policy.Network, Runtime: cfg.Policy.Runtime,
-		Limits: sandbox.Limits{MemoryBytes: limits.MemoryBytes, NanoCPUs: limits.NanoCPUs, Pids: limits.Pids,
-			OpenFiles: limits.OpenFiles, FileSizeBytes: limits.FileSizeBytes, TmpBytes: limits.TmpBytes,
-			WorkdirBytes: limits.WorkdirBytes, LogBytes: 1 << 20},
+		Limits: job.SandboxLimits(limits, 1<<20),
 	}, out)
 	if err != nil {
 		report(false, "hardened container", err.Error(), "")

@@ -111,9 +111,7 @@ func (e *testEnv) req(cmd string, opts ...func(*Request)) Request {
 	r := Request{
 		Kind: KindCommand, Command: cmd, Cmd: []string{"bash", "-c", cmd},
 		Image: e.image, Cwd: "/workspace",
-		Timeout: lim.Timeout, MemoryBytes: lim.MemoryBytes, NanoCPUs: lim.NanoCPUs, Pids: lim.Pids,
-		OpenFiles: lim.OpenFiles, FileSizeBytes: lim.FileSizeBytes, TmpBytes: lim.TmpBytes,
-		WorkdirBytes: lim.WorkdirBytes, Network: policy.NetworkNone,
+		Limits: lim, Network: policy.NetworkNone,
 	}
 	for _, o := range opts {
 		o(&r)
@@ -227,4 +225,13 @@ func describe(j *Job) string {
 		code = strconv.Itoa(*j.ExitCode)
 	}
 	return fmt.Sprintf("%s/%s exit=%s signal=%q error=%q container=%.12s", j.Status, j.Reason, code, j.Signal, j.Error, j.ContainerID)
+}
+
+// inlineStdout is the stdout part of InlineOutput.
+func (e *testEnv) inlineStdout(id string, limit int) ([]byte, int64, error) {
+	in, err := e.m.InlineOutput(context.Background(), id, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	return in.Stdout, in.StdoutOmitted, nil
 }

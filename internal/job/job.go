@@ -4,8 +4,8 @@
 package job
 
 import (
-	"time"
-
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/store"
 )
 
@@ -65,13 +65,17 @@ type Request struct {
 	Detach bool
 	// KeepStdinOpen leaves stdin open for send_input; otherwise it is closed at start.
 	KeepStdinOpen bool
-	Timeout       time.Duration
-	MemoryBytes   int64
-	NanoCPUs      int64
-	Pids          int64
-	OpenFiles     int64
-	FileSizeBytes int64
-	TmpBytes      int64
-	WorkdirBytes  int64
-	Network       string
+	// Limits are the policy's limits as resolved for this request.
+	Limits  policy.Resolved
+	Network string
+}
+
+// SandboxLimits turns resolved policy limits into a sandbox's hard ceilings;
+// logBytes caps the engine's own log of the container.
+func SandboxLimits(r policy.Resolved, logBytes int64) sandbox.Limits {
+	return sandbox.Limits{
+		MemoryBytes: r.MemoryBytes, NanoCPUs: r.NanoCPUs, Pids: r.Pids,
+		OpenFiles: r.OpenFiles, FileSizeBytes: r.FileSizeBytes,
+		TmpBytes: r.TmpBytes, WorkdirBytes: r.WorkdirBytes, LogBytes: logBytes,
+	}
 }

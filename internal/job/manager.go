@@ -108,8 +108,8 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 		Language: req.Language, Image: req.Image, Workspace: req.Workspace, Cwd: req.Cwd,
 		Env: envKeys(req.Env), StdinOpen: req.KeepStdinOpen, CreatedAt: now,
 		Limits: store.Limits{
-			TimeoutMS: req.Timeout.Milliseconds(), MemoryBytes: req.MemoryBytes,
-			NanoCPUs: req.NanoCPUs, Pids: req.Pids,
+			TimeoutMS: req.Limits.Timeout.Milliseconds(), MemoryBytes: req.Limits.MemoryBytes,
+			NanoCPUs: req.Limits.NanoCPUs, Pids: req.Limits.Pids,
 		},
 	}
 
@@ -213,12 +213,7 @@ func (m *Manager) start(j *liveJob) error {
 		JobID: j.id, Kind: j.req.Kind, Image: j.req.Image, Cmd: j.req.Cmd, Env: j.req.Env,
 		WorkDir: workdir, Network: j.req.Network, Runtime: m.pol.Runtime, EngineLog: m.pol.Output.EngineLog,
 		OpenStdin: j.req.KeepStdinOpen || j.req.Stdin != nil,
-		Limits: sandbox.Limits{
-			MemoryBytes: j.req.MemoryBytes, NanoCPUs: j.req.NanoCPUs, Pids: j.req.Pids,
-			OpenFiles: j.req.OpenFiles, FileSizeBytes: j.req.FileSizeBytes,
-			TmpBytes: j.req.TmpBytes, WorkdirBytes: j.req.WorkdirBytes,
-			LogBytes: m.pol.Output.MaxBytesPerJob,
-		},
+		Limits:    SandboxLimits(j.req.Limits, m.pol.Output.MaxBytesPerJob),
 	}
 	h, err := m.rt.Start(ctx, spec, j.capture)
 	if err != nil {
@@ -235,7 +230,7 @@ func (m *Manager) start(j *liveJob) error {
 	j.rec.Status = StatusRunning
 	j.rec.StartedAt = time.Now()
 	j.rec.ContainerID = h.ContainerID()
-	j.timer = time.AfterFunc(j.req.Timeout, func() { m.end(j, StatusTimedOut, ReasonTimeout) })
+	j.timer = time.AfterFunc(j.req.Limits.Timeout, func() { m.end(j, StatusTimedOut, ReasonTimeout) })
 	rec := j.rec
 	// Ended (killed, cancelled, shut down) while the sandbox was starting: end
 	// found no handle then, so the sandbox goes now. Deciding under j.mu means
@@ -448,16 +443,6 @@ func (m *Manager) Wait(ctx context.Context, id string, d time.Duration) (*Job, e
 	default:
 		return j.snapshot(), nil
 	}
-}
-
-// Done returns a channel closed when the job is finished (closed already if it is).
-func (m *Manager) Done(id string) <-chan struct{} {
-	if j := m.liveJob(id); j != nil {
-		return j.done
-	}
-	c := make(chan struct{})
-	close(c)
-	return c
 }
 
 // Kill signals a job and removes its sandbox after grace if it is still

@@ -43,7 +43,7 @@ func TestStatusMapping(t *testing.T) {
 			begin := time.Now()
 			j, err := e.m.Submit(context.Background(), e.req(tc.cmd, func(r *Request) {
 				if tc.timeout > 0 {
-					r.Timeout = tc.timeout
+					r.Limits.Timeout = tc.timeout
 				}
 			}))
 			if err != nil {
@@ -331,7 +331,7 @@ func TestRead(t *testing.T) {
 			t.Errorf("stderr tail 1: %q %v", r.Data, err)
 		}
 		// Small output is inlined whole.
-		data, omitted, err := e.m.Inline(ctx, j.ID, output.StdoutOnly, 1000)
+		data, omitted, err := e.inlineStdout(j.ID, 1000)
 		if err != nil || string(data) != "out1\nout2\n" || omitted != 0 {
 			t.Errorf("Inline small: %q omitted %d err %v", data, omitted, err)
 		}
@@ -381,7 +381,7 @@ func TestRead(t *testing.T) {
 			t.Fatalf("output: %d bytes, want %d", len(all), size)
 		}
 		const limit = 1000
-		data, omitted, err := e.m.Inline(ctx, j.ID, output.StdoutOnly, limit)
+		data, omitted, err := e.inlineStdout(j.ID, limit)
 		if err != nil {
 			t.Fatal(err)
 		}

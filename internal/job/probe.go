@@ -27,9 +27,7 @@ func (m *Manager) Probe(ctx context.Context, image, command string, timeout time
 	h, err := m.rt.Start(ctx, sandbox.Spec{
 		JobID: "probe-" + uuid.NewString(), Kind: KindProbe, Image: image, Cmd: []string{"bash", "-c", command},
 		WorkDir: "/workspace", Network: policy.NetworkNone, Runtime: m.pol.Runtime, EngineLog: policy.EngineLogNone,
-		Limits: sandbox.Limits{MemoryBytes: limits.MemoryBytes, NanoCPUs: limits.NanoCPUs, Pids: limits.Pids,
-			OpenFiles: limits.OpenFiles, FileSizeBytes: limits.FileSizeBytes, TmpBytes: limits.TmpBytes,
-			WorkdirBytes: limits.WorkdirBytes},
+		Limits: SandboxLimits(limits, 0),
 	}, out)
 	if err != nil {
 		return "", err

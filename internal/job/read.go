@@ -37,27 +37,100 @@ type ReadResult struct {
 	Job        *Job
 }
 
-// Read reads a job's output. It waits up to req.Wait for output to appear (or
-// for Until to match, or for the job to end), whichever comes first.
-func (m *Manager) Read(ctx context.Context, id string, req ReadRequest) (*ReadResult, error) {
-	j := m.liveJob(id)
-	done := m.Done(id)
-	capture, err := m.captureOf(ctx, id, j)
+// jobOutput is one job's output, resolved once per call: the live job, or a
+// finished job's stored record, with its capture.
+type jobOutput struct {
+	id      string
+	live    *liveJob
+	rec     *Job // finished jobs only
+	capture *output.Capture
+	done    <-chan struct{}
+}
+
+// outputOf resolves a job's output. A finished job's capture is opened
+// closed, for reading only.
+func (m *Manager) outputOf(ctx context.Context, id string) (*jobOutput, error) {
+	if j := m.liveJob(id); j != nil {
+		return &jobOutput{id: id, live: j, capture: j.capture, done: j.done}, nil
+	}
+	rec, err := m.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	c, err := output.Open(m.jobDir(id), m.pol.Output.MaxBytesPerJob, 0)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.Close()
+	done := make(chan struct{})
+	close(done)
+	return &jobOutput{id: id, rec: rec, capture: c, done: done}, nil
+}
 
+// record is the job's record as of now.
+func (o *jobOutput) record() *Job {
+	if o.live != nil {
+		return o.live.snapshot()
+	}
+	return o.rec
+}
+
+// readCursor is where "new since last read" of a stream continues.
+func (o *jobOutput) readCursor(sel output.Selector) int64 {
+	if o.live != nil {
+		o.live.mu.Lock()
+		defer o.live.mu.Unlock()
+		return o.live.readCursors[sel]
+	}
+	return readCursorsOf(o.rec)[sel]
+}
+
+// advanceReadCursor moves "new since last read" of a stream forward to next:
+// in memory for a live job (stored when it finishes), in the store otherwise.
+func (m *Manager) advanceReadCursor(o *jobOutput, sel output.Selector, next int64) {
+	if o.live != nil {
+		o.live.mu.Lock()
+		if next > o.live.readCursors[sel] {
+			o.live.readCursors[sel] = next
+		}
+		o.live.mu.Unlock()
+		return
+	}
+	c := readCursorsOf(o.rec)
+	if next <= c[sel] {
+		return
+	}
+	c[sel] = next
+	o.rec.ReadCursor, o.rec.StdoutReadCursor, o.rec.StderrReadCursor = c[output.Both], c[output.StdoutOnly], c[output.StderrOnly]
+	if err := m.st.SetReadCursors(context.Background(), o.id, c[output.Both], c[output.StdoutOnly], c[output.StderrOnly]); err != nil {
+		m.log.Warn().Err(err).Str("job", o.id).Msg("store read cursor")
+	}
+}
+
+// readCursorsOf are a stored job's "new since last read" cursors, by selector.
+func readCursorsOf(rec *Job) [3]int64 {
+	var c [3]int64
+	c[output.Both], c[output.StdoutOnly], c[output.StderrOnly] = rec.ReadCursor, rec.StdoutReadCursor, rec.StderrReadCursor
+	return c
+}
+
+// Read reads a job's output. It waits up to req.Wait for output to appear (or
+// for Until to match, or for the job to end), whichever comes first.
+func (m *Manager) Read(ctx context.Context, id string, req ReadRequest) (*ReadResult, error) {
+	o, err := m.outputOf(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	capture := o.capture
 	if req.TailLines > 0 {
 		data, start, err := capture.Tail(req.Stream, req.TailLines, req.MaxBytes)
 		if err != nil {
 			return nil, err
 		}
-		next := start + int64(len(data))
-		m.setReadCursor(j, req.Stream, next)
-		return m.readResult(ctx, id, capture, req, data, start, next, false)
+		return m.readResult(o, req, data, start, start+int64(len(data)), false), nil
 	}
 
-	start := m.readCursor(ctx, j, id, req.Stream)
+	start := o.readCursor(req.Stream)
 	if req.Cursor != nil {
 		start = *req.Cursor
 	}
@@ -73,22 +146,15 @@ func (m *Manager) Read(ctx context.Context, id string, req ReadRequest) (*ReadRe
 		if err != nil {
 			return nil, err
 		}
-		matched := false
-		if req.Until != nil {
-			text := data
-			if req.StripANSI {
-				text = output.StripANSI(data)
-			}
-			matched = req.Until.Match(text)
-		}
-		finished := isClosed(done) || capture.Closed()
+		matched := req.matches(data)
+		finished := isClosed(o.done) || capture.Closed()
 		full := len(data) >= req.MaxBytes
 		ready := matched || full || finished || (req.Until == nil && len(data) > 0)
 		if !ready && req.Wait > 0 {
 			select {
 			case <-changed:
 				continue
-			case <-done:
+			case <-o.done:
 				continue
 			case <-deadline:
 			case <-ctx.Done():
@@ -98,31 +164,30 @@ func (m *Manager) Read(ctx context.Context, id string, req ReadRequest) (*ReadRe
 			if err != nil {
 				return nil, err
 			}
-			if req.Until != nil {
-				text := data
-				if req.StripANSI {
-					text = output.StripANSI(data)
-				}
-				matched = req.Until.Match(text)
-			}
+			matched = req.matches(data)
 		}
-		if !req.Peek {
-			m.setReadCursor(j, req.Stream, next)
-		}
-		if j == nil && !req.Peek {
-			m.storeReadCursor(id, req.Stream, next)
-		}
-		return m.readResult(ctx, id, capture, req, data, start, next, matched)
+		return m.readResult(o, req, data, start, next, matched), nil
 	}
 }
 
-func (m *Manager) readResult(ctx context.Context, id string, c *output.Capture, req ReadRequest, data []byte, start, next int64, matched bool) (*ReadResult, error) {
-	rec, err := m.Get(ctx, id)
-	if err != nil {
-		return nil, err
+// matches says whether data (as the caller will see it) matches Until.
+func (req ReadRequest) matches(data []byte) bool {
+	if req.Until == nil {
+		return false
 	}
-	sz := c.Sizes()
-	size := c.Size(req.Stream)
+	if req.StripANSI {
+		data = output.StripANSI(data)
+	}
+	return req.Until.Match(data)
+}
+
+// readResult counts what was read as read (unless peeking) and presents it.
+func (m *Manager) readResult(o *jobOutput, req ReadRequest, data []byte, start, next int64, matched bool) *ReadResult {
+	if !req.Peek {
+		m.advanceReadCursor(o, req.Stream, next)
+	}
+	rec := o.record()
+	sz := o.capture.Sizes()
 	var dropped int64
 	switch req.Stream {
 	case output.StdoutOnly:
@@ -133,62 +198,15 @@ func (m *Manager) readResult(ctx context.Context, id string, c *output.Capture, 
 		dropped = sz.DroppedCombined
 	}
 	if Finished(rec.Status) && dropped == 0 && req.Stream == output.Both {
-		dropped = rec.DroppedBytes
+		dropped = rec.DroppedBytes // not kept by a capture reopened after the job ended
 	}
 	if req.StripANSI {
 		data = output.StripANSI(data)
 	}
 	return &ReadResult{
-		Data: data, Start: start, NextCursor: next, HasMore: next < size,
+		Data: data, Start: start, NextCursor: next, HasMore: next < o.capture.Size(req.Stream),
 		Dropped: dropped, Matched: matched, Job: rec,
-	}, nil
-}
-
-func (m *Manager) readCursor(ctx context.Context, j *liveJob, id string, sel output.Selector) int64 {
-	if j != nil {
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		return j.readCursors[sel]
 	}
-	if rec, err := m.st.GetJob(ctx, id); err == nil {
-		return readCursorsOf(rec)[sel]
-	}
-	return 0
-}
-
-// readCursorsOf are a stored job's "new since last read" cursors, by selector.
-func readCursorsOf(rec *Job) [3]int64 {
-	var c [3]int64
-	c[output.Both], c[output.StdoutOnly], c[output.StderrOnly] = rec.ReadCursor, rec.StdoutReadCursor, rec.StderrReadCursor
-	return c
-}
-
-// storeReadCursor moves a finished job's stored cursor of one stream forward.
-func (m *Manager) storeReadCursor(id string, sel output.Selector, next int64) {
-	ctx := context.Background()
-	rec, err := m.st.GetJob(ctx, id)
-	if err != nil {
-		return
-	}
-	c := readCursorsOf(rec)
-	if next <= c[sel] {
-		return
-	}
-	c[sel] = next
-	if err := m.st.SetReadCursors(ctx, id, c[output.Both], c[output.StdoutOnly], c[output.StderrOnly]); err != nil {
-		m.log.Warn().Err(err).Str("job", id).Msg("store read cursor")
-	}
-}
-
-func (m *Manager) setReadCursor(j *liveJob, sel output.Selector, next int64) {
-	if j == nil {
-		return
-	}
-	j.mu.Lock()
-	if next > j.readCursors[sel] {
-		j.readCursors[sel] = next
-	}
-	j.mu.Unlock()
 }
 
 func isClosed(c <-chan struct{}) bool {
@@ -200,31 +218,37 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// captureOf returns a job's output: the live capture, or the stored one of a
-// finished job (opened closed, for reading only).
-func (m *Manager) captureOf(ctx context.Context, id string, j *liveJob) (*output.Capture, error) {
-	if j != nil {
-		return j.capture, nil
-	}
-	if _, err := m.Get(ctx, id); err != nil {
-		return nil, err
-	}
-	c, err := output.Open(m.jobDir(id), m.pol.Output.MaxBytesPerJob, 0)
-	if err != nil {
-		return nil, err
-	}
-	_ = c.Close()
-	return c, nil
+// Inline is a job's output as a call's result carries it.
+type Inline struct {
+	Stdout, Stderr               []byte
+	StdoutOmitted, StderrOmitted int64
+	// Cursor is the size of the combined stream, taken before the streams were
+	// read: output that arrives meanwhile is left for the next read.
+	Cursor int64
 }
 
-// Inline returns one stream's output for a call's result: all of it when it
-// fits in limit bytes, else its head and tail around a marker that states how
-// many bytes were left out (they stay readable by cursor).
-func (m *Manager) Inline(ctx context.Context, id string, sel output.Selector, limit int) (data []byte, omitted int64, err error) {
-	c, err := m.captureOf(ctx, id, m.liveJob(id))
+// InlineOutput returns both streams of a job's output, each whole when it fits
+// in limit bytes, else its head and tail around a marker that states how many
+// bytes were left out (they stay readable by cursor). What it returns counts
+// as read: "new since last read" continues at Cursor.
+func (m *Manager) InlineOutput(ctx context.Context, id string, limit int) (*Inline, error) {
+	o, err := m.outputOf(ctx, id)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
+	in := &Inline{Cursor: o.capture.Size(output.Both)}
+	if in.Stdout, in.StdoutOmitted, err = headTail(o.capture, output.StdoutOnly, limit); err != nil {
+		return nil, err
+	}
+	if in.Stderr, in.StderrOmitted, err = headTail(o.capture, output.StderrOnly, limit); err != nil {
+		return nil, err
+	}
+	m.advanceReadCursor(o, output.Both, in.Cursor)
+	return in, nil
+}
+
+// headTail reads one stream whole, or its head and tail around an omission marker.
+func headTail(c *output.Capture, sel output.Selector, limit int) (data []byte, omitted int64, err error) {
 	size := c.Size(sel)
 	if size <= int64(limit) {
 		data, _, err = c.Read(sel, 0, limit)
@@ -245,26 +269,21 @@ func (m *Manager) Inline(ctx context.Context, id string, sel output.Selector, li
 	return data, omitted, nil
 }
 
-// MarkRead moves a job's "new since last read" cursor forward to next.
-func (m *Manager) MarkRead(id string, sel output.Selector, next int64) {
-	m.setReadCursor(m.liveJob(id), sel, next)
-}
-
 // Tail returns the last lines of a job's combined output, at most maxBytes.
 func (m *Manager) Tail(ctx context.Context, id string, lines, maxBytes int) ([]byte, error) {
-	c, err := m.captureOf(ctx, id, m.liveJob(id))
+	o, err := m.outputOf(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	data, _, err := c.Tail(output.Both, lines, maxBytes)
+	data, _, err := o.capture.Tail(output.Both, lines, maxBytes)
 	return data, err
 }
 
 // Size is how many bytes of a stream are stored.
 func (m *Manager) Size(ctx context.Context, id string, sel output.Selector) (int64, error) {
-	c, err := m.captureOf(ctx, id, m.liveJob(id))
+	o, err := m.outputOf(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	return c.Size(sel), nil
+	return o.capture.Size(sel), nil
 }

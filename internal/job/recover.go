@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
@@ -27,16 +28,13 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	adopted := map[string]bool{}
 	for _, rec := range pending {
 		if m.liveJob(rec.ID) != nil {
-			adopted[rec.ID] = true // started by this process
-			continue
+			continue // started by this process
 		}
 		c, ok := byJob[rec.ID]
 		if rec.Status == StatusRunning && ok {
 			if err := m.adopt(ctx, rec, c); err == nil {
-				adopted[rec.ID] = true
 				continue
 			} else {
 				m.log.Warn().Err(err).Str("job", rec.ID).Msg("could not adopt job's container")
@@ -52,14 +50,8 @@ func (m *Manager) Recover(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, c := range containers {
-		if !adopted[c.JobID] && c.Kind != KindProbe {
-			m.log.Info().Str("container", c.ID[:12]).Str("job", c.JobID).Msg("removing orphaned sandbox")
-			if err := m.rt.Remove(ctx, c.ID); err != nil {
-				m.log.Warn().Err(err).Str("container", c.ID).Msg("remove orphan")
-			}
-		}
-	}
+	// Adopted jobs are live now: every other sandbox of this instance is an orphan.
+	m.removeOrphans(ctx, containers)
 	m.mu.Lock()
 	m.recovered = true
 	m.mu.Unlock()
@@ -75,7 +67,7 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 	j := &liveJob{id: rec.ID, capture: capture, done: make(chan struct{}), started: make(chan struct{}), rec: *rec, hasSlot: true}
 	close(j.started)
 	j.req = Request{Kind: rec.Kind, Command: rec.Command, Language: rec.Language, Image: rec.Image,
-		Workspace: rec.Workspace, Cwd: rec.Cwd, Timeout: time.Duration(rec.Limits.TimeoutMS) * time.Millisecond}
+		Workspace: rec.Workspace, Cwd: rec.Cwd, Limits: policy.Resolved{Timeout: time.Duration(rec.Limits.TimeoutMS) * time.Millisecond}}
 	j.readCursors = readCursorsOf(rec)
 	// Stdin does not survive a restart: the engine closed it when our attach dropped.
 	j.rec.StdinOpen = false
@@ -93,7 +85,7 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 		// Crashed between the sandbox's start and storing it: the timeout counts from now.
 		j.rec.StartedAt = time.Now()
 	}
-	remaining := time.Until(j.rec.StartedAt.Add(j.req.Timeout))
+	remaining := time.Until(j.rec.StartedAt.Add(j.req.Limits.Timeout))
 	if remaining < 0 {
 		remaining = 0
 	}
@@ -130,9 +122,9 @@ func (m *Manager) RunCleanup() {
 			if err := m.Recover(ctx); err != nil {
 				m.log.Debug().Err(err).Msg("restart recovery still waiting for the engine")
 			}
-		}
-		if recovered {
-			m.sweepOrphans(ctx)
+		} else if containers, err := m.rt.List(ctx); err == nil {
+			// Containers whose end the server missed while the engine was down.
+			m.removeOrphans(ctx, containers)
 		}
 		if ids, _, err := m.Prune(ctx, retention, nil); err != nil {
 			m.log.Warn().Err(err).Msg("prune")
@@ -143,18 +135,14 @@ func (m *Manager) RunCleanup() {
 	}
 }
 
-// sweepOrphans removes this instance's sandboxes that belong to no live job,
-// e.g. containers whose end the server missed while the engine was down.
-func (m *Manager) sweepOrphans(ctx context.Context) {
-	containers, err := m.rt.List(ctx)
-	if err != nil {
-		return
-	}
+// removeOrphans removes those of this instance's sandboxes that belong to no
+// live job (probes excepted: they are not jobs).
+func (m *Manager) removeOrphans(ctx context.Context, containers []sandbox.Container) {
 	for _, c := range containers {
 		if c.Kind == KindProbe || m.liveJob(c.JobID) != nil {
 			continue
 		}
-		m.log.Info().Str("container", c.ID[:12]).Str("job", c.JobID).Msg("removing orphaned sandbox")
+		m.log.Info().Str("container", shortID(c.ID)).Str("job", c.JobID).Msg("removing orphaned sandbox")
 		if err := m.rt.Remove(ctx, c.ID); err != nil {
 			m.log.Warn().Err(err).Str("container", c.ID).Msg("remove orphan")
 		}

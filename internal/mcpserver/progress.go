@@ -36,7 +36,11 @@ func newProgressWriter(out io.Writer) *progressWriter {
 	return w
 }
 
-func tokenKey(token mcp.ProgressToken) string { return fmt.Sprintf("%T:%v", token, token) }
+// tokenKey is a token as a map key; JSON numbers of any Go type compare equal.
+func tokenKey(token mcp.ProgressToken) string {
+	t := normalize(token)
+	return fmt.Sprintf("%T:%v", t, t)
+}
 
 var progressMethod = []byte(`"method":"notifications/progress"`)
 
@@ -50,12 +54,8 @@ func (w *progressWriter) Write(p []byte) (int, error) {
 			} `json:"params"`
 		}
 		if json.Unmarshal(p, &msg) == nil && msg.Params.ProgressToken != nil {
-			token := msg.Params.ProgressToken
-			if f, ok := token.(float64); ok && f == float64(int64(f)) {
-				token = int64(f)
-			}
 			w.mu.Lock()
-			w.written[tokenKey(normalize(token))]++
+			w.written[tokenKey(msg.Params.ProgressToken)]++
 			w.cond.Broadcast()
 			w.mu.Unlock()
 		}
@@ -89,7 +89,7 @@ type notifier struct {
 }
 
 func (n *notifier) Progress(ctx context.Context, token mcp.ProgressToken, progress float64, message string) bool {
-	key := tokenKey(normalize(token))
+	key := tokenKey(token)
 	err := n.srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), map[string]any{
 		"progressToken": token, "progress": progress, "message": message,
 	})
@@ -108,7 +108,7 @@ func (n *notifier) Flush(ctx context.Context, token mcp.ProgressToken) {
 	if n.w == nil {
 		return
 	}
-	key := tokenKey(normalize(token))
+	key := tokenKey(token)
 	deadline := time.Now().Add(flushTimeout)
 	timer := time.AfterFunc(flushTimeout, func() {
 		n.w.mu.Lock()

@@ -39,9 +39,9 @@ var Toolsets = []string{tools.ToolsetExec, tools.ToolsetJobs, tools.ToolsetInfo}
 
 // Server is a configured MCP server.
 type Server struct {
-	mcp    *server.MCPServer
-	deps   tools.Deps
-	writer *progressWriter
+	mcp      *server.MCPServer
+	deps     tools.Deps
+	notifier *notifier
 }
 
 // New builds the server with the tools of the enabled toolsets (all when empty).
@@ -65,9 +65,8 @@ func New(deps tools.Deps, toolsets []string) (*Server, error) {
 		server.WithInstructions("sandboxer runs commands in hardened, disposable Docker sandboxes. "+
 			"Use run_command; long commands return a job_id with the output so far — continue with read_output, get_job, send_input or kill_job."),
 	)
-	s := &Server{mcp: srv}
-	n := &notifier{srv: srv}
-	deps.Notifier = n
+	s := &Server{mcp: srv, notifier: &notifier{srv: srv}}
+	deps.Notifier = s.notifier
 	s.deps = deps
 	for _, t := range tools.All(deps) {
 		if len(enabled) > 0 && !enabled[t.Toolset] {
@@ -85,13 +84,13 @@ func (s *Server) MCP() *server.MCPServer { return s.mcp }
 // ServeStdio serves one client over stdin/stdout until stdin ends or ctx is
 // cancelled. Nothing but MCP messages is ever written to stdout.
 func (s *Server) ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writer, errLog *log.Logger) error {
-	s.writer = newProgressWriter(stdout)
-	s.deps.Notifier.(*notifier).w = s.writer
+	// Progress notifications are counted as they reach stdout (see progressWriter).
+	s.notifier.w = newProgressWriter(stdout)
 	stdio := server.NewStdioServer(s.mcp)
 	server.WithWorkerPoolSize(workerPoolSize)(stdio)
 	server.WithQueueSize(256)(stdio)
 	server.WithErrorLogger(errLog)(stdio)
-	err := stdio.Listen(ctx, newLineLimiter(stdin, maxMessageBytes), s.writer)
+	err := stdio.Listen(ctx, newLineLimiter(stdin, maxMessageBytes), s.notifier.w)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil
 	}

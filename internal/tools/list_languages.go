@@ -68,9 +68,10 @@ func ListLanguages(d Deps) Tool {
 		}
 		res := ListLanguagesResult{Default: "bash", Engine: "ok"}
 		var b strings.Builder
-		engineOK := d.Runtime.Ping(ctx) == nil
+		pingErr := d.Runtime.Ping(ctx)
+		engineOK := pingErr == nil
 		if !engineOK {
-			res.Engine = d.Runtime.Ping(ctx).Error()
+			res.Engine = pingErr.Error()
 		}
 		for _, l := range d.Languages.All() {
 			_, image, _ := d.Languages.Lookup(l.Name)

@@ -1,13 +1,11 @@
 package tools
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/job"
-	"github.com/sandboxer/sandboxer/internal/output"
 )
 
 // JobRecord is a job as get_job and the job:// resource show it.
@@ -91,20 +89,4 @@ func statusLine(rec *job.Job) string {
 		fmt.Fprintf(&b, ": %s", rec.Error)
 	}
 	return b.String()
-}
-
-// inlineStream is one stream of a job's output, capped for a call's result.
-type inlineStream struct {
-	text    string
-	omitted int64
-	lossy   bool
-}
-
-func (d Deps) inline(ctx context.Context, id string, sel output.Selector) (inlineStream, error) {
-	data, omitted, err := d.Jobs.Inline(ctx, id, sel, int(d.Policy.Output.InlineBytes))
-	if err != nil {
-		return inlineStream{}, err
-	}
-	text, lossy := output.ToText(output.StripANSI(data))
-	return inlineStream{text: text, omitted: omitted, lossy: lossy}, nil
 }

@@ -172,8 +172,7 @@ func (d Deps) commandRequest(args RunCommandArgs) (job.Request, time.Duration, *
 		Kind: job.KindCommand, Command: args.Command, Cmd: []string{"bash", "-c", args.Command},
 		Language: language.Name, Image: image, Cwd: cwd, Env: env,
 		Stdin: stdin, KeepStdinOpen: keepOpen,
-		Timeout: limits.Timeout, MemoryBytes: limits.MemoryBytes, NanoCPUs: limits.NanoCPUs, Pids: limits.Pids,
-		OpenFiles: limits.OpenFiles, FileSizeBytes: limits.FileSizeBytes, TmpBytes: limits.TmpBytes, WorkdirBytes: limits.WorkdirBytes,
+		Limits:  limits,
 		Network: d.Policy.Network,
 	}, wait, nil
 }
@@ -185,36 +184,33 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 		JobID: rec.ID, Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode, Error: rec.Error,
 		Dropped: rec.DroppedBytes, DurationMS: durationOf(rec),
 	}
-	// The cursor is taken before the inline output is read, so output that
-	// arrives meanwhile is left for the next read rather than skipped.
-	if size, err := d.Jobs.Size(ctx, rec.ID, output.Both); err == nil {
-		res.NextCursor = size
+	// What is returned counts as read: read_output continues after it.
+	in, err := d.Jobs.InlineOutput(ctx, rec.ID, int(d.Policy.Output.InlineBytes))
+	if err != nil {
+		return res, "", err
 	}
+	res.NextCursor = in.Cursor
 	var b strings.Builder
 	b.WriteString(statusLine(rec))
 	streams := []struct {
-		sel  output.Selector
-		name string
-		dst  *string
-	}{{output.StdoutOnly, "stdout", &res.Stdout}, {output.StderrOnly, "stderr", &res.Stderr}}
+		name    string
+		data    []byte
+		omitted int64
+		dst     *string
+	}{{"stdout", in.Stdout, in.StdoutOmitted, &res.Stdout}, {"stderr", in.Stderr, in.StderrOmitted, &res.Stderr}}
 	for _, s := range streams {
 		if which != "" && which != "both" && which != s.name {
 			continue
 		}
-		in, err := d.inline(ctx, rec.ID, s.sel)
-		if err != nil {
-			return res, "", err
-		}
-		*s.dst = in.text
-		res.Omitted += in.omitted
-		res.Truncated = res.Truncated || in.omitted > 0
-		res.Lossy = res.Lossy || in.lossy
-		if in.text != "" {
-			fmt.Fprintf(&b, "\n--- %s ---\n%s", s.name, in.text)
+		text, lossy := output.ToText(output.StripANSI(s.data))
+		*s.dst = text
+		res.Omitted += s.omitted
+		res.Truncated = res.Truncated || s.omitted > 0
+		res.Lossy = res.Lossy || lossy
+		if text != "" {
+			fmt.Fprintf(&b, "\n--- %s ---\n%s", s.name, text)
 		}
 	}
-	// What was returned counts as read: read_output continues after it.
-	d.Jobs.MarkRead(rec.ID, output.Both, res.NextCursor)
 	if !job.Finished(rec.Status) {
 		fmt.Fprintf(&b, "\n(still %s: read_output, get_job or kill_job with job_id %s)", rec.Status, rec.ID)
 	}

@@ -32,10 +32,7 @@ func TestDoctor(t *testing.T) {
 
 // A bad policy stops the server at start with an error naming the key.
 func TestBadPolicyStopsServerAtStart(t *testing.T) {
-	pol := t.TempDir() + "/policy.yaml"
-	if err := os.WriteFile(pol, []byte("limits:\n  memory_mb:\n    default: 8192\n    max: 4096\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pol := writePolicy(t, "limits:\n  memory_mb:\n    default: 8192\n    max: 4096\n")
 	out, err := exec.Command(binPath, "serve", "--state-dir", t.TempDir(), "--policy", pol).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "limits.memory_mb") {
 		t.Fatalf("bad policy: err %v, output:\n%s", err, out)

@@ -125,6 +125,22 @@ type notifications struct {
 	progress []mcp.JSONRPCNotification
 }
 
+// writePolicy writes a policy file for a test and returns its path.
+func writePolicy(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// policyEnv is the environment that points a server at a policy with yaml in it.
+func policyEnv(t *testing.T, yaml string) string {
+	t.Helper()
+	return "SANDBOXER_POLICY=" + writePolicy(t, yaml)
+}
+
 // startServer starts the binary with a fresh state dir (or the given one).
 func startServer(t *testing.T, env ...string) *server {
 	t.Helper()

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -101,18 +100,14 @@ func TestJobsEndedDuringOutage(t *testing.T) {
 // running job is still adopted after a crash: its end and exit code are
 // recorded and output printed after the restart is captured.
 func TestJobsRecoverWithoutEngineLog(t *testing.T) {
-	dir := t.TempDir()
-	pol := dir + "/policy.yaml"
-	if err := os.WriteFile(pol, []byte("output:\n  engine_log: none\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startServer(t, "SANDBOXER_POLICY="+pol)
+	env := policyEnv(t, "output:\n  engine_log: none\n")
+	s := startServer(t, env)
 	r := s.ok("run_command", map[string]any{"command": "for i in $(seq 1 10); do echo line$i; sleep 1; done; exit 4", "background": true})
 	id := str(r, "job_id")
 	s.ok("read_output", map[string]any{"job_id": id, "until": "line2", "wait_s": 20})
 	s.kill9()
 	time.Sleep(2 * time.Second)
-	again := startServerIn(t, s.stateDir, "SANDBOXER_POLICY="+pol)
+	again := startServerIn(t, s.stateDir, env)
 	rec := again.ok("get_job", map[string]any{"job_id": id, "wait_s": 30})
 	if str(rec, "status") != "failed" || str(rec, "reason") != "exit_code" || num(t, rec, "exit_code") != 4 {
 		t.Fatalf("want failed/exit_code 4, got %v", rec)

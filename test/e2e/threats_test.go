@@ -152,12 +152,7 @@ func TestThreatsTimeoutReachesEveryProcess(t *testing.T) {
 
 // THREATS 18: past the concurrency limit and the queue, jobs are refused clearly.
 func TestThreatsQueueCapRefuses(t *testing.T) {
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(pol, []byte("jobs:\n  max_concurrent: 1\n  max_queued: 2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startServer(t, "SANDBOXER_POLICY="+pol)
+	s := startServer(t, policyEnv(t, "jobs:\n  max_concurrent: 1\n  max_queued: 2\n"))
 	for i := 0; i < 3; i++ {
 		s.ok("run_command", map[string]any{"command": "sleep 20", "background": true})
 	}
@@ -169,12 +164,7 @@ func TestThreatsQueueCapRefuses(t *testing.T) {
 
 // THREATS 17: the file size limit is reported as SIGXFSZ.
 func TestThreatsFileSizeLimit(t *testing.T) {
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(pol, []byte("limits:\n  file_size_mb: 1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startServer(t, "SANDBOXER_POLICY="+pol)
+	s := startServer(t, policyEnv(t, "limits:\n  file_size_mb: 1\n"))
 	r := s.ok("run_command", map[string]any{"command": "ulimit -n; head -c 2000000 /dev/zero > /tmp/big"})
 	if str(r, "stdout") != "1024\n" {
 		t.Errorf("open files limit: %q", str(r, "stdout"))
@@ -207,12 +197,7 @@ func TestThreatsCorruptDatabase(t *testing.T) {
 
 // THREATS 39: a missing image gives a message naming the build command.
 func TestThreatsImageMissing(t *testing.T) {
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(pol, []byte("languages:\n  python:\n    image: sandboxer/not-built:1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startServer(t, "SANDBOXER_POLICY="+pol)
+	s := startServer(t, policyEnv(t, "languages:\n  python:\n    image: sandboxer/not-built:1\n"))
 	for _, bg := range []bool{false, true} {
 		msg := s.toolErr("run_command", map[string]any{"command": "true", "language": "python", "background": bg})
 		if !strings.Contains(msg, "sandboxer/not-built:1") || !strings.Contains(msg, "make images") {
