@@ -1,8 +1,10 @@
 package job
 
 import (
+	"bytes"
 	"context"
 	"regexp"
+	"unicode/utf8"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/output"
@@ -142,7 +144,7 @@ func (m *Manager) Read(ctx context.Context, id string, req ReadRequest) (*ReadRe
 	}
 	for {
 		changed := capture.Changed()
-		data, next, err := capture.Read(req.Stream, start, req.MaxBytes)
+		data, next, err := m.readPage(capture, req, start)
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +162,7 @@ func (m *Manager) Read(ctx context.Context, id string, req ReadRequest) (*ReadRe
 			case <-ctx.Done():
 			}
 			// One last read so nothing that arrived meanwhile is missed.
-			data, next, err = capture.Read(req.Stream, start, req.MaxBytes)
+			data, next, err = m.readPage(capture, req, start)
 			if err != nil {
 				return nil, err
 			}
@@ -168,6 +170,21 @@ func (m *Manager) Read(ctx context.Context, id string, req ReadRequest) (*ReadRe
 		}
 		return m.readResult(o, req, data, start, next, matched), nil
 	}
+}
+
+// readPage reads one page from start. It ends on a character boundary (and,
+// when escapes are stripped, outside an escape sequence), so paging from 0
+// returns exactly the bytes written, none broken; a cursor past the end stays
+// where the caller put it rather than moving back.
+func (m *Manager) readPage(c *output.Capture, req ReadRequest, start int64) ([]byte, int64, error) {
+	data, next, err := c.Read(req.Stream, start, req.MaxBytes)
+	if err != nil {
+		return nil, start, err
+	}
+	if n := output.PageEnd(data, req.StripANSI); n < len(data) {
+		data, next = data[:n], next-int64(len(data)-n)
+	}
+	return data, max(next, start), nil
 }
 
 // matches says whether data (as the caller will see it) matches Until.
@@ -220,12 +237,20 @@ func isClosed(c <-chan struct{}) bool {
 
 // Inline is a job's output as a call's result carries it.
 type Inline struct {
-	Stdout, Stderr               []byte
-	StdoutOmitted, StderrOmitted int64
+	Stdout, Stderr []byte
+	// StdoutOmitted and StderrOmitted are the byte ranges of each stream left
+	// out between head and tail (empty when the stream is whole).
+	StdoutOmitted, StderrOmitted Range
 	// Cursor is the size of the combined stream, taken before the streams were
 	// read: output that arrives meanwhile is left for the next read.
 	Cursor int64
 }
+
+// Range is a byte range [Start, End) of one stream.
+type Range struct{ Start, End int64 }
+
+// Len is the range's size in bytes.
+func (r Range) Len() int64 { return r.End - r.Start }
 
 // InlineOutput returns both streams of a job's output, each whole when it fits
 // in limit bytes, else its head and tail around a marker that states how many
@@ -247,25 +272,43 @@ func (m *Manager) InlineOutput(ctx context.Context, id string, limit int) (*Inli
 	return in, nil
 }
 
-// headTail reads one stream whole, or its head and tail around an omission marker.
-func headTail(c *output.Capture, sel output.Selector, limit int) (data []byte, omitted int64, err error) {
+// lineSnap is how far a head or tail may be shortened to end (or start) at a
+// line boundary, as a fraction of its size.
+const lineSnap = 8
+
+// headTail reads one stream whole, or its head and tail around an omission
+// marker. Head and tail break at a line boundary when one is near; the range
+// left out is returned exactly, so a cursor read of it gives what is missing.
+func headTail(c *output.Capture, sel output.Selector, limit int) (data []byte, omitted Range, err error) {
 	size := c.Size(sel)
 	if size <= int64(limit) {
 		data, _, err = c.Read(sel, 0, limit)
-		return data, 0, err
+		return data, Range{}, err
 	}
 	half := int64(limit / 2)
 	head, _, err := c.Read(sel, 0, int(half))
 	if err != nil {
-		return nil, 0, err
+		return nil, Range{}, err
 	}
 	tail, _, err := c.Read(sel, size-half, int(half))
 	if err != nil {
-		return nil, 0, err
+		return nil, Range{}, err
 	}
-	head, tail = output.TrimRunes(head), output.TrimRunes(tail)
-	omitted = size - int64(len(head)) - int64(len(tail))
-	data = append(append(append(make([]byte, 0, limit+64), head...), output.OmittedMarker(omitted)...), tail...)
+	snap := int(half / lineSnap)
+	if i := bytes.LastIndexByte(head, '\n'); i >= 0 && len(head)-(i+1) <= snap {
+		head = head[:i+1]
+	} else {
+		head = head[:output.PageEnd(head, false)]
+	}
+	if i := bytes.IndexByte(tail, '\n'); i >= 0 && i+1 <= snap && i+1 < len(tail) {
+		tail = tail[i+1:]
+	} else {
+		for k := 0; k < 3 && len(tail) > 0 && !utf8.RuneStart(tail[0]); k++ {
+			tail = tail[1:]
+		}
+	}
+	omitted = Range{Start: int64(len(head)), End: size - int64(len(tail))}
+	data = append(append(append(make([]byte, 0, limit+64), head...), output.OmittedMarker(omitted.Len())...), tail...)
 	return data, omitted, nil
 }
 

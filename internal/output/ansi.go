@@ -146,3 +146,70 @@ func skipString(b []byte, i int) int {
 	}
 	return i
 }
+
+// maxPendingEscape is how far back from the end of a page an unfinished
+// escape sequence is looked for; a longer "sequence" is taken as text.
+const maxPendingEscape = 4096
+
+// PageEnd is where a page of output read from a larger stream should end so
+// that it splits neither a UTF-8 character nor (with escapes) an escape
+// sequence: the rest then begins the next page, whole. It returns len(b) when
+// b ends cleanly, and never 0 for a non-empty b (a page always makes progress).
+func PageEnd(b []byte, escapes bool) int {
+	end := len(b)
+	// An incomplete (valid-prefix) UTF-8 sequence at the end.
+	for i := 1; i <= 3 && i <= end; i++ {
+		c := b[end-i]
+		if c < utf8.RuneSelf {
+			break
+		}
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[end-i : end]) {
+				end -= i
+			}
+			break
+		}
+	}
+	if escapes {
+		lo := max(0, end-maxPendingEscape)
+		for i := end - 1; i >= lo; i-- {
+			if b[i] == esc {
+				if !escapeComplete(b[:end], i) {
+					end = i
+				}
+				break
+			}
+			if b[i] == '\n' {
+				break // a newline ends any control string: nothing pending before it
+			}
+		}
+	}
+	if end == 0 {
+		return len(b)
+	}
+	return end
+}
+
+// escapeComplete says whether the escape sequence starting at b[i] == ESC is
+// finished within b.
+func escapeComplete(b []byte, i int) bool {
+	if i+1 >= len(b) {
+		return false
+	}
+	switch c := b[i+1]; {
+	case c == '[':
+		j := skipCSI(b, i+2)
+		return j < len(b) || (j > i+2 && b[j-1] >= 0x40 && b[j-1] <= 0x7e)
+	case c == ']' || c == 'P' || c == 'X' || c == '^' || c == '_':
+		j := skipString(b, i+2)
+		return j < len(b) || b[j-1] == 0x07 || (j >= 2 && b[j-2] == esc && b[j-1] == '\\')
+	case c >= 0x20 && c <= 0x2f:
+		j := i + 1
+		for j < len(b) && b[j] >= 0x20 && b[j] <= 0x2f {
+			j++
+		}
+		return j < len(b)
+	default:
+		return true
+	}
+}

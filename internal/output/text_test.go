@@ -127,3 +127,55 @@ func TestLastLine(t *testing.T) {
 		})
 	}
 }
+
+func TestPageEnd(t *testing.T) {
+	e := "é" // 2 bytes
+	cases := []struct {
+		name    string
+		in      string
+		escapes bool
+		want    int
+	}{
+		{"clean ascii", "abc", false, 3},
+		{"whole rune", "a" + e, false, 3},
+		{"half rune", "a" + e[:1], false, 1},
+		{"three of four", "a" + "😀"[:3], false, 1},
+		{"only a half rune makes progress", e[:1], false, 1},
+		{"invalid byte is not held back", "a\xff", false, 2},
+		{"complete csi", "a\x1b[31mb", true, 7},
+		{"csi without final", "a\x1b[31", true, 1},
+		{"lone esc", "ab\x1b", true, 2},
+		{"csi ends the page", "a\x1b[0m", true, 5},
+		{"osc unterminated", "a\x1b]0;title", true, 1},
+		{"osc terminated by bel", "a\x1b]0;t\x07", true, 7},
+		{"osc terminated by st", "a\x1b]0;t\x1b\\", true, 8},
+		{"escapes off keeps it", "a\x1b[31", false, 5},
+		{"newline after esc", "a\x1b]0;t\nb", true, 8},
+	}
+	for _, c := range cases {
+		if got := PageEnd([]byte(c.in), c.escapes); got != c.want {
+			t.Errorf("%s: PageEnd(%q) = %d, want %d", c.name, c.in, got, c.want)
+		}
+	}
+}
+
+// Paging any text with PageEnd loses and breaks nothing: joined pages equal
+// the input, and each page is valid UTF-8 without a partial escape.
+func TestPagingIsLossless(t *testing.T) {
+	in := []byte(strings.Repeat("é", 5000) + "\x1b[1;31mred\x1b[0m" + strings.Repeat("日本", 100))
+	for _, size := range []int{1, 2, 3, 5, 333, 4096} {
+		var joined []byte
+		for pos := 0; pos < len(in); {
+			page := in[pos:min(pos+size, len(in))]
+			n := PageEnd(page, true)
+			if size >= 4 && !utf8.Valid(page[:n]) {
+				t.Fatalf("size %d: page at %d is not valid UTF-8", size, pos)
+			}
+			joined = append(joined, page[:n]...)
+			pos += n
+		}
+		if string(joined) != string(in) {
+			t.Fatalf("size %d: joined pages differ", size)
+		}
+	}
+}

@@ -16,7 +16,8 @@ import (
 // find, adopt or remove what it made (and only what it made).
 const (
 	LabelManaged  = "dev.sandboxer.managed"  // always "true"
-	LabelInstance = "dev.sandboxer.instance" // which server (state directory) owns it
+	LabelInstance = "dev.sandboxer.instance" // which state directory it belongs to
+	LabelServer   = "dev.sandboxer.server"   // which server process made it (its serverlock identity)
 	LabelJobID    = "dev.sandboxer.job-id"
 	LabelKind     = "dev.sandboxer.kind" // job kind: command, script, session, doctor
 )
@@ -105,6 +106,7 @@ type Container struct {
 	JobID    string
 	Kind     string
 	Instance string
+	Server   string // the server process that made it ("" for containers of older servers)
 	Running  bool
 }
 

@@ -70,6 +70,13 @@ type Limits struct {
 	Pids        int64 `json:"pids"`
 }
 
+// Usage is what a job's process tree used.
+type Usage struct {
+	CPUMS           int64 `json:"cpu_ms"`
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	WallMS          int64 `json:"wall_ms"`
+}
+
 // Job is one persisted job record. Every field is stored.
 type Job struct {
 	ID          string   // uuid
@@ -87,6 +94,10 @@ type Job struct {
 	Limits      Limits   // stored as JSON
 	ContainerID string   //
 	StdinOpen   bool     //
+	// ServerID is the server process that runs the job (its serverlock
+	// identity); only that server writes the job while it lives.
+	ServerID string
+	Usage    Usage // stored as JSON
 
 	CreatedAt, StartedAt, EndedAt time.Time // zero = not set (stored as NULL, except CreatedAt)
 
@@ -166,11 +177,15 @@ var migrations = []string{
 	// 2: "new since last read" per stream, not only for the combined one.
 	`ALTER TABLE jobs ADD COLUMN stdout_read_cursor INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE jobs ADD COLUMN stderr_read_cursor INTEGER NOT NULL DEFAULT 0;`,
+	// 3: the server that runs a job (several servers share one database), and
+	// what a job used.
+	`ALTER TABLE jobs ADD COLUMN server_id TEXT NOT NULL DEFAULT '';
+	ALTER TABLE jobs ADD COLUMN usage TEXT NOT NULL DEFAULT '{}';`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build
 // creates and understands; it equals len(migrations).
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 func init() {
 	if len(migrations) != SchemaVersion {
@@ -180,7 +195,7 @@ func init() {
 
 const jobColumns = `id, kind, status, reason, exit_code, signal, command, language, image,
 	workspace, cwd, env, limits, container_id, stdin_open, created_at, started_at, ended_at,
-	stdout_bytes, stderr_bytes, dropped_bytes, read_cursor, error, stdout_read_cursor, stderr_read_cursor`
+	stdout_bytes, stderr_bytes, dropped_bytes, read_cursor, error, stdout_read_cursor, stderr_read_cursor, server_id, usage`
 
 // Open opens or creates the job database at path, creating the parent
 // directory (mode 0700) if needed.
@@ -518,6 +533,10 @@ func jobArgs(j *Job) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: encode limits: %w", err)
 	}
+	usage, err := json.Marshal(j.Usage)
+	if err != nil {
+		return nil, fmt.Errorf("store: encode usage: %w", err)
+	}
 	var exit any
 	if j.ExitCode != nil {
 		exit = int64(*j.ExitCode)
@@ -532,7 +551,7 @@ func jobArgs(j *Job) ([]any, error) {
 		j.Workspace, j.Cwd, string(env), string(lim), j.ContainerID, stdin, created,
 		timeToDB(j.StartedAt), timeToDB(j.EndedAt),
 		j.StdoutBytes, j.StderrBytes, j.DroppedBytes, j.ReadCursor, j.Error,
-		j.StdoutReadCursor, j.StderrReadCursor,
+		j.StdoutReadCursor, j.StderrReadCursor, j.ServerID, string(usage),
 	}, nil
 }
 
@@ -542,7 +561,7 @@ func scanJob(sc scanner) (*Job, error) {
 	var (
 		j              Job
 		exit           sql.NullInt64
-		env, lim       string
+		env, lim, use  string
 		stdin          int64
 		created        int64
 		started, ended sql.NullInt64
@@ -550,7 +569,7 @@ func scanJob(sc scanner) (*Job, error) {
 	err := sc.Scan(&j.ID, &j.Kind, &j.Status, &j.Reason, &exit, &j.Signal, &j.Command, &j.Language,
 		&j.Image, &j.Workspace, &j.Cwd, &env, &lim, &j.ContainerID, &stdin, &created, &started, &ended,
 		&j.StdoutBytes, &j.StderrBytes, &j.DroppedBytes, &j.ReadCursor, &j.Error,
-		&j.StdoutReadCursor, &j.StderrReadCursor)
+		&j.StdoutReadCursor, &j.StderrReadCursor, &j.ServerID, &use)
 	if err != nil {
 		return nil, err
 	}
@@ -563,6 +582,9 @@ func scanJob(sc scanner) (*Job, error) {
 	}
 	if err := json.Unmarshal([]byte(lim), &j.Limits); err != nil {
 		return nil, fmt.Errorf("store: job %s: decode limits: %w", j.ID, err)
+	}
+	if err := json.Unmarshal([]byte(use), &j.Usage); err != nil {
+		return nil, fmt.Errorf("store: job %s: decode usage: %w", j.ID, err)
 	}
 	j.StdinOpen = stdin != 0
 	j.CreatedAt = time.Unix(0, created).UTC()
@@ -641,7 +663,8 @@ func (s *Store) UpdateJob(ctx context.Context, j *Job) error {
 		kind = ?, status = ?, reason = ?, exit_code = ?, signal = ?, command = ?, language = ?,
 		image = ?, workspace = ?, cwd = ?, env = ?, limits = ?, container_id = ?, stdin_open = ?,
 		created_at = COALESCE(?, created_at), started_at = ?, ended_at = ?, stdout_bytes = ?, stderr_bytes = ?,
-		dropped_bytes = ?, read_cursor = ?, error = ?, stdout_read_cursor = ?, stderr_read_cursor = ?
+		dropped_bytes = ?, read_cursor = ?, error = ?, stdout_read_cursor = ?, stderr_read_cursor = ?,
+		server_id = ?, usage = ?
 		WHERE id = ?`, append(args[1:], args[0])...)
 	if err != nil {
 		return fmt.Errorf("store: update job %s: %w", j.ID, err)
@@ -658,6 +681,23 @@ func checkAffected(res sql.Result, id string) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return nil
+}
+
+// ClaimJob hands an active (queued or running) job from server from to server
+// to, atomically: it reports false when the job is not active or another
+// server claimed it first. Several servers may race to adopt the jobs of one
+// that died; exactly one wins.
+func (s *Store) ClaimJob(ctx context.Context, id, from, to string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET server_id = ? WHERE id = ? AND server_id = ? AND status IN (?, ?)`,
+		to, id, from, statusQueued, statusRunning)
+	if err != nil {
+		return false, fmt.Errorf("store: claim job %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("store: claim job %s: %w", id, err)
+	}
+	return n == 1, nil
 }
 
 // SetReadCursors updates only the read cursors of job id (combined, stdout,

@@ -855,3 +855,41 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Two servers racing to adopt a dead server's job: exactly one wins, and a
+// finished job can't be claimed at all.
+func TestClaimJobOnce(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := context.Background()
+	j := &Job{ID: "j1", Status: statusRunning, ServerID: "dead", Usage: Usage{CPUMS: 5}}
+	if err := s.CreateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	won := 0
+	for _, to := range []string{"b", "c"} {
+		ok, err := s.ClaimJob(ctx, "j1", "dead", to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			won++
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d servers claimed the job", won)
+	}
+	got, err := s.GetJob(ctx, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ServerID != "b" || got.Usage.CPUMS != 5 {
+		t.Fatalf("got server %q usage %+v", got.ServerID, got.Usage)
+	}
+	got.Status = "completed"
+	if err := s.UpdateJob(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := s.ClaimJob(ctx, "j1", "b", "c"); ok {
+		t.Fatal("claimed a finished job")
+	}
+}

@@ -37,19 +37,27 @@ type RunCommandArgs struct {
 
 // RunResult is run_command's result.
 type RunResult struct {
-	JobID      string `json:"job_id"`
-	Status     string `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
-	Reason     string `json:"reason,omitempty"`
-	ExitCode   *int   `json:"exit_code,omitempty"`
-	Error      string `json:"error,omitempty"`
-	Stdout     string `json:"stdout"`
-	Stderr     string `json:"stderr"`
-	Truncated  bool   `json:"truncated" jsonschema:"inline output was cut to head and tail; the rest is readable with read_output"`
-	Omitted    int64  `json:"omitted_bytes,omitempty" jsonschema:"bytes left out of the inline output"`
-	Dropped    int64  `json:"dropped_bytes,omitempty" jsonschema:"bytes past the per-job output cap, not stored"`
-	Lossy      bool   `json:"lossy,omitempty" jsonschema:"output held invalid UTF-8 or NUL bytes, replaced"`
-	NextCursor int64  `json:"next_cursor" jsonschema:"cursor for read_output (combined stream) after what this result covers"`
-	DurationMS int64  `json:"duration_ms"`
+	JobID         string         `json:"job_id"`
+	Status        string         `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
+	Reason        string         `json:"reason,omitempty"`
+	ExitCode      *int           `json:"exit_code,omitempty"`
+	Error         string         `json:"error,omitempty"`
+	Stdout        string         `json:"stdout"`
+	Stderr        string         `json:"stderr"`
+	Truncated     bool           `json:"truncated" jsonschema:"inline output was cut to head and tail; the rest is readable with read_output"`
+	Omitted       int64          `json:"omitted_bytes,omitempty" jsonschema:"bytes left out of the inline output"`
+	OmittedRanges []OmittedRange `json:"omitted,omitempty" jsonschema:"what was left out of each stream: read_output with that stream and cursor = start returns it"`
+	Dropped       int64          `json:"dropped_bytes,omitempty" jsonschema:"bytes past the per-job output cap, not stored"`
+	Lossy         bool           `json:"lossy,omitempty" jsonschema:"output held invalid UTF-8 or NUL bytes, replaced"`
+	NextCursor    int64          `json:"next_cursor" jsonschema:"cursor for read_output (combined stream) after what this result covers"`
+	DurationMS    int64          `json:"duration_ms"`
+}
+
+// OmittedRange is a byte range of one stream left out of inline output.
+type OmittedRange struct {
+	Stream string `json:"stream" jsonschema:"stdout or stderr"`
+	Start  int64  `json:"start" jsonschema:"first byte left out: the cursor for read_output with this stream"`
+	End    int64  `json:"end" jsonschema:"byte after the last one left out"`
 }
 
 func RunCommand(d Deps) Tool {
@@ -195,7 +203,7 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 	streams := []struct {
 		name    string
 		data    []byte
-		omitted int64
+		omitted job.Range
 		dst     *string
 	}{{"stdout", in.Stdout, in.StdoutOmitted, &res.Stdout}, {"stderr", in.Stderr, in.StderrOmitted, &res.Stderr}}
 	for _, s := range streams {
@@ -204,8 +212,11 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 		}
 		text, lossy := output.ToText(output.StripANSI(s.data))
 		*s.dst = text
-		res.Omitted += s.omitted
-		res.Truncated = res.Truncated || s.omitted > 0
+		if n := s.omitted.Len(); n > 0 {
+			res.Omitted += n
+			res.Truncated = true
+			res.OmittedRanges = append(res.OmittedRanges, OmittedRange{Stream: s.name, Start: s.omitted.Start, End: s.omitted.End})
+		}
 		res.Lossy = res.Lossy || lossy
 		if text != "" {
 			fmt.Fprintf(&b, "\n--- %s ---\n%s", s.name, text)
@@ -214,8 +225,8 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 	if !job.Finished(rec.Status) {
 		fmt.Fprintf(&b, "\n(still %s: read_output, get_job or kill_job with job_id %s)", rec.Status, rec.ID)
 	}
-	if res.Truncated {
-		fmt.Fprintf(&b, "\n(%d bytes of output left out; read_output reads them)", res.Omitted)
+	for _, r := range res.OmittedRanges {
+		fmt.Fprintf(&b, "\n(%s bytes %d to %d left out: read_output with stream %q and cursor %d returns them)", r.Stream, r.Start, r.End, r.Stream, r.Start)
 	}
 	return res, b.String(), nil
 }

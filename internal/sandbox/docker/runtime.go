@@ -37,19 +37,32 @@ const (
 type Runtime struct {
 	cli      *client.Client
 	instance string // value of sandbox.LabelInstance on everything this server makes
+	server   string // value of sandbox.LabelServer: this server process
 }
+
+// Option configures a Runtime.
+type Option func(*Runtime)
+
+// WithServer labels everything this runtime makes with the server process's
+// identity, so other servers on the same state directory leave it alone while
+// that server lives.
+func WithServer(id string) Option { return func(r *Runtime) { r.server = id } }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
 
 // New connects to the engine named by DOCKER_HOST (or the default socket),
 // negotiating the API version on first use. It succeeds even when the engine is
 // down, so a server can start and recover once the engine is back.
-func New(instance string) (*Runtime, error) {
+func New(instance string, opts ...Option) (*Runtime, error) {
 	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, fmt.Errorf("docker client: %w", err)
 	}
-	return &Runtime{cli: cli, instance: instance}, nil
+	r := &Runtime{cli: cli, instance: instance}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
 }
 
 // Client exposes the Engine client to this package's other files (image builds, doctor).
@@ -96,6 +109,7 @@ func (r *Runtime) labels(spec sandbox.Spec) map[string]string {
 	return map[string]string{
 		sandbox.LabelManaged:  "true",
 		sandbox.LabelInstance: r.instance,
+		sandbox.LabelServer:   r.server,
 		sandbox.LabelJobID:    spec.JobID,
 		sandbox.LabelKind:     spec.Kind,
 	}
@@ -288,6 +302,7 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
 			JobID:    c.Labels[sandbox.LabelJobID],
 			Kind:     c.Labels[sandbox.LabelKind],
 			Instance: c.Labels[sandbox.LabelInstance],
+			Server:   c.Labels[sandbox.LabelServer],
 			Running:  c.State == container.StateRunning,
 		})
 	}
