@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
+	"github.com/sandboxer/sandboxer/internal/serverlock"
 )
 
 // probeScript prints, from inside a sandbox, the facts the hardening profile promises.
@@ -19,6 +20,9 @@ grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status | tr -d '\t' | tr ':' 
 touch /rootfs-write-test 2>/dev/null && echo rootfs=writable || echo rootfs=readonly
 echo ifaces=$(ls /sys/class/net | tr '\n' ' ')
 test -S /var/run/docker.sock && echo docker_sock=present || echo docker_sock=absent`
+
+// doctorProbeTimeout bounds the hardened test container's run.
+const doctorProbeTimeout = 60 * time.Second
 
 func doctor(args []string) error {
 	cfg, err := loadConfig("doctor", args)
@@ -37,7 +41,14 @@ func doctor(args []string) error {
 			fmt.Printf("     fix: %s\n", fix)
 		}
 	}
-	rt, err := docker.New("doctor")
+	// Labelled like a server of this state directory, with its own identity:
+	// if doctor dies mid-check, the next server sweeps its container away.
+	lock, err := serverlock.Acquire(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	rt, err := docker.New(cfg.Instance(), docker.WithServer(lock.ID()))
 	if err != nil {
 		return err
 	}
@@ -93,7 +104,15 @@ func doctor(args []string) error {
 		return fmt.Errorf("%d problem(s)", problems)
 	}
 	started := time.Now()
-	<-h.Done()
+	select {
+	case <-h.Done():
+	case <-time.After(doctorProbeTimeout):
+		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = h.Destroy(dctx)
+		dcancel()
+		report(false, "hardened container", fmt.Sprintf("did not finish within %s", doctorProbeTimeout), "check the engine's log (/var/log/dockerd.log)")
+		return fmt.Errorf("%d problem(s)", problems)
+	}
 	st := h.Status()
 	report(st.ExitCode == 0 && st.Err == nil, "hardened container", fmt.Sprintf("ran in %d ms, exit %d", time.Since(started).Milliseconds(), st.ExitCode), "")
 	facts := map[string]string{}

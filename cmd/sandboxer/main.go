@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/logging"
 	"github.com/sandboxer/sandboxer/internal/mcpserver"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
+	"github.com/sandboxer/sandboxer/internal/serverlock"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
@@ -91,12 +92,19 @@ func serve(args []string) error {
 	if st.SetAside != "" {
 		log.Warn().Str("moved_to", st.SetAside).AnErr("cause", st.SetAsideErr).Msg("job database was unreadable: set it aside and started a fresh one")
 	}
-	rt, err := docker.New(cfg.Instance())
+	// Every stdio client starts its own server, often on the same state
+	// directory: this identity tells the others what is this server's.
+	lock, err := serverlock.Acquire(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	rt, err := docker.New(cfg.Instance(), docker.WithServer(lock.ID()))
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	jobs, err := job.New(rt, st, cfg.Policy, cfg.StateDir, log)
+	jobs, err := job.New(rt, st, cfg.Policy, cfg.StateDir, log, job.WithServer(lock.ID(), serverlock.NewProber(cfg.StateDir)))
 	if err != nil {
 		return err
 	}
@@ -116,7 +124,7 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	log.Info().Str("state_dir", cfg.StateDir).Str("engine", rt.Host()).Str("instance", cfg.Instance()).Msg("serving MCP on stdio")
+	log.Info().Str("state_dir", cfg.StateDir).Str("engine", rt.Host()).Str("instance", cfg.Instance()).Str("server", lock.ID()).Msg("serving MCP on stdio")
 	serveErr := srv.ServeStdio(ctx, os.Stdin, os.Stdout, logging.StdLogger(log))
 
 	// stdin ended or a signal came: end every job, flush state, exit promptly.

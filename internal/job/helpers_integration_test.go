@@ -233,5 +233,5 @@ func (e *testEnv) inlineStdout(id string, limit int) ([]byte, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return in.Stdout, in.StdoutOmitted, nil
+	return in.Stdout, in.StdoutOmitted.Len(), nil
 }

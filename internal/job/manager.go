@@ -29,18 +29,27 @@ const (
 // Errors the tool layer turns into messages an agent can act on.
 var (
 	ErrNotFound     = errors.New("no such job")
+	ErrOtherServer  = errors.New("job belongs to another server")
 	ErrQueueFull    = errors.New("job queue full")
 	ErrShuttingDown = errors.New("server is shutting down")
 	ErrNoStdin      = errors.New("job has no open stdin")
+	ErrInputStalled = errors.New("input not fully written")
 )
 
 // Manager runs jobs in sandboxes and keeps their records and output.
+//
+// Several servers (one per stdio client) may share a state directory, its
+// database and its engine. Each manager has an identity (server); it runs,
+// kills and sweeps only its own jobs and containers, and adopts those of a
+// server only once alive says that server is gone.
 type Manager struct {
 	rt     sandbox.Runtime
 	st     *store.Store
 	pol    *policy.Policy
 	outDir string
 	log    zerolog.Logger
+	server string
+	peers  Peers
 
 	mu        sync.Mutex
 	live      map[string]*liveJob // queued and running jobs
@@ -71,17 +80,49 @@ type liveJob struct {
 	readCursors          [3]int64 // "new since last read", per stream selector
 }
 
+// Option configures a Manager.
+type Option func(*Manager)
+
+// Peers tells about the other servers of a state directory (internal/serverlock).
+type Peers interface {
+	// Alive says whether the server with this identity still runs.
+	Alive(server string) bool
+	// Stale lists servers that are gone but whose traces remain; Forget removes them.
+	Stale() []string
+	Forget(server string)
+}
+
+// WithServer gives the manager its server identity and its peers. Without it
+// the manager has a fresh identity and takes every other server for gone,
+// which is right for a server alone on its state directory.
+func WithServer(id string, peers Peers) Option {
+	return func(m *Manager) { m.server, m.peers = id, peers }
+}
+
 // New makes a manager keeping job output under stateDir/jobs.
-func New(rt sandbox.Runtime, st *store.Store, pol *policy.Policy, stateDir string, log zerolog.Logger) (*Manager, error) {
+func New(rt sandbox.Runtime, st *store.Store, pol *policy.Policy, stateDir string, log zerolog.Logger, opts ...Option) (*Manager, error) {
 	outDir := filepath.Join(stateDir, "jobs")
 	if err := os.MkdirAll(outDir, 0o700); err != nil {
 		return nil, fmt.Errorf("job output dir: %w", err)
 	}
-	return &Manager{
+	m := &Manager{
 		rt: rt, st: st, pol: pol, outDir: outDir, log: log,
-		live: map[string]*liveJob{},
-		stop: make(chan struct{}),
-	}, nil
+		server: uuid.NewString(),
+		live:   map[string]*liveJob{},
+		stop:   make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	return m, nil
+}
+
+// Server is this manager's server identity.
+func (m *Manager) Server() string { return m.server }
+
+// othersAlive says whether server is another server that is still running.
+func (m *Manager) othersAlive(server string) bool {
+	return server != m.server && m.peers != nil && m.peers.Alive(server)
 }
 
 // Policy is the policy the manager enforces.
@@ -104,7 +145,7 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 	now := time.Now()
 	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{})}
 	j.rec = store.Job{
-		ID: id, Kind: req.Kind, Status: StatusQueued, Command: req.Command,
+		ID: id, ServerID: m.server, Kind: req.Kind, Status: StatusQueued, Command: req.Command,
 		Language: req.Language, Image: req.Image, Workspace: req.Workspace, Cwd: req.Cwd,
 		Env: envKeys(req.Env), StdinOpen: req.KeepStdinOpen, CreatedAt: now,
 		Limits: store.Limits{
@@ -252,9 +293,11 @@ func (m *Manager) start(j *liveJob) error {
 	}
 	if j.req.Stdin != nil {
 		go func() {
-			if w := h.Stdin(); w != nil {
-				_, _ = w.Write(j.req.Stdin)
-			}
+			// Bounded by the job's life: a job that never reads its stdin
+			// ends by its timeout, which ends this write too.
+			ctx, cancel := context.WithTimeout(context.Background(), j.req.Limits.Timeout)
+			defer cancel()
+			_, _ = h.WriteStdin(ctx, j.req.Stdin)
 			if !j.req.KeepStdinOpen {
 				_ = h.CloseStdin()
 			}
@@ -410,8 +453,37 @@ func (m *Manager) liveJob(id string) *liveJob {
 	return m.live[id]
 }
 
+// checkID refuses what cannot be a job id before it reaches the store or a path.
+func checkID(id string) error {
+	if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		shown := id
+		if len(shown) > 64 {
+			shown = shown[:64] + "…"
+		}
+		return fmt.Errorf("%w: %q is not a job id (job ids are lower-case UUIDs, as run_command and list_jobs return them)", ErrNotFound, shown)
+	}
+	return nil
+}
+
+// steerable returns the record of a job that is not live here, or an error
+// when another live server runs it: only that server can signal it or write
+// to it.
+func (m *Manager) steerable(ctx context.Context, id string) (*Job, error) {
+	rec, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !Finished(rec.Status) && m.othersAlive(rec.ServerID) {
+		return rec, fmt.Errorf("%w: job %s is run by another sandboxer server on this state directory (another MCP client's); kill it or send it input from that client — if that server exits, this one takes the job over", ErrOtherServer, id)
+	}
+	return rec, nil
+}
+
 // Get returns a job's record.
 func (m *Manager) Get(ctx context.Context, id string) (*Job, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
 	if j := m.liveJob(id); j != nil {
 		return j.snapshot(), nil
 	}
@@ -450,7 +522,7 @@ func (m *Manager) Wait(ctx context.Context, id string, d time.Duration) (*Job, e
 func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Duration, reason string) (*Job, error) {
 	j := m.liveJob(id)
 	if j == nil {
-		return m.Get(ctx, id)
+		return m.steerable(ctx, id)
 	}
 	j.mu.Lock()
 	if j.endStatus == "" {
@@ -482,20 +554,23 @@ func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Durati
 	return m.Get(context.Background(), id)
 }
 
-// SendInput writes to a running job's stdin; eof closes it afterwards.
-func (m *Manager) SendInput(ctx context.Context, id string, data []byte, eof bool) error {
+// SendInput writes to a running job's stdin; eof closes it afterwards. It
+// returns how many bytes went in: when ctx ends first (a job that does not
+// read its stdin), that is fewer than len(data), with the error saying so.
+// Writes to one job are serialized.
+func (m *Manager) SendInput(ctx context.Context, id string, data []byte, eof bool) (int, error) {
 	j := m.liveJob(id)
 	if j == nil {
-		if _, err := m.Get(context.Background(), id); err != nil {
-			return err
+		if _, err := m.steerable(ctx, id); err != nil {
+			return 0, err
 		}
-		return fmt.Errorf("%w: job %s has finished", ErrNoStdin, id)
+		return 0, fmt.Errorf("%w: job %s has finished", ErrNoStdin, id)
 	}
 	j.mu.Lock()
 	h, queued := j.handle, !j.hasSlot
 	j.mu.Unlock()
 	if queued {
-		return fmt.Errorf("%w: job %s is queued and has not started yet", ErrNoStdin, id)
+		return 0, fmt.Errorf("%w: job %s is queued and has not started yet", ErrNoStdin, id)
 	}
 	if h == nil {
 		// Its sandbox is starting: input waits for it, as a terminal would.
@@ -503,28 +578,34 @@ func (m *Manager) SendInput(ctx context.Context, id string, data []byte, eof boo
 		case <-j.started:
 		case <-j.done:
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, fmt.Errorf("job %s: its sandbox was still starting when the wait ended; nothing was written", id)
 		}
 		j.mu.Lock()
 		h = j.handle
 		j.mu.Unlock()
 		if h == nil {
-			return fmt.Errorf("%w: job %s ended before its sandbox started", ErrNoStdin, id)
+			return 0, fmt.Errorf("%w: job %s ended before its sandbox started", ErrNoStdin, id)
 		}
 	}
-	w := h.Stdin()
-	if w == nil {
-		return fmt.Errorf("%w: job %s was started without keep_stdin_open (or its stdin was closed by a server restart)", ErrNoStdin, id)
-	}
+	n := 0
 	if len(data) > 0 {
-		if _, err := w.Write(data); err != nil {
-			return fmt.Errorf("write stdin of job %s: %w", id, err)
+		var err error
+		n, err = h.WriteStdin(ctx, data)
+		switch {
+		case errors.Is(err, sandbox.ErrNoStdin):
+			return 0, fmt.Errorf("%w: job %s was started without keep_stdin_open (or its stdin was closed by a server restart)", ErrNoStdin, id)
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+			return n, fmt.Errorf("%w: job %s took only %d of %d bytes before the wait ended (it is not reading its stdin)", ErrInputStalled, id, n, len(data))
+		case err != nil:
+			return n, fmt.Errorf("%w: job %s: its stdin is closed (%d of %d bytes written)", ErrNoStdin, id, n, len(data))
 		}
 	}
 	if eof {
-		return h.CloseStdin()
+		if err := h.CloseStdin(); err != nil {
+			return n, fmt.Errorf("close stdin of job %s: %w", id, err)
+		}
 	}
-	return nil
+	return n, nil
 }
 
 // List lists job records, newest first.

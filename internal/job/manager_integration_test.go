@@ -381,19 +381,24 @@ func TestRead(t *testing.T) {
 			t.Fatalf("output: %d bytes, want %d", len(all), size)
 		}
 		const limit = 1000
-		data, omitted, err := e.inlineStdout(j.ID, limit)
+		in, err := e.m.InlineOutput(context.Background(), j.ID, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if omitted != size-limit {
-			t.Errorf("omitted %d, want %d", omitted, size-limit)
+		r := in.StdoutOmitted
+		head, tail := all[:r.Start], all[r.End:]
+		// Head and tail break at lines, near the halves of the limit.
+		if !strings.HasSuffix(head, "\n") || !strings.HasSuffix(all[:r.End], "\n") || len(head) > limit/2 || len(head) < limit/2-limit/16 || len(tail) > limit/2 {
+			t.Errorf("omitted range %+v does not break at lines near the halves", r)
 		}
-		want := all[:limit/2] + output.OmittedMarker(size-limit) + all[size-limit/2:]
-		if string(data) != want {
-			t.Errorf("Inline:\n%q\nwant\n%q", data, want)
+		if want := head + output.OmittedMarker(r.Len()) + tail; string(in.Stdout) != want {
+			t.Errorf("Inline:\n%q\nwant\n%q", in.Stdout, want)
 		}
-		if !bytes.Contains(data, []byte("107894 bytes omitted")) {
-			t.Errorf("no marker in %q", data)
+		// The range read by cursor is exactly the missing middle.
+		cur := r.Start
+		got, err := e.m.Read(context.Background(), j.ID, ReadRequest{Stream: output.StdoutOnly, Cursor: &cur, MaxBytes: int(r.Len()), Peek: true})
+		if err != nil || string(got.Data) != all[r.Start:r.End] || got.NextCursor != r.End {
+			t.Errorf("reading the omitted range: err %v, next %d, equal %v", err, got.NextCursor, string(got.Data) == all[r.Start:r.End])
 		}
 	})
 
@@ -417,7 +422,7 @@ func TestSendInput(t *testing.T) {
 		if !j.StdinOpen {
 			t.Errorf("record: StdinOpen false")
 		}
-		if err := e.m.SendInput(ctx, j.ID, []byte("hi\n"), false); err != nil {
+		if _, err := e.m.SendInput(ctx, j.ID, []byte("hi\n"), false); err != nil {
 			t.Fatal(err)
 		}
 		zero := int64(0)
@@ -431,7 +436,7 @@ func TestSendInput(t *testing.T) {
 		if j := e.get(j.ID); j.Status != StatusRunning {
 			t.Fatalf("cat: %s before eof, want running", describe(j))
 		}
-		if err := e.m.SendInput(ctx, j.ID, []byte("bye\n"), true); err != nil {
+		if _, err := e.m.SendInput(ctx, j.ID, []byte("bye\n"), true); err != nil {
 			t.Fatal(err)
 		}
 		got := e.wait(j.ID)
@@ -441,7 +446,7 @@ func TestSendInput(t *testing.T) {
 		if out := e.readAll(j.ID, output.Both); out != "hi\nbye\n" {
 			t.Errorf("output %q", out)
 		}
-		if err := e.m.SendInput(ctx, j.ID, []byte("late"), false); !errors.Is(err, ErrNoStdin) {
+		if _, err := e.m.SendInput(ctx, j.ID, []byte("late"), false); !errors.Is(err, ErrNoStdin) {
 			t.Errorf("SendInput after the end: %v, want ErrNoStdin", err)
 		}
 	})
@@ -457,17 +462,35 @@ func TestSendInput(t *testing.T) {
 		}
 	})
 
+	t.Run("stalled", func(t *testing.T) {
+		t.Parallel()
+		// A job that never reads: 1 MiB does not fit the pipes, so the write
+		// gives up when its context ends, saying how much went in, and
+		// another write (serialized behind it) still works afterwards.
+		j := e.submit("sleep 60", func(r *Request) { r.KeepStdinOpen = true })
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		start := time.Now()
+		n, err := e.m.SendInput(wctx, j.ID, bytes.Repeat([]byte("x"), 1<<20), false)
+		cancel()
+		if !errors.Is(err, ErrInputStalled) || n >= 1<<20 || time.Since(start) > 4*time.Second {
+			t.Errorf("stalled write: n=%d err=%v after %s", n, err, time.Since(start))
+		}
+		if _, err := e.m.Kill(ctx, j.ID, "KILL", 0, ReasonRequested); err != nil {
+			t.Error(err)
+		}
+	})
+
 	t.Run("no stdin", func(t *testing.T) {
 		t.Parallel()
 		j := e.submit("sleep 100")
-		err := e.m.SendInput(ctx, j.ID, []byte("x\n"), false)
+		_, err := e.m.SendInput(ctx, j.ID, []byte("x\n"), false)
 		if !errors.Is(err, ErrNoStdin) {
 			t.Errorf("SendInput without keep_stdin_open: %v, want ErrNoStdin", err)
 		}
 		if _, err := e.m.Kill(ctx, j.ID, "KILL", 0, ReasonRequested); err != nil {
 			t.Error(err)
 		}
-		if err := e.m.SendInput(ctx, uuid.NewString(), []byte("x"), false); !errors.Is(err, ErrNotFound) {
+		if _, err := e.m.SendInput(ctx, uuid.NewString(), []byte("x"), false); !errors.Is(err, ErrNotFound) {
 			t.Errorf("SendInput to an unknown job: %v, want ErrNotFound", err)
 		}
 	})

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"regexp"
-	"unicode/utf8"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandboxer/sandboxer/internal/output"
 )

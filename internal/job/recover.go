@@ -9,53 +9,123 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
-// Recover reconciles the store with the engine after a (re)start: running jobs
-// whose container still exists are adopted (output capture resumes, including
-// what was printed while the server was down); the rest are marked
-// failed/lost; labelled containers that belong to no running job are removed.
-// When the engine is unreachable it returns the error and the cleanup loop
-// tries again later.
+// claimedElsewhere marks a job that another live server took over during
+// this pass: its container is not ours to touch.
+const claimedElsewhere = "\x00other"
+
+// Recover reconciles the store with the engine: jobs of servers that are gone
+// (crashed, killed, or this state directory's previous server) are claimed
+// and adopted when their container still runs (output capture resumes,
+// including what was printed while no server watched), or marked
+// failed/lost; containers whose owner is gone and that no job claims are
+// removed. Jobs and containers of live servers are left alone. It runs at
+// start and every cleanup interval, so the jobs of a server that dies later
+// are adopted too. When the engine is unreachable it returns the error.
 func (m *Manager) Recover(ctx context.Context) error {
 	containers, err := m.rt.List(ctx)
 	if err != nil {
 		return err
 	}
-	byJob := map[string]sandbox.Container{}
+	byJob, byID := map[string]sandbox.Container{}, map[string]sandbox.Container{}
 	for _, c := range containers {
 		byJob[c.JobID] = c
+		byID[c.ID] = c
 	}
 	pending, err := m.st.JobsWithStatus(ctx, StatusQueued, StatusRunning)
 	if err != nil {
 		return err
 	}
+	owner := map[string]string{} // active job → the server that runs it after this pass
 	for _, rec := range pending {
 		if m.liveJob(rec.ID) != nil {
-			continue // started by this process
+			owner[rec.ID] = m.server
+			continue
 		}
-		c, ok := byJob[rec.ID]
+		if m.othersAlive(rec.ServerID) {
+			owner[rec.ID] = rec.ServerID
+			continue
+		}
+		won, err := m.st.ClaimJob(ctx, rec.ID, rec.ServerID, m.server)
+		if err != nil {
+			return err
+		}
+		if !won {
+			owner[rec.ID] = claimedElsewhere
+			continue
+		}
+		rec.ServerID = m.server
+		// The container recorded with the job is the one it runs in (a pooled
+		// container's labels were written before the job existed).
+		c, ok := byID[rec.ContainerID]
+		if !ok {
+			c, ok = byJob[rec.ID]
+		}
 		if rec.Status == StatusRunning && ok {
 			if err := m.adopt(ctx, rec, c); err == nil {
+				owner[rec.ID] = m.server
 				continue
 			} else {
 				m.log.Warn().Err(err).Str("job", rec.ID).Msg("could not adopt job's container")
-				rec.Error = "server restarted and could not resume the job: " + err.Error()
+				rec.Error = "its server stopped and the job could not be resumed: " + err.Error()
 			}
 		} else if rec.Status == StatusQueued {
-			rec.Error = "server restarted before the job started"
+			rec.Error = "its server stopped before the job started"
 		} else {
-			rec.Error = "server restarted and the job's container was gone"
+			rec.Error = "its server stopped and the job's container was gone"
 		}
 		rec.Status, rec.Reason, rec.EndedAt = StatusFailed, ReasonLost, time.Now()
 		if err := m.st.UpdateJob(ctx, rec); err != nil {
 			return err
 		}
 	}
-	// Adopted jobs are live now: every other sandbox of this instance is an orphan.
-	m.removeOrphans(ctx, containers)
+	m.removeOrphans(ctx, containers, owner)
+	m.forgetPeers(owner, containers)
 	m.mu.Lock()
 	m.recovered = true
 	m.mu.Unlock()
 	return nil
+}
+
+// removeOrphans removes the sandboxes that belong to no job a live server
+// runs: this server's own that it no longer tracks (an end missed while the
+// engine was down), and those of servers that are gone — jobs, probes and
+// pooled containers alike — unless their job was adopted. This server's own
+// probes and pooled containers are managed by their owners, not swept.
+func (m *Manager) removeOrphans(ctx context.Context, containers []sandbox.Container, owner map[string]string) {
+	for _, c := range containers {
+		if m.liveJob(c.JobID) != nil || m.liveContainer(c.ID) {
+			continue
+		}
+		o, active := owner[c.JobID]
+		if !active {
+			o = c.Server
+		}
+		if o == claimedElsewhere || m.othersAlive(o) {
+			continue
+		}
+		if o == m.server && c.Kind != KindCommand && c.Kind != KindScript && c.Kind != KindSession {
+			continue
+		}
+		m.log.Info().Str("container", shortID(c.ID)).Str("job", c.JobID).Str("kind", c.Kind).Msg("removing orphaned sandbox")
+		if err := m.rt.Remove(ctx, c.ID); err != nil {
+			m.log.Warn().Err(err).Str("container", c.ID).Msg("remove orphan")
+		}
+	}
+}
+
+// liveContainer says whether a live job runs in the container with this id.
+func (m *Manager) liveContainer(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, j := range m.live {
+		j.mu.Lock()
+		h := j.handle
+		j.mu.Unlock()
+		if h != nil && h.ContainerID() == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) error {
@@ -118,13 +188,14 @@ func (m *Manager) RunCleanup() {
 		m.mu.Lock()
 		recovered := m.recovered
 		m.mu.Unlock()
-		if !recovered {
-			if err := m.Recover(ctx); err != nil {
+		// Also adopts the jobs of servers that died since, and sweeps what
+		// they (or this server, while the engine was down) left behind.
+		if err := m.Recover(ctx); err != nil {
+			if recovered {
+				m.log.Warn().Err(err).Msg("recovery pass")
+			} else {
 				m.log.Debug().Err(err).Msg("restart recovery still waiting for the engine")
 			}
-		} else if containers, err := m.rt.List(ctx); err == nil {
-			// Containers whose end the server missed while the engine was down.
-			m.removeOrphans(ctx, containers)
 		}
 		if ids, _, err := m.Prune(ctx, retention, nil); err != nil {
 			m.log.Warn().Err(err).Msg("prune")
@@ -135,16 +206,22 @@ func (m *Manager) RunCleanup() {
 	}
 }
 
-// removeOrphans removes those of this instance's sandboxes that belong to no
-// live job (probes excepted: they are not jobs).
-func (m *Manager) removeOrphans(ctx context.Context, containers []sandbox.Container) {
+// forgetPeers removes the traces of gone servers that nothing refers to any
+// more: no active job and no container of theirs is left.
+func (m *Manager) forgetPeers(owner map[string]string, containers []sandbox.Container) {
+	if m.peers == nil {
+		return
+	}
+	used := map[string]bool{}
+	for _, o := range owner {
+		used[o] = true
+	}
 	for _, c := range containers {
-		if c.Kind == KindProbe || m.liveJob(c.JobID) != nil {
-			continue
-		}
-		m.log.Info().Str("container", shortID(c.ID)).Str("job", c.JobID).Msg("removing orphaned sandbox")
-		if err := m.rt.Remove(ctx, c.ID); err != nil {
-			m.log.Warn().Err(err).Str("container", c.ID).Msg("remove orphan")
+		used[c.Server] = true
+	}
+	for _, id := range m.peers.Stale() {
+		if !used[id] {
+			m.peers.Forget(id)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 )
 
@@ -86,9 +85,13 @@ type ExitStatus struct {
 // Handle is one running sandbox.
 type Handle interface {
 	ContainerID() string
-	// Stdin writes to the process's stdin; nil when the spec did not open it.
-	Stdin() io.Writer
-	// CloseStdin sends end-of-file to the process; idempotent.
+	// WriteStdin writes p to the process's stdin and returns how many bytes
+	// went in. It gives up when ctx ends (a process that never reads must not
+	// hold the caller), returning the count so far and ctx's error. Writes
+	// (and CloseStdin) are serialized. ErrNoStdin when the spec did not open it.
+	WriteStdin(ctx context.Context, p []byte) (int, error)
+	// CloseStdin sends end-of-file to the process, after writes in progress;
+	// idempotent.
 	CloseStdin() error
 	// Done is closed once the process has ended, its output has been drained and
 	// the container removed; Status is valid after that.
@@ -133,6 +136,7 @@ var (
 	ErrEngineUnreachable = errors.New("docker engine unreachable")
 	ErrImageMissing      = errors.New("image missing")
 	ErrNotFound          = errors.New("container not found")
+	ErrNoStdin           = errors.New("stdin is not open")
 )
 
 // EngineError wraps ErrEngineUnreachable with where the engine was looked for.

@@ -33,6 +33,9 @@ type ListLanguagesArgs struct{}
 // versionTimeout bounds asking one image for its version.
 const versionTimeout = 20 * time.Second
 
+// listLanguagesTimeout bounds the whole call (versions are probed in parallel).
+const listLanguagesTimeout = 40 * time.Second
+
 // versionCache remembers versions by image reference: a tag names fixed content.
 type versionCache struct {
 	mu sync.Mutex
@@ -66,6 +69,10 @@ func ListLanguages(d Deps) Tool {
 		if err := bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
+		// Every engine call below is bounded, so the call answers well within
+		// a client's request timeout even when the engine hangs.
+		ctx, cancel := context.WithTimeout(ctx, listLanguagesTimeout)
+		defer cancel()
 		res := ListLanguagesResult{Default: "bash", Engine: "ok"}
 		var b strings.Builder
 		pingErr := d.Runtime.Ping(ctx)

@@ -44,6 +44,8 @@ type ReadOutputResult struct {
 	Status     string `json:"status"`
 	Reason     string `json:"reason,omitempty"`
 	ExitCode   *int   `json:"exit_code,omitempty"`
+	// Written is set by send_input: the bytes of input the job took.
+	Written *int `json:"bytes_written,omitempty" jsonschema:"send_input only: bytes of the input written to the job's stdin"`
 }
 
 // readArgs are the reading arguments shared by read_output and send_input.
@@ -154,6 +156,14 @@ func ReadOutput(d Deps) Tool {
 }
 
 func (d Deps) read(ctx context.Context, req mcp.CallToolRequest, id string, rr job.ReadRequest, stream string) (*mcp.CallToolResult, error) {
+	res, text, err := d.readOutput(ctx, req, id, rr, stream)
+	if err != nil {
+		return failure(err), nil
+	}
+	return structured(res, text), nil
+}
+
+func (d Deps) readOutput(ctx context.Context, req mcp.CallToolRequest, id string, rr job.ReadRequest, stream string) (ReadOutputResult, string, error) {
 	var stop func() = func() {}
 	if rr.Wait > 0 {
 		stop = d.startProgress(ctx, req, id)
@@ -161,8 +171,8 @@ func (d Deps) read(ctx context.Context, req mcp.CallToolRequest, id string, rr j
 	r, err := d.Jobs.Read(ctx, id, rr)
 	stop()
 	if err != nil {
-		return failure(err), nil
+		return ReadOutputResult{}, "", err
 	}
 	res, text := d.readResult(r, stream)
-	return structured(res, text), nil
+	return res, text, nil
 }

@@ -2,10 +2,18 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/job"
 )
+
+// inputWriteSlack is how long past wait_s a write to a job's stdin may take
+// at most; then send_input returns what was written.
+const inputWriteSlack = 500 * time.Millisecond
 
 // SendInputArgs are send_input's arguments.
 type SendInputArgs struct {
@@ -55,17 +63,35 @@ func SendInput(d Deps) Tool {
 		if args.Enter {
 			data += "\n"
 		}
-		if err := d.Jobs.SendInput(ctx, args.JobID, []byte(data), args.EOF); err != nil {
+		// The whole call, writing included, ends within wait_s: a job that
+		// does not read its stdin cannot hold it.
+		start := time.Now()
+		writeCtx, cancel := context.WithTimeout(ctx, rr.Wait+inputWriteSlack)
+		n, err := d.Jobs.SendInput(writeCtx, args.JobID, []byte(data), args.EOF)
+		cancel()
+		stalled := errors.Is(err, job.ErrInputStalled)
+		if err != nil && !stalled {
 			return failure(err), nil
 		}
-		if args.Read != nil && !*args.Read {
+		var res ReadOutputResult
+		var text string
+		if args.Read != nil && !*args.Read || stalled {
 			rec, err := d.Jobs.Get(ctx, args.JobID)
 			if err != nil {
 				return failure(err), nil
 			}
-			return structured(ReadOutputResult{JobID: rec.ID, Stream: "both", Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode},
-				fmt.Sprintf("sent %d bytes to job %s", len(data), rec.ID)), nil
+			res = ReadOutputResult{JobID: rec.ID, Stream: "both", Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode}
+			text = fmt.Sprintf("sent %d bytes to job %s", n, rec.ID)
+		} else {
+			rr.Wait = max(0, rr.Wait-time.Since(start))
+			if res, text, err = d.readOutput(ctx, req, args.JobID, rr, "both"); err != nil {
+				return failure(err), nil
+			}
 		}
-		return d.read(ctx, req, args.JobID, rr, "both")
+		res.Written = &n
+		if stalled {
+			text = fmt.Sprintf("%v; %d bytes are unsent: read its output, then send the rest", err, len(data)-n)
+		}
+		return structured(res, text), nil
 	}}
 }

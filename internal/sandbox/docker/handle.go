@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ type handle struct {
 
 	stdin      net.Conn
 	closeWrite func() error
+	stdinTurn  chan struct{} // one writer (or closer) of stdin at a time
 	stdinOnce  sync.Once
 	stdinErr   error
 
@@ -39,6 +41,7 @@ type handle struct {
 func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
 	return &handle{
 		rt: rt, id: id, cancelWait: cancelWait,
+		stdinTurn: make(chan struct{}, 1),
 		drained:   make(chan struct{}),
 		done:      make(chan struct{}),
 		destroyed: make(chan struct{}),
@@ -47,17 +50,45 @@ func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
 
 func (h *handle) ContainerID() string { return h.id }
 
-func (h *handle) Stdin() io.Writer {
+func (h *handle) WriteStdin(ctx context.Context, p []byte) (int, error) {
 	if h.stdin == nil {
-		return nil
+		return 0, sandbox.ErrNoStdin
 	}
-	return h.stdin
+	select {
+	case h.stdinTurn <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-h.stdinTurn }()
+	// The connection's write deadline carries ctx's end into the blocked write.
+	deadline, _ := ctx.Deadline()
+	_ = h.stdin.SetWriteDeadline(deadline)
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		_ = h.stdin.SetWriteDeadline(time.Unix(1, 0))
+	})
+	n, err := h.stdin.Write(p)
+	if !stop() {
+		<-fired
+	}
+	_ = h.stdin.SetWriteDeadline(time.Time{})
+	if err != nil && (ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded)) {
+		// The connection's deadline can fire a moment before ctx's own timer.
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		return n, context.DeadlineExceeded
+	}
+	return n, err
 }
 
 func (h *handle) CloseStdin() error {
 	if h.stdin == nil {
 		return nil
 	}
+	h.stdinTurn <- struct{}{}
+	defer func() { <-h.stdinTurn }()
 	h.stdinOnce.Do(func() { h.stdinErr = h.closeWrite() })
 	return h.stdinErr
 }
