@@ -404,6 +404,10 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	if err := m.st.UpdateJob(context.Background(), &final); err != nil {
 		m.log.Error().Err(err).Str("job", j.id).Msg("store finished job")
 	}
+	if st.CleanupErr != nil {
+		// The cleanup loop sweeps the container later; the job's end stands.
+		m.log.Warn().Err(st.CleanupErr).Str("job", j.id).Msg("sandbox not removed")
+	}
 	var ran time.Duration
 	if !final.StartedAt.IsZero() {
 		ran = final.EndedAt.Sub(final.StartedAt)
@@ -545,10 +549,16 @@ func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Durati
 	case <-j.done:
 	default:
 		m.end(j, StatusKilled, reason)
+		// A job whose sandbox is still starting ends once the start returns
+		// (start sees the kill and removes it): allow for that, too.
+		limit := destroyTimeout
+		if h == nil {
+			limit += startTimeout
+		}
 		select {
 		case <-j.done:
-		case <-time.After(destroyTimeout):
-			return j.snapshot(), fmt.Errorf("job %s did not end within %s of its container being removed", id, destroyTimeout)
+		case <-time.After(limit):
+			return j.snapshot(), fmt.Errorf("job %s did not end within %s of being killed; its record shows it as it is now", id, limit)
 		}
 	}
 	return m.Get(context.Background(), id)

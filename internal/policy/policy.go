@@ -115,7 +115,7 @@ func Default() *Policy {
 			RetentionS:       86400,
 			CleanupIntervalS: 60,
 			DefaultWaitS:     30,
-			MaxWaitS:         300,
+			MaxWaitS:         50, // below the common 60 s client request timeout
 		},
 		Network:   NetworkNone,
 		Runtime:   "",

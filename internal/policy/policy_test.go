@@ -228,7 +228,7 @@ func TestValidateErrors(t *testing.T) {
 		{"retention 0", func(p *Policy) { p.Jobs.RetentionS = 0 }, "policy: jobs.retention_s: must be > 0, got 0"},
 		{"cleanup 0", func(p *Policy) { p.Jobs.CleanupIntervalS = 0 }, "policy: jobs.cleanup_interval_s: must be > 0, got 0"},
 		{"max wait 0", func(p *Policy) { p.Jobs.MaxWaitS = 0 }, "policy: jobs.max_wait_s: must be > 0, got 0"},
-		{"default wait > max", func(p *Policy) { p.Jobs.DefaultWaitS = 301 }, "policy: jobs.default_wait_s: must be <= jobs.max_wait_s (300), got 301"},
+		{"default wait > max", func(p *Policy) { p.Jobs.DefaultWaitS = 301 }, "policy: jobs.default_wait_s: must be <= jobs.max_wait_s (50), got 301"},
 		{"default wait negative", func(p *Policy) { p.Jobs.DefaultWaitS = -1 }, "policy: jobs.default_wait_s: must be >= 0, got -1"},
 		{"network", func(p *Policy) { p.Network = "host" }, `policy: network: must be "none" or "bridge", got "host"`},
 		{"network empty", func(p *Policy) { p.Network = "" }, `policy: network: must be "none" or "bridge", got ""`},
@@ -569,25 +569,25 @@ func TestResolveWait(t *testing.T) {
 	if d, err := p.ResolveWait(f64(2.5)); err != nil || d != 2500*time.Millisecond {
 		t.Fatalf("2.5: %v %v", d, err)
 	}
-	if d, err := p.ResolveWait(f64(300)); err != nil || d != 300*time.Second {
-		t.Fatalf("300: %v %v", d, err)
+	if d, err := p.ResolveWait(f64(50)); err != nil || d != 50*time.Second {
+		t.Fatalf("50: %v %v", d, err)
 	}
-	for _, v := range []float64{-1, 301, math.NaN(), math.Inf(1), math.Inf(-1), 1e12} {
+	for _, v := range []float64{-1, 51, 301, math.NaN(), math.Inf(1), math.Inf(-1), 1e12} {
 		_, err := p.ResolveWait(f64(v))
 		var le *LimitError
 		if !errors.As(err, &le) || le.Field != "wait_s" {
 			t.Errorf("%v: err = %v", v, err)
 		}
 	}
-	_, err := p.ResolveWait(f64(301))
-	if err == nil || !strings.Contains(err.Error(), "wait_s 301 is over the policy ceiling of 300 (jobs.max_wait_s)") {
+	_, err := p.ResolveWait(f64(75))
+	if err == nil || !strings.Contains(err.Error(), "wait_s 75 is over the policy ceiling of 50 (jobs.max_wait_s)") {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestJobsDurations(t *testing.T) {
 	j := Default().Jobs
-	if j.Retention() != 24*time.Hour || j.CleanupInterval() != time.Minute || j.DefaultWait() != 30*time.Second || j.MaxWait() != 5*time.Minute {
+	if j.Retention() != 24*time.Hour || j.CleanupInterval() != time.Minute || j.DefaultWait() != 30*time.Second || j.MaxWait() != 50*time.Second {
 		t.Fatalf("durations: %v %v %v %v", j.Retention(), j.CleanupInterval(), j.DefaultWait(), j.MaxWait())
 	}
 }

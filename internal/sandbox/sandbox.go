@@ -78,6 +78,7 @@ type ExitStatus struct {
 	OOMKilled  bool      // from the engine, not guessed from exit 137
 	Gone       bool      // the container vanished (removed from outside) before its end was seen
 	Err        error     // the engine failed while waiting; the end is unknown
+	CleanupErr error     // removing the sandbox afterwards failed (the end above still holds)
 	StartedAt  time.Time // as the engine saw it (zero if unknown)
 	FinishedAt time.Time
 }

@@ -102,8 +102,11 @@ func RunCommand(d Deps) Tool {
 			}
 			if ctx.Err() != nil && !job.Finished(rec.Status) {
 				// The caller cancelled the call: the job goes with it.
-				rec, _ = d.Jobs.Kill(context.Background(), rec.ID, "KILL", 0, job.ReasonCancelled)
-				return errorResult("call cancelled; job %s killed", rec.ID), nil
+				id := rec.ID
+				if _, err := d.Jobs.Kill(context.Background(), id, "KILL", 0, job.ReasonCancelled); err != nil {
+					return errorResult("call cancelled; killing job %s: %v", id, err), nil
+				}
+				return errorResult("call cancelled; job %s killed", id), nil
 			}
 		}
 		res, text, err := d.runResult(ctx, rec, args.Output)

@@ -26,6 +26,21 @@ var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 // the sandbox would contain the damage, but an agent has no honest need for them.
 var deniedEnvPrefixes = []string{"LD_", "DYLD_"}
 
+// Env names that change how the shell starts or finds programs: with them a
+// command fails in puzzling ways (PATH=/nowhere → exit 127) or runs code it
+// does not show (BASH_ENV, ENV). Refused, each with its reason.
+var deniedEnvNames = map[string]string{
+	"PATH":           "it decides where every command is found; the image sets it (call programs by their full path instead)",
+	"BASH_ENV":       "bash runs the file it names before every command",
+	"ENV":            "sh runs the file it names at start",
+	"SHELLOPTS":      "it changes how every bash starts",
+	"BASHOPTS":       "it changes how every bash starts",
+	"PS4":            "it is evaluated by bash when tracing",
+	"PROMPT_COMMAND": "bash runs it before every prompt",
+	"IFS":            "it changes how the shell splits every word",
+	"GCONV_PATH":     "it changes which code the C library loads",
+}
+
 func checkText(field, s string, max int) error {
 	if len(s) > max {
 		return fmt.Errorf("%s is %d bytes; the limit is %d", field, len(s), max)
@@ -85,6 +100,9 @@ func validateEnv(env map[string]string) ([]string, error) {
 	for _, k := range keys {
 		if !envKeyPattern.MatchString(k) {
 			return nil, fmt.Errorf("env key %q is not a valid name (letters, digits and _, not starting with a digit, at most 128)", k)
+		}
+		if why, ok := deniedEnvNames[k]; ok {
+			return nil, fmt.Errorf("env key %q is not allowed: %s", k, why)
 		}
 		for _, p := range deniedEnvPrefixes {
 			if strings.HasPrefix(k, p) {

@@ -150,8 +150,10 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	defer close(h.done)
 	defer h.cancelWait()
 	var waitErr error
+	waitCode := int64(-1)
 	select {
-	case <-wait.Result:
+	case res := <-wait.Result:
+		waitCode = res.StatusCode
 	case err := <-wait.Error:
 		waitErr = err
 	}
@@ -164,12 +166,17 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	h.status = h.verdict(ctx, waitErr)
+	if h.status.Err != nil && waitErr == nil && waitCode >= 0 {
+		// Inspect failed, but the wait already told how the process ended.
+		h.status = sandbox.ExitStatus{ExitCode: int(waitCode)}
+	}
 	if h.stdin != nil {
 		h.stdin.Close()
 	}
 	gone, err := h.rt.remove(ctx, h.id)
-	if err != nil && h.status.Err == nil {
-		h.status.Err = fmt.Errorf("remove container: %w", err)
+	if err != nil {
+		// A cleanup failure never replaces a known end; it is reported beside it.
+		h.status.CleanupErr = fmt.Errorf("remove container %.12s: %w", h.id, err)
 	}
 	if gone && !h.wasDestroyed() {
 		// Nobody here removed it: it was removed from outside the server.

@@ -169,6 +169,7 @@ func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *contai
 		Tmpfs:          tmpfs,
 		ShmSize:        shmSize,
 		IpcMode:        "private",
+		CgroupnsMode:   "private", // its own cgroup tree only, not the host's
 		Init:           &init,
 		Runtime:        spec.Runtime,
 		OomScoreAdj:    500, // the kernel should pick a sandbox before the host's own processes
@@ -207,8 +208,12 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	cfg, hostCfg := r.containerConfig(spec)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg})
 	if err != nil {
+		// NotFound can name other things than the image (a runtime, a
+		// network): say "image missing" only when it is.
 		if cerrdefs.IsNotFound(err) {
-			return nil, &sandbox.ImageError{Image: spec.Image}
+			if ok, ierr := r.ImageExists(ctx, spec.Image); ierr == nil && !ok {
+				return nil, &sandbox.ImageError{Image: spec.Image}
+			}
 		}
 		return nil, r.engineErr(fmt.Errorf("create container: %w", err))
 	}
