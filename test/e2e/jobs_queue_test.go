@@ -75,7 +75,7 @@ func TestJobsConcurrentRunCommands(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			res, err := s.client.CallTool(ctxTimeout(t, 3*time.Minute), toolRequest("run_command", map[string]any{
-				"command": fmt.Sprintf("echo %d; sleep 1", i), "wait_s": 120,
+				"command": fmt.Sprintf("echo %d; sleep 1", i), "wait_s": 50,
 			}))
 			switch {
 			case err != nil:

@@ -101,7 +101,7 @@ func TestDaemonRestartMidJob(t *testing.T) {
 	waited := make(chan res, 1)
 	go func() {
 		start := time.Now()
-		m, _, _ := call(t, c, "get_job", map[string]any{"job_id": id, "wait_s": 120})
+		m, _, _ := call(t, c, "get_job", map[string]any{"job_id": id, "wait_s": 50})
 		waited <- res{m, time.Since(start)}
 	}()
 	time.Sleep(500 * time.Millisecond)
