@@ -98,6 +98,11 @@ func (m *Manager) advanceReadCursor(o *jobOutput, sel output.Selector, next int6
 		o.live.mu.Unlock()
 		return
 	}
+	if !Finished(o.rec.Status) {
+		// Another server runs the job and keeps its cursors (it stores them
+		// when the job ends): writing them here would race it.
+		return
+	}
 	c := readCursorsOf(o.rec)
 	if next <= c[sel] {
 		return
