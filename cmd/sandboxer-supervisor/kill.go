@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
@@ -15,7 +14,6 @@ import (
 type procInfo struct {
 	pid, ppid int
 	zombie    bool
-	uid       uint32
 }
 
 // listProcs reads every process from /proc. Processes that vanish while
@@ -41,13 +39,7 @@ func listProcs() []procInfo {
 		if !ok {
 			continue
 		}
-		p := procInfo{pid: pid, ppid: ppid, zombie: state == 'Z' || state == 'X'}
-		if fi, err := os.Stat(filepath.Join("/proc", n)); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				p.uid = st.Uid
-			}
-		}
-		procs = append(procs, p)
+		procs = append(procs, procInfo{pid: pid, ppid: ppid, zombie: state == 'Z' || state == 'X'})
 	}
 	return procs
 }
@@ -99,17 +91,17 @@ func descendants(root int, procs []procInfo) []int {
 
 // targets lists the live processes a kill must reach: in "tree" mode the
 // supervisor's descendants, in "container" mode every process of the
-// container but pid 1 and the supervisor (only those it may signal).
+// container but pid 1 and the supervisor that it may signal (kill(pid, 0)
+// is the kernel's own permission check, the one kill(-1) applies).
 func (s *super) targets() []int {
 	procs := listProcs()
 	self := os.Getpid()
 	if s.spec.KillMode != proto.KillContainer {
 		return descendants(self, procs)
 	}
-	euid := uint32(os.Geteuid())
 	var out []int
 	for _, p := range procs {
-		if p.pid == 1 || p.pid == self || p.zombie || (euid != 0 && p.uid != euid) {
+		if p.pid == 1 || p.pid == self || p.zombie || unix.Kill(p.pid, 0) != nil {
 			continue
 		}
 		out = append(out, p.pid)

@@ -31,6 +31,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,15 @@ func (fw *frameWriter) frame(typ byte, p []byte) {
 	}
 }
 
+// exit writes the Exit frame, shortened if it would not fit in one frame.
+func (fw *frameWriter) exit(e proto.Exit) {
+	if b, err := json.Marshal(e); err == nil && len(b) > proto.MaxPayload-1024 {
+		e.Events = nil
+		e.Error = truncate(e.Error, 4096)
+	}
+	fw.json(proto.TypeExit, e)
+}
+
 func (fw *frameWriter) json(typ byte, v any) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
@@ -140,7 +150,7 @@ func run(stdin io.Reader, stdout io.Writer) int {
 
 	fail := func(code int, msg string) int {
 		logger.Print(msg)
-		out.json(proto.TypeExit, proto.Exit{ExitCode: code, Error: msg, Events: events})
+		out.exit(proto.Exit{ExitCode: code, Error: msg, Events: events})
 		return 0
 	}
 	var spec proto.Spec
@@ -177,7 +187,7 @@ wait:
 	}
 	s := &super{spec: spec, out: out, frames: frames, sigs: sigs, received: received, events: events}
 	exit := s.run()
-	out.json(proto.TypeExit, exit)
+	out.exit(exit)
 	return 0
 }
 

@@ -332,6 +332,10 @@ func TestNotFound(t *testing.T) {
 	if e.ExitCode != 127 || !strings.Contains(e.Error, "not found") || c.started != nil {
 		t.Fatalf("exit %+v started %v", e, c.started)
 	}
+	huge := strings.Repeat("x", proto.MaxPayload-8192)
+	if _, e = runJob(t, spec(huge), 5*time.Second); e.ExitCode != 127 || len(e.Error) > 1000 {
+		t.Fatalf("huge argv[0]: code %d, error of %d bytes", e.ExitCode, len(e.Error))
+	}
 	_, e = runJob(t, spec("/nonexistent/bin/x"), 5*time.Second)
 	if e.ExitCode != 127 || e.Error == "" {
 		t.Fatalf("absolute: %+v", e)

@@ -29,7 +29,7 @@ func (s *super) start() (int, error) {
 			if err == nil {
 				err = errors.New("not a directory")
 			}
-			return codeCannotExec, fmt.Errorf("cannot start: working directory %s: %v", cwd, unwrapPath(err))
+			return codeCannotExec, fmt.Errorf("cannot start: working directory %s: %v", truncate(cwd, 200), unwrapPath(err))
 		}
 	}
 	path, code, err := lookPath(sp.Argv[0], sp.Env, cwd)
@@ -114,7 +114,7 @@ func (s *super) start() (int, error) {
 		if errors.Is(err, unix.ENOENT) {
 			code = codeNotFound
 		}
-		return code, fmt.Errorf("cannot start %s: %v", sp.Argv[0], unwrapPath(err))
+		return code, fmt.Errorf("cannot start %s: %v", truncate(sp.Argv[0], 200), unwrapPath(err))
 	}
 	s.pid = p.Pid
 	s.started = time.Now()
@@ -122,7 +122,9 @@ func (s *super) start() (int, error) {
 	s.out.json(proto.TypeStarted, proto.Started{PID: s.pid, StartedAt: s.started.UTC()})
 
 	if sp.TTY != nil {
-		s.stdinQ = newStdinQueue(s.pty, false)
+		if sp.Stdin == proto.StdinPipe {
+			s.stdinQ = newStdinQueue(s.pty, false)
+		}
 		s.relay(s.pty, proto.TypeStdout)
 	} else {
 		if stdinW != nil {
@@ -168,6 +170,7 @@ func unwrapPath(err error) error {
 // the job's working directory). It returns 127 for "not found", 126 for
 // "found but not executable".
 func lookPath(file string, env []string, cwd string) (string, int, error) {
+	name := truncate(file, 200) // for messages: the Exit frame must stay small
 	abs := func(p string) string {
 		if filepath.IsAbs(p) || cwd == "" {
 			return p
@@ -176,10 +179,10 @@ func lookPath(file string, env []string, cwd string) (string, int, error) {
 	}
 	if strings.Contains(file, "/") {
 		if err := executable(abs(file)); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return "", codeNotFound, fmt.Errorf("cannot start %s: no such file", file)
+			if notFound(err) {
+				return "", codeNotFound, fmt.Errorf("cannot start %s: no such file", name)
 			}
-			return "", codeCannotExec, fmt.Errorf("cannot start %s: %v", file, err)
+			return "", codeCannotExec, fmt.Errorf("cannot start %s: %v", name, err)
 		}
 		return file, 0, nil
 	}
@@ -200,14 +203,18 @@ func lookPath(file string, env []string, cwd string) (string, int, error) {
 		if err == nil {
 			return p, 0, nil
 		}
-		if !errors.Is(err, os.ErrNotExist) && denied == nil {
+		if !notFound(err) && denied == nil {
 			denied = err
 		}
 	}
 	if denied != nil {
-		return "", codeCannotExec, fmt.Errorf("cannot start %s: %v", file, denied)
+		return "", codeCannotExec, fmt.Errorf("cannot start %s: %v", name, denied)
 	}
-	return "", codeNotFound, fmt.Errorf("cannot start %s: executable file not found in $PATH", file)
+	return "", codeNotFound, fmt.Errorf("cannot start %s: executable file not found in $PATH", name)
+}
+
+func notFound(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENAMETOOLONG) || errors.Is(err, unix.ENOTDIR)
 }
 
 func executable(p string) error {
