@@ -93,8 +93,13 @@ type client struct {
 
 func startSupervisor(t *testing.T) *client {
 	t.Helper()
+	return startSupervisorArgs(t)
+}
+
+func startSupervisorArgs(t *testing.T, args ...string) *client {
+	t.Helper()
 	c := &client{t: t, frames: make(chan rawFrame, 1<<16), diag: &lockedBuffer{}, procDone: make(chan error, 1)}
-	c.cmd = exec.Command(supBin)
+	c.cmd = exec.Command(supBin, args...)
 	c.cmd.Stderr = c.diag
 	// Race-built supervisor: no 1 s pause at exit, and a race fails the run (exit 66).
 	c.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0 halt_on_error=1")
@@ -284,7 +289,7 @@ func TestHelloFirst(t *testing.T) {
 	if !c.pump(func() bool { return c.hello != nil }, 5*time.Second) {
 		t.Fatal("no Hello")
 	}
-	if c.hello.Protocol != proto.Version || c.hello.Supervisor == "" || c.hello.PID != c.cmd.Process.Pid {
+	if c.hello.Protocol != proto.Version || c.hello.Supervisor == "" || c.hello.PID != c.cmd.Process.Pid || c.hello.PID == 1 {
 		t.Fatalf("hello %+v", c.hello)
 	}
 	// Waiting in the pool runs nothing; end of input then ends the supervisor.
@@ -704,4 +709,63 @@ func TestSupervisorSIGTERM(t *testing.T) {
 		t.Fatalf("%+v", e)
 	}
 	assertGone(t, m)
+}
+
+// startInPidNamespace runs the supervisor in a new pid namespace (as
+// "container" mode needs), either as its pid 1 or under a pid-1 shell that
+// was started to run it, as docker-init does. kill(-1) there cannot reach
+// anything outside the namespace.
+func startInPidNamespace(t *testing.T, underInit bool) *client {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for unshare")
+	}
+	if err := exec.Command("unshare", "-pf", "--mount-proc", "true").Run(); err != nil {
+		t.Skipf("unshare unavailable: %v", err)
+	}
+	old := supBin
+	defer func() { supBin = old }()
+	supBin = "unshare"
+	if underInit {
+		return startSupervisorArgs(t, "-pf", "--mount-proc", "sh", "-c", `"$0"; exit $?`, old)
+	}
+	return startSupervisorArgs(t, "-pf", "--mount-proc", old)
+}
+
+func TestContainerModeInPidNamespace(t *testing.T) {
+	for _, underInit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("underInit=%v", underInit), func(t *testing.T) {
+			script, markers := escapeJob()
+			c := startInPidNamespace(t, underInit)
+			s := spec("sh", "-c", script)
+			s.KillMode = proto.KillContainer
+			c.sendJSON(proto.TypeSpec, s)
+			if !c.pump(func() bool { return strings.Contains(c.stdout.String(), "ready") || c.exit != nil }, 5*time.Second) {
+				t.Fatal("job not ready")
+			}
+			if c.exit != nil {
+				t.Fatalf("refused: %+v", c.exit)
+			}
+			if len(alive(markers[0])) == 0 || len(alive(markers[2])) == 0 {
+				t.Fatal("the escaped processes were not running")
+			}
+			c.send(proto.TypeKill, nil)
+			e := c.wait(5 * time.Second)
+			if !e.Killed || e.ExitCode != 137 {
+				t.Fatalf("%+v", e)
+			}
+			assertGone(t, markers...)
+
+			// Leftovers of a job that ended are killed too.
+			m := marker(1007)
+			c = startInPidNamespace(t, underInit)
+			s = spec("sh", "-c", "setsid sleep "+m+" & echo hi")
+			s.KillMode = proto.KillContainer
+			c.sendJSON(proto.TypeSpec, s)
+			if e := c.wait(5 * time.Second); e.ExitCode != 0 || e.Error != "" {
+				t.Fatalf("%+v", e)
+			}
+			assertGone(t, m)
+		})
+	}
 }
