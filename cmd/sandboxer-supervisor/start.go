@@ -1,0 +1,424 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
+	"golang.org/x/sys/unix"
+)
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// start starts the job and the goroutines relaying its stdio, and writes the
+// Started frame. On failure it returns the exit code to report.
+func (s *super) start() (int, error) {
+	sp := s.spec
+	cwd := sp.Cwd
+	if cwd != "" {
+		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+			if err == nil {
+				err = errors.New("not a directory")
+			}
+			return codeCannotExec, fmt.Errorf("cannot start: working directory %s: %v", truncate(cwd, 200), unwrapPath(err))
+		}
+	}
+	path, code, err := lookPath(sp.Argv[0], sp.Env, cwd)
+	if err != nil {
+		return code, err
+	}
+	exe, argv := path, sp.Argv
+	if len(sp.Rlimits) > 0 {
+		// Limits are set by a re-exec of this binary between fork and the
+		// job's exec, so the job never runs a single instruction without them.
+		self, err := os.Executable()
+		if err != nil {
+			self = "/proc/self/exe"
+		}
+		exe = self
+		argv = append([]string{"sandboxer-supervisor", shimFlag, encodeLimits(sp.Rlimits), path}, sp.Argv...)
+	}
+
+	var files [3]*os.File
+	var childEnds []*os.File // closed in the parent once the job has started
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
+	var stdinW *os.File
+	if sp.TTY != nil {
+		master, slave, err := openPTY(sp.TTY.Rows, sp.TTY.Cols)
+		if err != nil {
+			return codeCannotExec, fmt.Errorf("cannot start: pty: %v", err)
+		}
+		s.pty = master
+		childEnds = append(childEnds, slave)
+		files = [3]*os.File{slave, slave, slave}
+	} else {
+		if sp.Stdin == proto.StdinPipe {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return codeCannotExec, fmt.Errorf("cannot start: %v", err)
+			}
+			files[0], stdinW = r, w
+			childEnds = append(childEnds, r)
+		} else {
+			null, err := os.Open(os.DevNull)
+			if err != nil {
+				return codeCannotExec, fmt.Errorf("cannot start: %v", err)
+			}
+			files[0] = null
+			childEnds = append(childEnds, null)
+		}
+		for i := 1; i <= 2; i++ {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return codeCannotExec, fmt.Errorf("cannot start: %v", err)
+			}
+			files[i] = w
+			childEnds = append(childEnds, w)
+			s.closers = append(s.closers, r)
+		}
+	}
+	attr := &os.ProcAttr{
+		Dir:   cwd,
+		Env:   sp.Env,
+		Files: files[:],
+		Sys:   &syscall.SysProcAttr{Setpgid: sp.TTY == nil, Setsid: sp.TTY != nil, Setctty: sp.TTY != nil, Ctty: 0},
+	}
+	if attr.Env == nil {
+		attr.Env = []string{} // nil would mean "inherit the supervisor's"
+	}
+	p, err := os.StartProcess(exe, argv, attr)
+	if err != nil {
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		for _, f := range s.closers {
+			f.Close()
+		}
+		if s.pty != nil {
+			s.pty.Close()
+		}
+		code := codeCannotExec
+		if errors.Is(err, unix.ENOENT) {
+			code = codeNotFound
+		}
+		return code, fmt.Errorf("cannot start %s: %v", truncate(sp.Argv[0], 200), unwrapPath(err))
+	}
+	s.pid = p.Pid
+	s.started = time.Now()
+	p.Release() // reaped by reap(), through wait4(-1)
+	s.out.json(proto.TypeStarted, proto.Started{PID: s.pid, StartedAt: s.started.UTC()})
+
+	if sp.TTY != nil {
+		if sp.Stdin == proto.StdinPipe {
+			s.stdinQ = newStdinQueue(s.pty, false)
+		}
+		s.relay(s.pty, proto.TypeStdout)
+	} else {
+		if stdinW != nil {
+			s.stdinQ = newStdinQueue(stdinW, true)
+		}
+		s.relay(s.closers[0], proto.TypeStdout)
+		s.relay(s.closers[1], proto.TypeStderr)
+	}
+	return 0, nil
+}
+
+// relay copies one output of the job to the server as frames until EOF (or
+// EIO: the pty's last slave descriptor closed).
+func (s *super) relay(r *os.File, typ byte) {
+	s.outputs.Add(1)
+	go func() {
+		defer s.outputs.Done()
+		buf := make([]byte, outputChunk)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				s.out.frame(typ, buf[:n])
+			}
+			if err != nil {
+				if typ != proto.TypeStdout || s.pty == nil { // the pty is closed by run()
+					r.Close()
+				}
+				return
+			}
+		}
+	}()
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// lookPath resolves argv[0] like execvp, with the job's PATH (relative to
+// the job's working directory). It returns 127 for "not found", 126 for
+// "found but not executable".
+func lookPath(file string, env []string, cwd string) (string, int, error) {
+	name := truncate(file, 200) // for messages: the Exit frame must stay small
+	abs := func(p string) string {
+		if filepath.IsAbs(p) || cwd == "" {
+			return p
+		}
+		return filepath.Join(cwd, p)
+	}
+	if strings.Contains(file, "/") {
+		if err := executable(abs(file)); err != nil {
+			if notFound(err) {
+				return "", codeNotFound, fmt.Errorf("cannot start %s: no such file", name)
+			}
+			return "", codeCannotExec, fmt.Errorf("cannot start %s: %v", name, err)
+		}
+		return file, 0, nil
+	}
+	path := defaultPath
+	for i := len(env) - 1; i >= 0; i-- { // the last PATH wins, as in getenv
+		if v, ok := strings.CutPrefix(env[i], "PATH="); ok {
+			path = v
+			break
+		}
+	}
+	var denied error
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := abs(filepath.Join(dir, file))
+		err := executable(p)
+		if err == nil {
+			return p, 0, nil
+		}
+		if !notFound(err) && denied == nil {
+			denied = err
+		}
+	}
+	if denied != nil {
+		return "", codeCannotExec, fmt.Errorf("cannot start %s: %v", name, denied)
+	}
+	return "", codeNotFound, fmt.Errorf("cannot start %s: executable file not found in $PATH", name)
+}
+
+func notFound(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENAMETOOLONG) || errors.Is(err, unix.ENOTDIR)
+}
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return unwrapPath(err)
+	}
+	if fi.IsDir() {
+		return errors.New("is a directory")
+	}
+	if fi.Mode()&0o111 == 0 || unix.Access(p, unix.X_OK) != nil {
+		return errors.New("permission denied")
+	}
+	return nil
+}
+
+// openPTY allocates a pseudo-terminal of the given size.
+func openPTY(rows, cols uint16) (master, slave *os.File, err error) {
+	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var n uint32
+	err = ioctlFile(master, func(fd int) error {
+		if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+			return fmt.Errorf("unlockpt: %w", err)
+		}
+		var err error
+		if n, err = unix.IoctlGetUint32(fd, unix.TIOCGPTN); err != nil {
+			return fmt.Errorf("ptsname: %w", err)
+		}
+		return unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	})
+	if err == nil {
+		slave, err = os.OpenFile("/dev/pts/"+strconv.FormatUint(uint64(n), 10), os.O_RDWR|unix.O_NOCTTY, 0)
+	}
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	return master, slave, nil
+}
+
+// stdinQueue feeds the job's stdin from its own goroutine, so a job that does
+// not read never stalls the frame loop. It holds at most
+// proto.MaxStdinQueue bytes; what does not fit is dropped and counted.
+type stdinQueue struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	bufs    [][]byte
+	size    int
+	eof     bool // close w once the queue is empty
+	stopped bool
+	dropped int64
+	w       io.WriteCloser
+	owned   bool // w is ours to close (a pipe; not the pty master)
+}
+
+func newStdinQueue(w io.WriteCloser, owned bool) *stdinQueue {
+	q := &stdinQueue{w: w, owned: owned}
+	q.cond = sync.NewCond(&q.mu)
+	go q.run()
+	return q
+}
+
+func (q *stdinQueue) push(p []byte) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.eof || q.stopped {
+		return
+	}
+	if q.size+len(p) > proto.MaxStdinQueue {
+		q.dropped += int64(len(p))
+		return
+	}
+	q.bufs = append(q.bufs, p)
+	q.size += len(p)
+	q.cond.Signal()
+}
+
+func (q *stdinQueue) closeInput() {
+	q.mu.Lock()
+	q.eof = true
+	q.cond.Signal()
+	q.mu.Unlock()
+}
+
+// stop abandons pending input and closes the pipe (which also ends a write
+// blocked on a full pipe).
+func (q *stdinQueue) stop() {
+	if q == nil {
+		return
+	}
+	q.mu.Lock()
+	q.stopped = true
+	q.bufs, q.size = nil, 0
+	q.cond.Signal()
+	q.mu.Unlock()
+	if q.owned {
+		q.w.Close()
+	}
+}
+
+func (q *stdinQueue) droppedBytes() int64 {
+	if q == nil {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dropped
+}
+
+func (q *stdinQueue) run() {
+	for {
+		q.mu.Lock()
+		for len(q.bufs) == 0 && !q.eof && !q.stopped {
+			q.cond.Wait()
+		}
+		if q.stopped {
+			q.mu.Unlock()
+			return
+		}
+		if len(q.bufs) == 0 { // eof and drained
+			q.mu.Unlock()
+			if q.owned {
+				q.w.Close()
+			}
+			return
+		}
+		p := q.bufs[0]
+		q.bufs[0] = nil
+		q.bufs = q.bufs[1:]
+		q.size -= len(p)
+		q.mu.Unlock()
+		if _, err := q.w.Write(p); err != nil {
+			// The job closed its stdin or ended: drop the rest.
+			q.mu.Lock()
+			q.stopped = true
+			q.bufs, q.size = nil, 0
+			q.mu.Unlock()
+			if q.owned {
+				q.w.Close()
+			}
+			return
+		}
+	}
+}
+
+// The rlimit shim: "sandboxer-supervisor --exec-with-rlimits nofile=64,fsize=1024 /path/to/exe argv0 args..."
+// lowers its limits and execs the job in place.
+const shimFlag = "--exec-with-rlimits"
+
+var rlimitResources = map[string]int{
+	"nofile": unix.RLIMIT_NOFILE,
+	"fsize":  unix.RLIMIT_FSIZE,
+	"nproc":  unix.RLIMIT_NPROC,
+	"core":   unix.RLIMIT_CORE,
+}
+
+func encodeLimits(m map[string]uint64) string {
+	parts := make([]string, 0, len(m))
+	for k, v := range m {
+		parts = append(parts, k+"="+strconv.FormatUint(v, 10))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func shimMain(args []string) int {
+	if len(args) < 3 {
+		fmt.Fprintln(os.Stderr, "sandboxer-supervisor: internal error: bad rlimit shim arguments")
+		return codeCannotExec
+	}
+	for _, kv := range strings.Split(args[0], ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		res, ok := rlimitResources[k]
+		n, err := strconv.ParseUint(v, 10, 64)
+		if !ok || err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxer-supervisor: internal error: bad rlimit %q\n", kv)
+			return codeCannotExec
+		}
+		var cur syscall.Rlimit
+		if err := syscall.Getrlimit(res, &cur); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxer-supervisor: getrlimit %s: %v\n", k, err)
+			return codeCannotExec
+		}
+		if n >= cur.Max {
+			continue // nothing to tighten (and for nofile Go restores the original soft limit at exec)
+		}
+		// Go raised the soft nofile limit to the hard one at start-up, so
+		// for nofile the original soft limit is unknown here: both become n.
+		nl := syscall.Rlimit{Cur: min(n, cur.Cur), Max: n}
+		if res == unix.RLIMIT_NOFILE {
+			nl.Cur = n
+		}
+		if err := syscall.Setrlimit(res, &nl); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxer-supervisor: setrlimit %s=%d: %v\n", k, n, err)
+			return codeCannotExec
+		}
+	}
+	err := syscall.Exec(args[1], args[2:], os.Environ())
+	fmt.Fprintf(os.Stderr, "sandboxer-supervisor: exec %s: %v\n", args[1], err)
+	if errors.Is(err, unix.ENOENT) {
+		return codeNotFound
+	}
+	return codeCannotExec
+}
