@@ -98,6 +98,19 @@ func (fw *frameWriter) exit(e proto.Exit) {
 	fw.json(proto.TypeExit, e)
 }
 
+// ack tells the server how much input the job has taken (flow control).
+func (fw *frameWriter) ack(total uint64) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if fw.broken {
+		return
+	}
+	if err := proto.WriteFrame(fw.w, proto.TypeAck, proto.EncodeAck(total)); err != nil {
+		fw.broken = true
+		logger.Printf("writing Ack frame: %v (further output discarded)", err)
+	}
+}
+
 func (fw *frameWriter) json(typ byte, v any) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
@@ -134,7 +147,10 @@ func run(stdin io.Reader, stdout io.Writer) int {
 	// instead of killing the supervisor (Go's default for fds 1 and 2).
 	// Handled signals are reset to their defaults in the job by execve.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGPIPE, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	// TERM ends the job (docker stop); the others are passed on to it: an
+	// engine's signal to the container reaches the job through its init and
+	// this process.
+	signal.Notify(sigs, unix.SIGPIPE, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 
 	out := &frameWriter{w: stdout}
 	out.json(proto.TypeHello, proto.Hello{Protocol: proto.Version, Supervisor: version, PID: os.Getpid()})
@@ -151,7 +167,7 @@ func run(stdin io.Reader, stdout io.Writer) int {
 	fail := func(code int, msg string) int {
 		logger.Print(msg)
 		out.exit(proto.Exit{ExitCode: code, Error: msg, Events: events})
-		return 0
+		return code
 	}
 	var spec proto.Spec
 	var received time.Time
@@ -175,7 +191,7 @@ wait:
 			}
 			break wait
 		case sig := <-sigs:
-			if sig != unix.SIGPIPE {
+			if sig == unix.SIGTERM || sig == unix.SIGINT || sig == unix.SIGHUP {
 				return fail(codeBadSpec, fmt.Sprintf("stopped by %v before a job spec arrived", sig))
 			}
 		}
@@ -188,7 +204,9 @@ wait:
 	s := &super{spec: spec, out: out, frames: frames, sigs: sigs, received: received, events: events}
 	exit := s.run()
 	out.exit(exit)
-	return 0
+	// The container's exit code is the job's, so the engine's record agrees
+	// with the Exit frame (and stands in for it if that frame is lost).
+	return exit.ExitCode & 0xff
 }
 
 // super runs one job.
@@ -293,6 +311,10 @@ loop:
 			s.killAll()
 		case sig := <-s.sigs:
 			if sig == unix.SIGPIPE {
+				continue
+			}
+			if sig != unix.SIGTERM {
+				s.signalJob(sig.(unix.Signal))
 				continue
 			}
 			killed = true

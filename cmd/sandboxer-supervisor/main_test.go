@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -81,6 +82,7 @@ type client struct {
 	readErr  error
 	diag     *lockedBuffer
 	procDone chan error
+	acked    uint64 // the last Ack: bytes the job's stdin took
 
 	hello   *proto.Hello
 	started *proto.Started
@@ -207,6 +209,12 @@ func (c *client) handle(f rawFrame) {
 	case proto.TypeExit:
 		c.exit = &proto.Exit{}
 		unmarshal(c.exit)
+	case proto.TypeAck:
+		n, err := proto.DecodeAck(f.p)
+		if err != nil || n < c.acked {
+			c.t.Errorf("ack %d (err %v) after %d: acks must grow", n, err, c.acked)
+		}
+		c.acked = n
 	default:
 		c.t.Errorf("unknown frame type %q", f.typ)
 	}
@@ -218,7 +226,7 @@ func (c *client) handle(f rawFrame) {
 	}
 }
 
-// wait returns the Exit report once the supervisor has exited 0.
+// wait returns the Exit report once the supervisor has exited with the job's code.
 func (c *client) wait(timeout time.Duration) *proto.Exit {
 	c.t.Helper()
 	if !c.pump(func() bool { return c.closed }, timeout) {
@@ -232,8 +240,16 @@ func (c *client) wait(timeout time.Duration) *proto.Exit {
 	}
 	select {
 	case err := <-c.procDone:
-		if err != nil {
-			c.t.Fatalf("supervisor exited with %v", err)
+		// The supervisor exits with the job's code, so the engine agrees.
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			c.t.Fatalf("supervisor: %v", err)
+		}
+		if code != c.exit.ExitCode&0xff {
+			c.t.Fatalf("supervisor exited with %d, want the job's %d", code, c.exit.ExitCode&0xff)
 		}
 	case <-time.After(5 * time.Second):
 		c.t.Fatal("supervisor did not exit after Exit")
@@ -396,6 +412,10 @@ func TestStdinPipe(t *testing.T) {
 	e := c.wait(5 * time.Second)
 	if e.ExitCode != 0 || c.stdout.String() != "hello world\nend\n" {
 		t.Fatalf("%+v %q", e, c.stdout.String())
+	}
+	// Flow control: every byte the job took was acknowledged.
+	if c.acked != uint64(len("hello world\n")) {
+		t.Fatalf("acked %d bytes, want %d", c.acked, len("hello world\n"))
 	}
 }
 

@@ -123,12 +123,12 @@ func (s *super) start() (int, error) {
 
 	if sp.TTY != nil {
 		if sp.Stdin == proto.StdinPipe {
-			s.stdinQ = newStdinQueue(s.pty, false)
+			s.stdinQ = newStdinQueue(s.pty, false, s.out.ack)
 		}
 		s.relay(s.pty, proto.TypeStdout)
 	} else {
 		if stdinW != nil {
-			s.stdinQ = newStdinQueue(stdinW, true)
+			s.stdinQ = newStdinQueue(stdinW, true, s.out.ack)
 		}
 		s.relay(s.closers[0], proto.TypeStdout)
 		s.relay(s.closers[1], proto.TypeStderr)
@@ -262,7 +262,9 @@ func openPTY(rows, cols uint16) (master, slave *os.File, err error) {
 // not read never stalls the frame loop. It holds at most
 // proto.MaxStdinQueue bytes; what does not fit is dropped and counted.
 type stdinQueue struct {
-	mu      sync.Mutex
+	delivered func(total uint64) // told after each write, with the running total
+	total     uint64             // bytes the job's stdin has taken (run's goroutine only)
+	mu        sync.Mutex
 	cond    *sync.Cond
 	bufs    [][]byte
 	size    int
@@ -273,8 +275,8 @@ type stdinQueue struct {
 	owned   bool // w is ours to close (a pipe; not the pty master)
 }
 
-func newStdinQueue(w io.WriteCloser, owned bool) *stdinQueue {
-	q := &stdinQueue{w: w, owned: owned}
+func newStdinQueue(w io.WriteCloser, owned bool, delivered func(total uint64)) *stdinQueue {
+	q := &stdinQueue{w: w, owned: owned, delivered: delivered}
 	q.cond = sync.NewCond(&q.mu)
 	go q.run()
 	return q
@@ -349,7 +351,12 @@ func (q *stdinQueue) run() {
 		q.bufs = q.bufs[1:]
 		q.size -= len(p)
 		q.mu.Unlock()
-		if _, err := q.w.Write(p); err != nil {
+		n, err := q.w.Write(p)
+		q.total += uint64(n)
+		if n > 0 && q.delivered != nil {
+			q.delivered(q.total) // the server may send more now
+		}
+		if err != nil {
 			// The job closed its stdin or ended: drop the rest.
 			q.mu.Lock()
 			q.stopped = true

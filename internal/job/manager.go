@@ -367,6 +367,10 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	switch {
 	case j.endStatus != "":
 		rec.Status, rec.Reason = j.endStatus, j.endReason
+	case st.TimedOut:
+		// The sandbox stopped the job at its deadline (the server may have
+		// been away then).
+		rec.Status, rec.Reason = StatusTimedOut, ReasonTimeout
 	case st.Err != nil:
 		rec.Status, rec.Reason = StatusFailed, ReasonLost
 		rec.Error = "lost track of the sandbox: " + st.Err.Error()
@@ -392,6 +396,10 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 		rec.StartedAt = st.StartedAt
 	}
 	rec.EndedAt = now
+	rec.Usage = store.Usage{CPUMS: st.Usage.CPUMS, PeakMemoryBytes: st.Usage.PeakMemoryBytes, WallMS: st.Usage.WallMS}
+	if rec.Usage.WallMS == 0 && !rec.StartedAt.IsZero() && j.handle != nil {
+		rec.Usage.WallMS = now.Sub(rec.StartedAt).Milliseconds()
+	}
 	_ = j.capture.Close()
 	sz := j.capture.Sizes()
 	rec.StdoutBytes, rec.StderrBytes = sz.Stdout, sz.Stderr

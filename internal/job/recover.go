@@ -35,7 +35,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	owner := map[string]string{} // active job → the server that runs it after this pass
+	owner := map[string]string{} // active job (and its container) → the server that runs it after this pass
 	for _, rec := range pending {
 		if m.liveJob(rec.ID) != nil {
 			owner[rec.ID] = m.server
@@ -78,6 +78,13 @@ func (m *Manager) Recover(ctx context.Context) error {
 			return err
 		}
 	}
+	// A pooled container was labelled before its job existed: it is known
+	// by the id stored with the job.
+	for _, rec := range pending {
+		if o, ok := owner[rec.ID]; ok && rec.ContainerID != "" {
+			owner[rec.ContainerID] = o
+		}
+	}
 	m.removeOrphans(ctx, containers, owner)
 	m.forgetPeers(owner, containers)
 	m.mu.Lock()
@@ -96,7 +103,10 @@ func (m *Manager) removeOrphans(ctx context.Context, containers []sandbox.Contai
 		if m.liveJob(c.JobID) != nil || m.liveContainer(c.ID) {
 			continue
 		}
-		o, active := owner[c.JobID]
+		o, active := owner[c.ID]
+		if !active {
+			o, active = owner[c.JobID]
+		}
 		if !active {
 			o = c.Server
 		}

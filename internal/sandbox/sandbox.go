@@ -72,8 +72,17 @@ type Output interface {
 	Write(stream Stream, p []byte)
 }
 
+// Usage is what a job's whole process tree used.
+type Usage struct {
+	CPUMS           int64 // user + system CPU time
+	PeakMemoryBytes int64 // peak memory of the tree (the sandbox's cgroup)
+	WallMS          int64 // from the job's start to its main process's end
+}
+
 // ExitStatus is how a sandbox's main process ended.
 type ExitStatus struct {
+	Usage    Usage // zero when the runtime could not measure it
+	TimedOut bool  // the sandbox enforced the job's deadline itself
 	ExitCode   int
 	OOMKilled  bool      // from the engine, not guessed from exit 137
 	Gone       bool      // the container vanished (removed from outside) before its end was seen
@@ -130,6 +139,42 @@ type Runtime interface {
 	// ImageExists says whether an image is present locally.
 	ImageExists(ctx context.Context, ref string) (bool, error)
 	Close() error
+}
+
+// KindPool labels a sandbox started before its job (a warm pool's); its job
+// is known by the container id stored with the job, not by its labels.
+const KindPool = "pool"
+
+// PoolKey is what a sandbox is, fixed when its container is made: a warm
+// sandbox serves a job whose spec has the same key. Memory, CPU and pids are
+// not part of it: they are set on the container when it is handed its job.
+func (s Spec) PoolKey() string {
+	l := s.Limits
+	return fmt.Sprintf("%s|%s|%s|%s|%s|tmp=%d|work=%d|log=%d|nofile=%d|fsize=%d",
+		s.Image, s.WorkDir, s.Network, s.Runtime, s.EngineLog,
+		l.TmpBytes, l.WorkdirBytes, l.LogBytes, l.OpenFiles, l.FileSizeBytes)
+}
+
+// Warm is a sandbox started before its job: it runs nothing of a job until
+// Launch, and serves exactly one.
+type Warm interface {
+	ContainerID() string
+	// Launch hands the sandbox its job (spec's command, environment, stdin
+	// and deadline), first setting spec's memory, CPU and pids limits on it.
+	// Its PoolKey must equal the one the sandbox was prepared with.
+	Launch(ctx context.Context, spec Spec, out Output) (Handle, error)
+	// Ended is closed when the sandbox died (or was removed) before a job came.
+	Ended() <-chan struct{}
+	// Discard removes it; idempotent.
+	Discard(ctx context.Context) error
+}
+
+// Warmer is a Runtime that can start a sandbox before its job is known.
+type Warmer interface {
+	Runtime
+	// Prepare starts a sandbox of spec's shape (see PoolKey) whose job comes
+	// later; spec.Kind should be KindPool.
+	Prepare(ctx context.Context, spec Spec) (Warm, error)
 }
 
 // Typed errors. Callers test with errors.Is.

@@ -37,8 +37,12 @@
 //	'o' Stdout  raw bytes the job wrote to stdout (with a TTY: everything the
 //	            pty produced, there is no separate stderr).
 //	'e' Stderr  raw bytes the job wrote to stderr.
+//	'a' Ack     8 bytes, big-endian: total bytes of Data the job's stdin has
+//	            taken so far. The server keeps at most a window of input
+//	            unacknowledged (flow control), so input is never dropped.
 //	'x' Exit    JSON Exit: how the job ended. The last frame; the supervisor
-//	            then exits 0 and the container stops.
+//	            then exits with the job's exit code (so the engine's own
+//	            record of the container agrees) and the container stops.
 //
 // # Life cycle
 //
@@ -101,7 +105,21 @@ const (
 	TypeStdout  byte = 'o'
 	TypeStderr  byte = 'e'
 	TypeExit    byte = 'x'
+	TypeAck     byte = 'a'
 )
+
+// EncodeAck is the payload of the 'a' frame: how many bytes of input the job's
+// stdin has taken so far, in total. The server sends no more than a window of
+// input past it, so the supervisor never has to drop any.
+func EncodeAck(total uint64) []byte { return binary.BigEndian.AppendUint64(nil, total) }
+
+// DecodeAck parses an 'a' payload.
+func DecodeAck(p []byte) (uint64, error) {
+	if len(p) != 8 {
+		return 0, fmt.Errorf("proto: ack payload of %d bytes, want 8", len(p))
+	}
+	return binary.BigEndian.Uint64(p), nil
+}
 
 // ErrTooLarge is returned for a frame whose payload exceeds MaxPayload.
 var ErrTooLarge = errors.New("proto: frame payload exceeds 1 MiB")
@@ -131,6 +149,8 @@ func TypeName(t byte) string {
 		return "Stderr"
 	case TypeExit:
 		return "Exit"
+	case TypeAck:
+		return "Ack"
 	}
 	return fmt.Sprintf("0x%02x", t)
 }

@@ -1,0 +1,334 @@
+// Package pool is a sandbox.Runtime that keeps sandboxes started before their
+// jobs arrive (DESIGN §6): a job whose shape matches a warm sandbox takes it
+// and starts in milliseconds; any other job, or any job when the pool is
+// empty, starts cold on the runtime below. Each warm sandbox serves exactly
+// one job and then goes, like a cold one: isolation is not traded for speed.
+//
+// The pool refills in the background, a few starts at a time, and backs off
+// while the engine fails. Close removes every sandbox it still holds.
+package pool
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+const (
+	// prepareTimeout bounds starting one warm sandbox.
+	prepareTimeout = 60 * time.Second
+	// discardTimeout bounds removing one.
+	discardTimeout = 30 * time.Second
+	// Backoff after a failed start, doubling up to the maximum.
+	minBackoff = time.Second
+	maxBackoff = time.Minute
+)
+
+// Target is one kind of warm sandbox to keep: a spec (shape and default
+// limits; its command is ignored) and how many to keep ready.
+type Target struct {
+	Name string // for reports, e.g. the language
+	Spec sandbox.Spec
+	Size int
+}
+
+// Stat is a target's state.
+type Stat struct {
+	Name     string
+	Image    string
+	Size     int // wanted
+	Ready    int // started and waiting for a job
+	Starting int
+	Served   int64  // jobs that took a warm sandbox
+	Missed   int64  // jobs of this shape that found none ready and started cold
+	LastErr  string // the last start failure, if the most recent start failed
+}
+
+// Pool keeps warm sandboxes for its targets in front of a runtime.
+type Pool struct {
+	sandbox.Warmer
+	log      zerolog.Logger
+	parallel chan struct{} // starts in flight, at most cap
+
+	mu      sync.Mutex
+	targets []*target
+	byKey   map[string]*target
+	closed  bool
+	kick    chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+type target struct {
+	Target
+	key      string
+	ready    []sandbox.Warm
+	starting int
+	served   int64
+	missed   int64
+	lastErr  string
+	backoff  time.Duration
+	retryAt  time.Time
+}
+
+var _ sandbox.Runtime = (*Pool)(nil)
+
+// New puts a pool in front of w. parallel is how many sandboxes may be
+// starting at once (at least 1): refilling must not starve running jobs of
+// the engine. Call Run to start filling.
+func New(w sandbox.Warmer, targets []Target, parallel int, log zerolog.Logger) *Pool {
+	p := &Pool{
+		Warmer: w, log: log,
+		parallel: make(chan struct{}, max(parallel, 1)),
+		byKey:    map[string]*target{},
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+	}
+	for _, t := range targets {
+		if t.Size <= 0 {
+			continue
+		}
+		t.Spec.Kind, t.Spec.JobID = sandbox.KindPool, ""
+		tg := &target{Target: t, key: t.Spec.PoolKey()}
+		if _, dup := p.byKey[tg.key]; dup {
+			p.byKey[tg.key].Size += t.Size
+			continue
+		}
+		p.targets = append(p.targets, tg)
+		p.byKey[tg.key] = tg
+	}
+	return p
+}
+
+// Start runs spec in a warm sandbox of its shape when one is ready, else cold.
+func (p *Pool) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	for {
+		w := p.take(spec.PoolKey())
+		if w == nil {
+			return p.Warmer.Start(ctx, spec, out)
+		}
+		h, err := w.Launch(ctx, spec, out)
+		if err == nil {
+			return h, nil
+		}
+		// It died between being ready and being taken (removed from
+		// outside, engine trouble): never the job's problem while cold works.
+		p.log.Warn().Err(err).Str("container", short(w.ContainerID())).Msg("warm sandbox failed to launch; trying another")
+		p.discard(w)
+		if ctx.Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+// take removes and returns a ready sandbox of key, or nil.
+func (p *Pool) take(key string) sandbox.Warm {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.byKey[key]
+	if t == nil || p.closed {
+		return nil
+	}
+	for len(t.ready) > 0 {
+		w := t.ready[0]
+		t.ready = t.ready[1:]
+		select {
+		case <-w.Ended():
+			go p.discard(w)
+			continue
+		default:
+		}
+		t.served++
+		p.signal()
+		return w
+	}
+	t.missed++
+	p.signal()
+	return nil
+}
+
+func (p *Pool) signal() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run fills the pool until Close. It returns at once when there is nothing to keep.
+func (p *Pool) Run() {
+	if len(p.targets) == 0 {
+		return
+	}
+	p.wg.Add(1)
+	defer p.wg.Done()
+	tick := time.NewTicker(minBackoff)
+	defer tick.Stop()
+	for {
+		p.fill()
+		select {
+		case <-p.stop:
+			return
+		case <-p.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+// fill starts what each target lacks, within the parallel limit.
+func (p *Pool) fill() {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		var next *target
+		for _, t := range p.targets {
+			if len(t.ready)+t.starting < t.Size && time.Now().After(t.retryAt) {
+				next = t
+				break
+			}
+		}
+		if next == nil {
+			p.mu.Unlock()
+			return
+		}
+		select {
+		case p.parallel <- struct{}{}:
+		default:
+			p.mu.Unlock()
+			return // a start that ends kicks the loop again
+		}
+		next.starting++
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go p.prepare(next)
+	}
+}
+
+func (p *Pool) prepare(t *target) {
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), prepareTimeout)
+	w, err := p.Warmer.Prepare(ctx, t.Spec)
+	cancel()
+	<-p.parallel
+	p.mu.Lock()
+	t.starting--
+	if err != nil {
+		t.backoff = min(max(t.backoff*2, minBackoff), maxBackoff)
+		t.retryAt = time.Now().Add(t.backoff)
+		t.lastErr = err.Error()
+		p.mu.Unlock()
+		p.log.Debug().Err(err).Str("pool", t.Name).Dur("retry_in", t.backoff).Msg("warm sandbox did not start")
+		p.signal()
+		return
+	}
+	t.backoff, t.lastErr = 0, ""
+	if p.closed {
+		p.mu.Unlock()
+		p.discard(w)
+		return
+	}
+	t.ready = append(t.ready, w)
+	p.mu.Unlock()
+	p.signal()
+	// A sandbox that dies while waiting (removed from outside) leaves the pool.
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		select {
+		case <-w.Ended():
+		case <-p.stop:
+			return
+		}
+		if p.remove(t, w) {
+			p.log.Info().Str("pool", t.Name).Str("container", short(w.ContainerID())).Msg("warm sandbox ended before a job came; replacing it")
+			p.discard(w)
+			p.signal()
+		}
+	}()
+}
+
+// remove takes w out of t's ready list; false when it was taken already.
+func (p *Pool) remove(t *target, w sandbox.Warm) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, r := range t.ready {
+		if r == w {
+			t.ready = append(t.ready[:i], t.ready[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Pool) discard(w sandbox.Warm) {
+	ctx, cancel := context.WithTimeout(context.Background(), discardTimeout)
+	defer cancel()
+	if err := w.Discard(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		p.log.Warn().Err(err).Str("container", short(w.ContainerID())).Msg("remove warm sandbox")
+	}
+}
+
+// Stats reports each target.
+func (p *Pool) Stats() []Stat {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Stat, 0, len(p.targets))
+	for _, t := range p.targets {
+		out = append(out, Stat{Name: t.Name, Image: t.Spec.Image, Size: t.Size, Ready: len(t.ready),
+			Starting: t.starting, Served: t.served, Missed: t.missed, LastErr: t.lastErr})
+	}
+	return out
+}
+
+// Drain removes every warm sandbox and stops refilling; jobs then start
+// cold. It waits (bounded by ctx) for starts in flight, whose sandboxes are
+// removed too. The runtime below stays open.
+func (p *Pool) Drain(ctx context.Context) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	close(p.stop)
+	var all []sandbox.Warm
+	for _, t := range p.targets {
+		all = append(all, t.ready...)
+		t.ready = nil
+	}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, w := range all {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.discard(w) }()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		p.log.Warn().Msg("pool: gave up waiting for warm sandboxes to go")
+	}
+}
+
+// Close drains the pool and closes the runtime below.
+func (p *Pool) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), discardTimeout)
+	defer cancel()
+	p.Drain(ctx)
+	return p.Warmer.Close()
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
