@@ -23,6 +23,10 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // Started frame. On failure it returns the exit code to report.
 func (s *super) start() (int, error) {
 	sp := s.spec
+	if sp.InheritEnv {
+		// The container's own environment (the image's) under the job's.
+		sp.Env = overlayEnv(os.Environ(), sp.Env)
+	}
 	cwd := sp.Cwd
 	if cwd != "" {
 		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
@@ -265,14 +269,14 @@ type stdinQueue struct {
 	delivered func(total uint64) // told after each write, with the running total
 	total     uint64             // bytes the job's stdin has taken (run's goroutine only)
 	mu        sync.Mutex
-	cond    *sync.Cond
-	bufs    [][]byte
-	size    int
-	eof     bool // close w once the queue is empty
-	stopped bool
-	dropped int64
-	w       io.WriteCloser
-	owned   bool // w is ours to close (a pipe; not the pty master)
+	cond      *sync.Cond
+	bufs      [][]byte
+	size      int
+	eof       bool // close w once the queue is empty
+	stopped   bool
+	dropped   int64
+	w         io.WriteCloser
+	owned     bool // w is ours to close (a pipe; not the pty master)
 }
 
 func newStdinQueue(w io.WriteCloser, owned bool, delivered func(total uint64)) *stdinQueue {
@@ -428,4 +432,20 @@ func shimMain(args []string) int {
 		return codeNotFound
 	}
 	return codeCannotExec
+}
+
+// overlayEnv is base with every KEY=VALUE of over replacing or adding to it.
+func overlayEnv(base, over []string) []string {
+	out := make([]string, 0, len(base)+len(over))
+	index := map[string]int{}
+	for _, kv := range append(append([]string(nil), base...), over...) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[k]; ok {
+			out[i] = kv
+			continue
+		}
+		index[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
 }

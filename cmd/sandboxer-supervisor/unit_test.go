@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -135,5 +136,13 @@ func TestLookPath(t *testing.T) {
 	}
 	if p, _, err := lookPath("sh", nil, ""); err != nil || !filepath.IsAbs(p) {
 		t.Errorf("default PATH: %q %v", p, err)
+	}
+}
+
+func TestOverlayEnv(t *testing.T) {
+	got := overlayEnv([]string{"PATH=/bin", "HOME=/h", "LANG=C"}, []string{"HOME=/x", "A=1"})
+	want := []string{"PATH=/bin", "HOME=/x", "LANG=C", "A=1"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("overlayEnv = %q, want %q", got, want)
 	}
 }

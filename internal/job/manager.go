@@ -255,6 +255,7 @@ func (m *Manager) start(j *liveJob) error {
 		WorkDir: workdir, Network: j.req.Network, Runtime: m.pol.Runtime, EngineLog: m.pol.Output.EngineLog,
 		OpenStdin: j.req.KeepStdinOpen || j.req.Stdin != nil,
 		Limits:    SandboxLimits(j.req.Limits, m.pol.Output.MaxBytesPerJob),
+		Timeout:   j.req.Limits.Timeout,
 	}
 	h, err := m.rt.Start(ctx, spec, j.capture)
 	if err != nil {
@@ -367,6 +368,9 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	switch {
 	case j.endStatus != "":
 		rec.Status, rec.Reason = j.endStatus, j.endReason
+	case st.StartErr != nil:
+		rec.Status, rec.Reason = StatusFailed, ReasonStartError
+		rec.Error = st.StartErr.Error()
 	case st.TimedOut:
 		// The sandbox stopped the job at its deadline (the server may have
 		// been away then).

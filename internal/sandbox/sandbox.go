@@ -50,7 +50,15 @@ type Spec struct {
 	// OpenStdin keeps the process's stdin attached so it can be written later;
 	// otherwise stdin is closed at start.
 	OpenStdin bool
+	// Timeout is the job's deadline, enforced inside the sandbox too, so a
+	// job stops on time even when no server is watching. 0 = none.
+	Timeout time.Duration
+	// TTY runs the process on a terminal of this size (sessions); nil = pipes.
+	TTY *TTY
 }
+
+// TTY is a terminal size.
+type TTY struct{ Rows, Cols uint16 }
 
 // Stream names one of a process's output streams.
 type Stream int
@@ -88,6 +96,7 @@ type ExitStatus struct {
 	Gone       bool      // the container vanished (removed from outside) before its end was seen
 	Err        error     // the engine failed while waiting; the end is unknown
 	CleanupErr error     // removing the sandbox afterwards failed (the end above still holds)
+	StartErr   error     // the job never ran: the sandbox said why (e.g. its command not found)
 	StartedAt  time.Time // as the engine saw it (zero if unknown)
 	FinishedAt time.Time
 }

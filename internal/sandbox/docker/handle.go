@@ -1,7 +1,9 @@
 package docker
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,82 +18,69 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
-// handle is one running container. Its end is observed once, by waitForEnd,
-// which then drains output, reads the verdict from inspect and removes it.
+const (
+	// inputWindow is how much input may be on its way to a job (sent, not yet
+	// taken by its stdin): the supervisor never has to drop any, and a job
+	// that does not read holds a writer back instead.
+	inputWindow = 256 << 10
+	// inputChunk is the largest Data frame sent.
+	inputChunk = 64 << 10
+	// diagBytes is how much of the supervisor's own stderr is kept for errors.
+	diagBytes = 4 << 10
+)
+
+// handle is one sandbox: a container whose main process is the supervisor.
+// Frames from the supervisor arrive on the container's stdout; frames to it
+// go to its stdin. Its end is observed once, by waitForEnd.
 type handle struct {
 	rt         *Runtime
 	id         string
 	cancelWait context.CancelFunc
+	conn       net.Conn // the attach connection; nil when adopted
+	hasStdin   bool     // the job reads frames' Data (stdin "pipe")
 
-	stdin      net.Conn
-	closeWrite func() error
-	stdinTurn  chan struct{} // one writer (or closer) of stdin at a time
-	stdinOnce  sync.Once
-	stdinErr   error
+	writeMu sync.Mutex    // one frame at a time on conn
+	turn    chan struct{} // one stdin writer (or closer) at a time
+
+	ackMu   sync.Mutex
+	ackCond *sync.Cond
+	sent    uint64 // Data bytes sent
+	acked   uint64 // Data bytes the job's stdin took
+	eofSent bool
+
+	out      outputSwitch
+	launched chan struct{} // closed by Launch
+	hello    chan struct{} // closed once Hello arrived (or the stream ended)
+	helloErr error
+	exit     *proto.Exit // the supervisor's report, once it came
+	diag     tailBuffer  // the supervisor's stderr
 
 	drained   chan struct{} // closed when the output stream ended
 	done      chan struct{}
 	destroyed chan struct{} // closed by Destroy: the end is ours, not a surprise
 	destroyMu sync.Once
 	status    sandbox.ExitStatus
+	prepared  sandbox.Spec // the spec it was made with (warm sandboxes)
 }
 
 func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
-	return &handle{
+	h := &handle{
 		rt: rt, id: id, cancelWait: cancelWait,
-		stdinTurn: make(chan struct{}, 1),
+		turn:      make(chan struct{}, 1),
+		launched:  make(chan struct{}),
+		hello:     make(chan struct{}),
 		drained:   make(chan struct{}),
 		done:      make(chan struct{}),
 		destroyed: make(chan struct{}),
 	}
+	h.ackCond = sync.NewCond(&h.ackMu)
+	return h
 }
 
 func (h *handle) ContainerID() string { return h.id }
-
-func (h *handle) WriteStdin(ctx context.Context, p []byte) (int, error) {
-	if h.stdin == nil {
-		return 0, sandbox.ErrNoStdin
-	}
-	select {
-	case h.stdinTurn <- struct{}{}:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	defer func() { <-h.stdinTurn }()
-	// The connection's write deadline carries ctx's end into the blocked write.
-	deadline, _ := ctx.Deadline()
-	_ = h.stdin.SetWriteDeadline(deadline)
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(fired)
-		_ = h.stdin.SetWriteDeadline(time.Unix(1, 0))
-	})
-	n, err := h.stdin.Write(p)
-	if !stop() {
-		<-fired
-	}
-	_ = h.stdin.SetWriteDeadline(time.Time{})
-	if err != nil && (ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded)) {
-		// The connection's deadline can fire a moment before ctx's own timer.
-		if ctx.Err() != nil {
-			return n, ctx.Err()
-		}
-		return n, context.DeadlineExceeded
-	}
-	return n, err
-}
-
-func (h *handle) CloseStdin() error {
-	if h.stdin == nil {
-		return nil
-	}
-	h.stdinTurn <- struct{}{}
-	defer func() { <-h.stdinTurn }()
-	h.stdinOnce.Do(func() { h.stdinErr = h.closeWrite() })
-	return h.stdinErr
-}
 
 func (h *handle) Done() <-chan struct{} { return h.done }
 
@@ -101,12 +90,138 @@ func (h *handle) Status() sandbox.ExitStatus {
 	return h.status
 }
 
+// ended says whether the sandbox is gone (or going): no input can reach it.
+func (h *handle) ended() bool {
+	select {
+	case <-h.drained:
+		return true
+	default:
+		return false
+	}
+}
+
+// writeFrame writes one frame to the supervisor, giving up when ctx ends.
+func (h *handle) writeFrame(ctx context.Context, typ byte, payload []byte) error {
+	if h.conn == nil {
+		return sandbox.ErrNoStdin
+	}
+	frame, err := proto.AppendFrame(nil, typ, payload)
+	if err != nil {
+		return err
+	}
+	h.writeMu.Lock()
+	defer h.writeMu.Unlock()
+	deadline, _ := ctx.Deadline()
+	_ = h.conn.SetWriteDeadline(deadline)
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		_ = h.conn.SetWriteDeadline(time.Unix(1, 0))
+	})
+	_, err = h.conn.Write(frame)
+	if !stop() {
+		<-fired
+	}
+	_ = h.conn.SetWriteDeadline(time.Time{})
+	if err != nil && (ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded)) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// WriteStdin sends p as Data frames, never more than inputWindow ahead of
+// what the job has read: it returns how much was sent when ctx ends first.
+func (h *handle) WriteStdin(ctx context.Context, p []byte) (int, error) {
+	if !h.hasStdin || h.conn == nil {
+		return 0, sandbox.ErrNoStdin
+	}
+	select {
+	case h.turn <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-h.turn }()
+	if h.eofSent {
+		return 0, sandbox.ErrNoStdin
+	}
+	written := 0
+	for len(p) > 0 {
+		n := min(len(p), inputChunk)
+		if err := h.waitWindow(ctx, n); err != nil {
+			return written, err
+		}
+		if err := h.writeFrame(ctx, proto.TypeData, p[:n]); err != nil {
+			return written, err
+		}
+		h.ackMu.Lock()
+		h.sent += uint64(n)
+		h.ackMu.Unlock()
+		written += n
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// waitWindow waits until n more bytes fit in the input window.
+func (h *handle) waitWindow(ctx context.Context, n int) error {
+	stop := context.AfterFunc(ctx, func() {
+		h.ackMu.Lock()
+		h.ackCond.Broadcast()
+		h.ackMu.Unlock()
+	})
+	defer stop()
+	h.ackMu.Lock()
+	defer h.ackMu.Unlock()
+	for h.sent-h.acked+uint64(n) > inputWindow {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if h.ended() {
+			return io.ErrClosedPipe
+		}
+		h.ackCond.Wait()
+	}
+	return nil
+}
+
+// CloseStdin sends end-of-file to the job, after writes in progress.
+func (h *handle) CloseStdin() error {
+	if !h.hasStdin || h.conn == nil {
+		return nil
+	}
+	h.turn <- struct{}{}
+	defer func() { <-h.turn }()
+	if h.eofSent || h.ended() {
+		return nil
+	}
+	h.eofSent = true
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	return h.writeFrame(ctx, proto.TypeEOF, nil)
+}
+
+// Signal delivers a signal to the job: through the supervisor while attached,
+// else through the engine (init passes it to the supervisor, which passes it on).
 func (h *handle) Signal(ctx context.Context, signal string) error {
+	if h.conn != nil && !h.ended() {
+		if err := h.writeFrame(ctx, proto.TypeSignal, []byte(signal)); err == nil {
+			return nil
+		}
+	}
 	_, err := h.rt.cli.ContainerKill(ctx, h.id, client.ContainerKillOptions{Signal: signal})
 	if err != nil && (cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err)) {
 		return nil // already gone or not running: nothing left to signal
 	}
 	return h.rt.engineErr(err)
+}
+
+// Resize changes a TTY job's terminal size.
+func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
+	payload, _ := json.Marshal(proto.TTYSpec{Rows: rows, Cols: cols})
+	return h.writeFrame(ctx, proto.TypeResize, payload)
 }
 
 // Destroy removes the container, which kills every process in it.
@@ -115,77 +230,185 @@ func (h *handle) Destroy(ctx context.Context) error {
 	return h.rt.Remove(ctx, h.id)
 }
 
-// streamWriter feeds one stream into the Output, first skipping bytes that an
-// earlier server process already captured.
-type streamWriter struct {
-	out    sandbox.Output
-	stream sandbox.Stream
-	skip   int64
-}
-
-func (w *streamWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	if w.skip > 0 {
-		if int64(len(p)) <= w.skip {
-			w.skip -= int64(len(p))
-			return n, nil
-		}
-		p = p[w.skip:]
-		w.skip = 0
+func (h *handle) wasDestroyed() bool {
+	select {
+	case <-h.destroyed:
+		return true
+	default:
+		return false
 	}
-	w.out.Write(w.stream, p)
-	return n, nil
 }
 
-func (h *handle) copyOutput(src io.Reader, out sandbox.Output, skipStdout, skipStderr int64, closeSrc func()) {
+// outputSwitch is where job output goes: nowhere until Launch sets it.
+type outputSwitch struct {
+	mu  sync.Mutex
+	out sandbox.Output
+	// skip counts bytes of each stream to pass over (already captured by an
+	// earlier server process, when adopting).
+	skip [3]int64
+}
+
+func (s *outputSwitch) set(out sandbox.Output, skipStdout, skipStderr int64) {
+	s.mu.Lock()
+	s.out = out
+	s.skip[sandbox.Stdout], s.skip[sandbox.Stderr] = skipStdout, skipStderr
+	s.mu.Unlock()
+}
+
+func (s *outputSwitch) write(stream sandbox.Stream, p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.out == nil {
+		return
+	}
+	if k := s.skip[stream]; k > 0 {
+		if int64(len(p)) <= k {
+			s.skip[stream] -= int64(len(p))
+			return
+		}
+		p = p[k:]
+		s.skip[stream] = 0
+	}
+	s.out.Write(stream, p)
+}
+
+// tailBuffer keeps the last diagBytes written to it.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > diagBytes {
+		t.b = t.b[len(t.b)-diagBytes:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.TrimSpace(t.b))
+}
+
+// readFrames demultiplexes the engine's stream and acts on the supervisor's
+// frames until the stream ends.
+func (h *handle) readFrames(src io.Reader, closeSrc func()) {
 	defer close(h.drained)
 	defer closeSrc()
-	_, _ = stdcopy.StdCopy(
-		&streamWriter{out: out, stream: sandbox.Stdout, skip: skipStdout},
-		&streamWriter{out: out, stream: sandbox.Stderr, skip: skipStderr},
-		src)
+	defer func() {
+		// Writers waiting for window space see the end.
+		h.ackMu.Lock()
+		h.ackCond.Broadcast()
+		h.ackMu.Unlock()
+	}()
+	helloOnce := sync.OnceFunc(func() { close(h.hello) })
+	defer helloOnce()
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, &h.diag, src)
+		pw.CloseWithError(err)
+	}()
+	defer pr.Close()
+	r := proto.NewReader(pr)
+	for {
+		typ, p, err := r.Next()
+		if err != nil {
+			return
+		}
+		switch typ {
+		case proto.TypeHello:
+			var hello proto.Hello
+			if err := json.Unmarshal(p, &hello); err != nil || hello.Protocol != proto.Version {
+				h.helloErr = fmt.Errorf("the image's sandbox supervisor speaks protocol %d, this server %d: rebuild the images (make images)", hello.Protocol, proto.Version)
+			}
+			helloOnce()
+		case proto.TypeStdout:
+			h.out.write(sandbox.Stdout, p)
+		case proto.TypeStderr:
+			h.out.write(sandbox.Stderr, p)
+		case proto.TypeAck:
+			if n, err := proto.DecodeAck(p); err == nil {
+				h.ackMu.Lock()
+				h.acked = max(h.acked, n)
+				h.ackCond.Broadcast()
+				h.ackMu.Unlock()
+			}
+		case proto.TypeExit:
+			var e proto.Exit
+			if json.Unmarshal(p, &e) == nil {
+				h.exit = &e
+			}
+		}
+	}
 }
 
+// waitForEnd records how the sandbox ended once its supervisor reported (and
+// its output is drained) or the engine says it stopped, then removes it.
+// Done is closed before the removal: a job's result does not wait for it.
 func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
-	defer close(h.done)
 	defer h.cancelWait()
 	var waitErr error
 	waitCode := int64(-1)
-	select {
-	case res := <-wait.Result:
-		waitCode = res.StatusCode
-	case err := <-wait.Error:
-		waitErr = err
-	}
-	// The process tree is gone once PID 1 ends, so the stream closes promptly;
-	// the bound only guards against an engine that never closes it.
+	waited := false
 	select {
 	case <-h.drained:
-	case <-time.After(drainTimeout):
+		// The supervisor's stream ended: with its Exit report, that is the
+		// end; without one, the engine has the last word.
+	case res := <-wait.Result:
+		waitCode, waited = res.StatusCode, true
+	case err := <-wait.Error:
+		waitErr, waited = err, true
+	}
+	if waited {
+		// The process tree is gone once the main process ends, so the stream
+		// closes promptly; the bound guards against an engine that never closes it.
+		select {
+		case <-h.drained:
+		case <-time.After(drainTimeout):
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	h.status = h.verdict(ctx, waitErr)
-	if h.status.Err != nil && waitErr == nil && waitCode >= 0 {
-		// Inspect failed, but the wait already told how the process ended.
-		h.status = sandbox.ExitStatus{ExitCode: int(waitCode)}
+	if e := h.exit; e != nil {
+		h.status = sandbox.ExitStatus{ExitCode: e.ExitCode, OOMKilled: e.OOMKilled, TimedOut: e.TimedOut,
+			Usage: sandbox.Usage{CPUMS: e.Usage.CPUMS, PeakMemoryBytes: e.Usage.PeakMemoryBytes, WallMS: e.Usage.WallMS}}
+		if e.Error != "" {
+			h.status.StartErr = errors.New(e.Error)
+		}
+	} else {
+		if !waited {
+			select {
+			case res := <-wait.Result:
+				waitCode = res.StatusCode
+			case err := <-wait.Error:
+				waitErr = err
+			case <-time.After(drainTimeout):
+			}
+		}
+		h.status = h.verdict(ctx, waitErr)
+		if h.status.Err != nil && waitErr == nil && waitCode >= 0 {
+			// Inspect failed, but the wait already told how the process ended.
+			h.status = sandbox.ExitStatus{ExitCode: int(waitCode)}
+		}
+		if h.status.Err == nil && !h.status.Gone && !h.wasDestroyed() {
+			if d := h.diag.String(); d != "" && h.status.ExitCode != 0 {
+				h.status.StartErr = fmt.Errorf("the sandbox supervisor ended without a report: %s", d)
+			}
+		}
 	}
-	if h.stdin != nil {
-		h.stdin.Close()
+	if h.conn != nil {
+		h.conn.Close()
 	}
-	gone, err := h.rt.remove(ctx, h.id)
-	if err != nil {
-		// A cleanup failure never replaces a known end; it is reported beside it.
-		h.status.CleanupErr = fmt.Errorf("remove container %.12s: %w", h.id, err)
-	}
-	if gone && !h.wasDestroyed() {
-		// Nobody here removed it: it was removed from outside the server.
-		h.status.Gone = true
-	}
+	close(h.done)
+	h.rt.removeLater(h.id)
 }
 
-// verdict reads how the container ended from the engine: exit code and the
-// OOM flag, which the engine sets when the kernel killed any of its processes.
+// verdict reads how the container ended from the engine: exit code (the
+// supervisor exits with the job's) and the OOM flag.
 func (h *handle) verdict(ctx context.Context, waitErr error) sandbox.ExitStatus {
 	info, err := h.rt.cli.ContainerInspect(ctx, h.id, client.ContainerInspectOptions{})
 	if err != nil {
@@ -209,14 +432,5 @@ func (h *handle) verdict(ctx context.Context, waitErr error) sandbox.ExitStatus 
 		OOMKilled:  st.OOMKilled,
 		StartedAt:  parseTime(st.StartedAt),
 		FinishedAt: parseTime(st.FinishedAt),
-	}
-}
-
-func (h *handle) wasDestroyed() bool {
-	select {
-	case <-h.destroyed:
-		return true
-	default:
-		return false
 	}
 }

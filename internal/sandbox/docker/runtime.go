@@ -4,10 +4,12 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -15,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 // Paths inside every sandbox that get a size-capped tmpfs, since the root is read-only.
@@ -23,6 +26,9 @@ const (
 	homePath = "/home/sandbox"
 	homeSize = 64 << 20
 	shmSize  = 64 << 20 // /dev/shm stays writable under a read-only root: cap it
+	// supervisorPath is where every image carries the supervisor.
+	supervisorPath = "/usr/local/bin/sandboxer-supervisor"
+	defaultWorkDir = "/workspace"
 	// sandboxUser is the image's non-root user (uid 1000).
 	sandboxUser = "1000:1000"
 	// drainTimeout bounds how long we wait for output after the process ended.
@@ -38,6 +44,7 @@ type Runtime struct {
 	cli      *client.Client
 	instance string // value of sandbox.LabelInstance on everything this server makes
 	server   string // value of sandbox.LabelServer: this server process
+	removals sync.WaitGroup
 }
 
 // Option configures a Runtime.
@@ -71,7 +78,16 @@ func (r *Runtime) Client() *client.Client { return r.cli }
 // Host is where the engine is looked for.
 func (r *Runtime) Host() string { return r.cli.DaemonHost() }
 
-func (r *Runtime) Close() error { return r.cli.Close() }
+// Close waits (bounded) for container removals under way, then closes the client.
+func (r *Runtime) Close() error {
+	done := make(chan struct{})
+	go func() { r.removals.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(cleanupTimeout):
+	}
+	return r.cli.Close()
+}
 
 // engineErr turns connection failures into the typed error callers act on.
 func (r *Runtime) engineErr(err error) error {
@@ -120,21 +136,23 @@ func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *contai
 	l := spec.Limits
 	workdir := spec.WorkDir
 	if workdir == "" {
-		workdir = "/workspace"
+		workdir = defaultWorkDir
 	}
 	cfg := &container.Config{
-		Image:        spec.Image,
-		Cmd:          spec.Cmd,
-		Env:          spec.Env,
+		Image: spec.Image,
+		// The supervisor waits for the job (argv, env, stdin, deadline) on
+		// its stdin; the job's own command is never the container's.
+		Cmd:          []string{supervisorPath},
 		WorkingDir:   workdir,
 		User:         sandboxUser,
 		Labels:       r.labels(spec),
 		AttachStdout: true,
 		AttachStderr: true,
-		AttachStdin:  spec.OpenStdin,
-		OpenStdin:    spec.OpenStdin,
-		// StdinOnce: our detach (CloseWrite) is the process's end-of-file.
-		StdinOnce: spec.OpenStdin,
+		AttachStdin:  true,
+		OpenStdin:    true,
+		// StdinOnce: when the server goes, the supervisor sees its input end
+		// (and keeps the job running).
+		StdinOnce: true,
 	}
 	network := spec.Network
 	if network == "" {
@@ -202,9 +220,34 @@ func logConfig(mode string, maxBytes int64) container.LogConfig {
 	}}
 }
 
-// Start creates the container, attaches and registers the wait before it
-// starts it, so no output and no exit can be missed.
+// Start runs spec in a fresh sandbox: Prepare, then Launch at once.
 func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	w, err := r.prepare(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	h, err := w.launch(ctx, spec, out, false)
+	if err != nil {
+		r.removeQuietly(w.id)
+		return nil, err
+	}
+	return h, nil
+}
+
+// Prepare starts a sandbox whose supervisor waits for its job (a warm pool's).
+func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm, error) {
+	spec.Kind, spec.JobID = sandbox.KindPool, ""
+	w, err := r.prepare(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &warm{h: w}, nil
+}
+
+// prepare creates the container with the supervisor as its main process,
+// attaches to it and registers the wait before it starts it, so no output
+// and no exit can be missed.
+func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec) (*handle, error) {
 	cfg, hostCfg := r.containerConfig(spec)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg})
 	if err != nil {
@@ -218,12 +261,12 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		return nil, r.engineErr(fmt.Errorf("create container: %w", err))
 	}
 	id := created.ID
-	fail := func(err error) (sandbox.Handle, error) {
+	fail := func(err error) (*handle, error) {
 		r.removeQuietly(id)
 		return nil, r.engineErr(err)
 	}
 	attach, err := r.cli.ContainerAttach(ctx, id, client.ContainerAttachOptions{
-		Stream: true, Stdin: spec.OpenStdin, Stdout: true, Stderr: true,
+		Stream: true, Stdin: true, Stdout: true, Stderr: true,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("attach: %w", err))
@@ -238,18 +281,90 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		return fail(fmt.Errorf("start container: %w", err))
 	}
 	h := newHandle(r, id, cancelWait)
-	if spec.OpenStdin {
-		h.stdin = attach.Conn
-		h.closeWrite = attach.CloseWrite
-	}
-	go h.copyOutput(attach.Reader, out, 0, 0, attach.Close)
+	h.conn = attach.Conn
+	h.prepared = spec
+	go h.readFrames(attach.Reader, attach.Close)
 	go h.waitForEnd(wait)
 	return h, nil
 }
 
-// Adopt resumes a container started by a previous server process: its output
-// is read back from Docker's log (the local driver keeps it) after what was
-// already captured, and followed until it ends.
+// launch hands a prepared sandbox its job: limits first (when they differ
+// from those it was made with), then the spec frame.
+func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output, resize bool) (sandbox.Handle, error) {
+	if resize && spec.Limits != h.prepared.Limits {
+		l := spec.Limits
+		pids := l.Pids
+		_, err := h.rt.cli.ContainerUpdate(ctx, h.id, client.ContainerUpdateOptions{Resources: &container.Resources{
+			Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes, NanoCPUs: l.NanoCPUs, PidsLimit: &pids,
+		}})
+		if err != nil {
+			return nil, h.rt.engineErr(fmt.Errorf("set the sandbox's limits: %w", err))
+		}
+	}
+	ps := proto.Spec{
+		Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir,
+		Stdin: proto.StdinClosed, TimeoutMS: spec.Timeout.Milliseconds(), KillMode: proto.KillContainer,
+	}
+	if ps.Cwd == "" {
+		ps.Cwd = defaultWorkDir
+	}
+	if spec.OpenStdin {
+		ps.Stdin = proto.StdinPipe
+		h.hasStdin = true
+	}
+	if spec.TTY != nil {
+		ps.TTY = &proto.TTYSpec{Rows: spec.TTY.Rows, Cols: spec.TTY.Cols}
+	}
+	if err := ps.Validate(); err != nil {
+		return nil, err
+	}
+	payload, err := json.Marshal(ps)
+	if err != nil {
+		return nil, err
+	}
+	h.out.set(out, 0, 0)
+	close(h.launched)
+	if err := h.writeFrame(ctx, proto.TypeSpec, payload); err != nil {
+		return nil, h.rt.engineErr(fmt.Errorf("hand the sandbox its job: %w", err))
+	}
+	return h, nil
+}
+
+// warm is a prepared sandbox waiting in a pool.
+type warm struct{ h *handle }
+
+func (w *warm) ContainerID() string { return w.h.id }
+
+func (w *warm) Ended() <-chan struct{} { return w.h.drained }
+
+func (w *warm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	if spec.PoolKey() != w.h.prepared.PoolKey() {
+		return nil, fmt.Errorf("warm sandbox %.12s has another shape than the job", w.h.id)
+	}
+	select {
+	case <-w.h.hello:
+		if w.h.helloErr != nil {
+			return nil, w.h.helloErr
+		}
+	default:
+		// Not yet heard from: the spec frame waits in its stdin.
+	}
+	if w.h.ended() {
+		return nil, fmt.Errorf("warm sandbox %.12s ended before its job came", w.h.id)
+	}
+	return w.h.launch(ctx, spec, out, true)
+}
+
+func (w *warm) Discard(ctx context.Context) error {
+	return w.h.Destroy(ctx)
+}
+
+// Adopt resumes a container started by a previous server process: the
+// supervisor's frames are read back from the engine's log (the local driver
+// keeps it) from the start, skipping job output already captured, and
+// followed until the end. With the engine log off, only the end is known:
+// the frames already written can't be read again and the live stream can't
+// be joined mid-frame.
 func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, skipStderr int64, out sandbox.Output) (sandbox.Handle, error) {
 	info, err := r.cli.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
 	if err != nil {
@@ -264,15 +379,10 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	waitCtx, cancelWait := context.WithCancel(context.Background())
 	wait := r.cli.ContainerWait(waitCtx, containerID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 	h := newHandle(r, containerID, cancelWait)
+	close(h.launched)
+	h.out.set(out, skipStdout, skipStderr)
 	if info.Container.HostConfig != nil && info.Container.HostConfig.LogConfig.Type == "none" {
-		// No engine log to read back: follow the live output from now on;
-		// what was printed while no server was attached is gone.
-		attach, err := r.cli.ContainerAttach(ctx, containerID, client.ContainerAttachOptions{Stream: true, Stdout: true, Stderr: true})
-		if err != nil {
-			cancelWait()
-			return nil, r.engineErr(fmt.Errorf("attach: %w", err))
-		}
-		go h.copyOutput(attach.Reader, out, 0, 0, attach.Close)
+		close(h.drained)
 		go h.waitForEnd(wait)
 		return h, nil
 	}
@@ -283,9 +393,21 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 		cancelWait()
 		return nil, r.engineErr(fmt.Errorf("read logs: %w", err))
 	}
-	go h.copyOutput(logs, out, skipStdout, skipStderr, func() { logs.Close() })
+	go h.readFrames(logs, func() { logs.Close() })
 	go h.waitForEnd(wait)
 	return h, nil
+}
+
+// removeLater removes an ended container in the background: a job's result
+// does not wait for it. Close waits for removals still under way.
+func (r *Runtime) removeLater(id string) {
+	r.removals.Add(1)
+	go func() {
+		defer r.removals.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = r.Remove(ctx, id) // what fails here, the cleanup loop sweeps later
+	}()
 }
 
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {

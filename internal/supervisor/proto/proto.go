@@ -250,6 +250,9 @@ type Spec struct {
 	// Env is the complete environment (KEY=VALUE). argv[0] without a slash
 	// is looked up in its PATH (a default PATH if it has none).
 	Env []string `json:"env"`
+	// InheritEnv puts Env over the supervisor's own environment (in a
+	// container: the image's) instead of replacing it.
+	InheritEnv bool `json:"inherit_env,omitempty"`
 	// Cwd is the working directory; empty means the supervisor's own.
 	Cwd string `json:"cwd,omitempty"`
 	// Stdin is StdinPipe or StdinClosed; empty means StdinClosed.
