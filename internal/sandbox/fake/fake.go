@@ -174,7 +174,7 @@ func (e *Engine) Count() int {
 
 // Gate holds the Start of one job whose script says hang-start.
 type Gate struct {
-	entered, released       chan struct{}
+	entered, released      chan struct{}
 	enterOnce, releaseOnce sync.Once
 }
 
