@@ -46,9 +46,15 @@ test: images
 	SANDBOXER_FAULT_TESTS=1 SANDBOXER_BIN=$(CURDIR)/$(BIN)-race $(GO) test -count=1 ./test/faults
 	SANDBOXER_CHECK_LEFTOVERS=1 $(GO) test -count=1 -run TestNoLeftoverContainers ./test/leftovers
 
-# Pure unit tests only: no engine needed.
+# Pure unit tests only: no engine needed (also under CI=true). Every package whose
+# tests are all pure, plus the job state machine's tests on the fake runtime
+# (internal/sandbox/fake): they are named TestMachine*, and the job package's
+# other tests need an engine, so only those run here.
+UNIT_PKGS := ./images/ ./internal/config/ ./internal/mcpserver/ ./internal/output/ ./internal/policy/ \
+	./internal/sandbox/fake/ ./internal/serverlock/ ./internal/store/ ./internal/tools/
 test-unit:
-	$(GO) test -race -count=1 ./internal/output/ ./internal/policy/ ./internal/store/ ./internal/config/ ./internal/tools/ ./images/
+	$(GO) test -race -count=1 $(UNIT_PKGS)
+	$(GO) test -race -count=1 -run '^TestMachine' ./internal/job/
 
 lint:
 	@out=$$(gofmt -l cmd internal images test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -365,8 +365,12 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	hadSlot := j.hasSlot
 	rec := &j.rec
 	now := time.Now()
+	// A timeout removes the sandbox, which leaves its exit code unknown or
+	// SIGKILL's; any other known code means the process exited on its own
+	// before the removal reached it, and that exit is the job's end.
+	exitedFirst := j.endReason == ReasonTimeout && st.Err == nil && !st.Gone && st.ExitCode >= 0 && st.ExitCode != 128+9
 	switch {
-	case j.endStatus != "":
+	case j.endStatus != "" && !exitedFirst:
 		rec.Status, rec.Reason = j.endStatus, j.endReason
 	case st.StartErr != nil:
 		rec.Status, rec.Reason = StatusFailed, ReasonStartError

@@ -1,0 +1,542 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/fake"
+	"github.com/sandboxer/sandboxer/internal/store"
+)
+
+// State-machine tests on the fake runtime (internal/sandbox/fake): no Docker,
+// deterministic timing through the fake's hooks. Their names start with
+// TestMachine so `make test-unit` can run them alone (the package's other
+// tests need an engine).
+
+const fakeImage = "fake/base:latest"
+
+// fakeEnv is one manager on a fake engine, with its own state directory.
+type fakeEnv struct {
+	t   *testing.T
+	dir string
+	eng *fake.Engine
+	rt  *fake.Runtime
+	st  *store.Store
+	pol *policy.Policy
+	m   *Manager
+}
+
+func newFakeEnv(t *testing.T, tune func(*policy.Policy)) *fakeEnv {
+	t.Helper()
+	dir := t.TempDir()
+	eng := fake.NewEngine()
+	rt := eng.Runtime("machine", "")
+	st, err := store.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := policy.Default()
+	if tune != nil {
+		tune(pol)
+	}
+	m, err := New(rt, st, pol, dir, zerolog.Nop())
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	e := &fakeEnv{t: t, dir: dir, eng: eng, rt: rt, st: st, pol: pol, m: m}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m.Shutdown(ctx)
+		if cs, _ := rt.List(ctx); len(cs) != 0 {
+			t.Errorf("%d containers left after Shutdown: %+v", len(cs), cs)
+		}
+		st.Close()
+	})
+	return e
+}
+
+func (e *fakeEnv) req(cmd string, opts ...func(*Request)) Request {
+	e.t.Helper()
+	lim, err := e.pol.Resolve(policy.Request{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	r := Request{Kind: KindCommand, Command: cmd, Cmd: []string{"bash", "-c", cmd},
+		Image: fakeImage, Cwd: "/workspace", Limits: lim, Network: policy.NetworkNone}
+	for _, o := range opts {
+		o(&r)
+	}
+	return r
+}
+
+func detach(r *Request) { r.Detach = true }
+
+func timeout(d time.Duration) func(*Request) { return func(r *Request) { r.Limits.Timeout = d } }
+
+func (e *fakeEnv) submit(cmd string, opts ...func(*Request)) *Job {
+	e.t.Helper()
+	j, err := e.m.Submit(context.Background(), e.req(cmd, opts...))
+	if err != nil {
+		e.t.Fatalf("Submit(%q): %v", cmd, err)
+	}
+	return j
+}
+
+func (e *fakeEnv) wait(id string) *Job {
+	e.t.Helper()
+	j, err := e.m.Wait(context.Background(), id, 10*time.Second)
+	if err != nil {
+		e.t.Fatalf("Wait(%s): %v", id, err)
+	}
+	if !Finished(j.Status) {
+		e.t.Fatalf("job %s still %s", id, j.Status)
+	}
+	return j
+}
+
+// running is the number of slots taken.
+func (e *fakeEnv) running() (running, queued int) {
+	e.m.mu.Lock()
+	defer e.m.mu.Unlock()
+	return e.m.running, len(e.m.queue)
+}
+
+// endDecided says whether the live job's end has been decided (kill, timeout, shutdown).
+func (e *fakeEnv) endDecided(id string) bool {
+	j := e.m.liveJob(id)
+	if j == nil {
+		return true
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.endStatus != ""
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestMachineKillDuringStart: a kill while the sandbox is starting ends the
+// job killed/requested once the start returns — never timed_out, though its
+// timeout is shorter than the start — the container is destroyed and the
+// slot released.
+func TestMachineKillDuringStart(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, func(p *policy.Policy) { p.Jobs.MaxConcurrent = 1 })
+	j := e.submit("hang-start; sleep 60", detach, timeout(20*time.Millisecond))
+	gate := e.eng.Gate(j.ID)
+	<-gate.Entered()
+	type res struct {
+		j   *Job
+		err error
+	}
+	killed := make(chan res, 1)
+	go func() {
+		k, err := e.m.Kill(context.Background(), j.ID, "TERM", time.Second, ReasonRequested)
+		killed <- res{k, err}
+	}()
+	eventually(t, "kill decided", func() bool { return e.endDecided(j.ID) })
+	time.Sleep(50 * time.Millisecond) // past the job's timeout, were it counting
+	select {
+	case r := <-killed:
+		t.Fatalf("Kill returned before the start did: %+v %v", r.j, r.err)
+	default:
+	}
+	gate.Release()
+	r := <-killed
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.j.Status != StatusKilled || r.j.Reason != ReasonRequested {
+		t.Fatalf("after kill during start: %s/%s, want killed/requested", r.j.Status, r.j.Reason)
+	}
+	if r.j.ContainerID == "" || e.eng.Exists(r.j.ContainerID) {
+		t.Fatalf("container %q: want started, then destroyed", r.j.ContainerID)
+	}
+	if n, q := e.running(); n != 0 || q != 0 {
+		t.Fatalf("slots after the kill: running %d queued %d", n, q)
+	}
+	// The slot is free: the next job starts at once.
+	if next := e.wait(e.submit("echo next").ID); next.Status != StatusCompleted {
+		t.Fatalf("next job: %s", next.Status)
+	}
+}
+
+// TestMachineShutdownDuringStart: Shutdown while a sandbox starts waits for
+// the start, then ends the job killed/server_shutdown with its container gone.
+func TestMachineShutdownDuringStart(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, nil)
+	j := e.submit("hang-start; sleep 60", detach)
+	gate := e.eng.Gate(j.ID)
+	<-gate.Entered()
+	stopped := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		e.m.Shutdown(ctx)
+		close(stopped)
+	}()
+	eventually(t, "shutdown decided", func() bool { return e.endDecided(j.ID) })
+	select {
+	case <-stopped:
+		t.Fatal("Shutdown returned while a sandbox was starting")
+	case <-time.After(20 * time.Millisecond):
+	}
+	gate.Release()
+	<-stopped
+	got, err := e.m.Get(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != StatusKilled || got.Reason != ReasonShutdown {
+		t.Fatalf("after shutdown during start: %s/%s", got.Status, got.Reason)
+	}
+	if e.eng.Count() != 0 {
+		t.Fatal("container left after Shutdown")
+	}
+	if _, err := e.m.Submit(context.Background(), e.req("exit 0")); !errors.Is(err, ErrShuttingDown) {
+		t.Fatalf("Submit after Shutdown: %v", err)
+	}
+}
+
+// TestMachineQueue: with one slot a second job queues, a third is refused;
+// killing a queued job takes it out of the queue without a container; a
+// queued job is promoted when the running one ends.
+func TestMachineQueue(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, func(p *policy.Policy) { p.Jobs.MaxConcurrent, p.Jobs.MaxQueued = 1, 1 })
+	a := e.submit("sleep 60", detach)
+	b := e.submit("echo b")
+	if b.Status != StatusQueued {
+		t.Fatalf("second job: %s, want queued", b.Status)
+	}
+	if _, err := e.m.Submit(context.Background(), e.req("echo c")); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("third job: %v, want ErrQueueFull", err)
+	}
+	kb, err := e.m.Kill(context.Background(), b.ID, "TERM", time.Second, ReasonRequested)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kb.Status != StatusKilled || kb.Reason != ReasonRequested || kb.ContainerID != "" || kb.ExitCode != nil {
+		t.Fatalf("killed queued job: %s/%s container %q", kb.Status, kb.Reason, kb.ContainerID)
+	}
+	if n, q := e.running(); n != 1 || q != 0 {
+		t.Fatalf("after killing the queued job: running %d queued %d", n, q)
+	}
+	d := e.submit("echo d")
+	if d.Status != StatusQueued {
+		t.Fatalf("job d: %s, want queued", d.Status)
+	}
+	if _, err := e.m.Kill(context.Background(), a.ID, "KILL", 0, ReasonRequested); err != nil {
+		t.Fatal(err)
+	}
+	got := e.wait(d.ID)
+	if got.Status != StatusCompleted || got.ExitCode == nil || *got.ExitCode != 0 {
+		t.Fatalf("promoted job: %s/%s", got.Status, got.Reason)
+	}
+	var out strings.Builder
+	zero := int64(0)
+	r, err := e.m.Read(context.Background(), d.ID, ReadRequest{Stream: output.Both, Cursor: &zero, MaxBytes: 100, Peek: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Write(r.Data)
+	if out.String() != "d\n" {
+		t.Fatalf("promoted job's output %q", out.String())
+	}
+	if n, q := e.running(); n != 0 || q != 0 {
+		t.Fatalf("at the end: running %d queued %d", n, q)
+	}
+}
+
+// TestMachineTimeout: a job past its timeout ends timed_out, its container destroyed.
+func TestMachineTimeout(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, nil)
+	j := e.submit("echo started; sleep 60", timeout(50*time.Millisecond))
+	got := e.wait(j.ID)
+	if got.Status != StatusTimedOut || got.Reason != ReasonTimeout || got.ExitCode != nil {
+		t.Fatalf("%s/%s exit %v, want timed_out/timeout without an exit code", got.Status, got.Reason, got.ExitCode)
+	}
+	if e.eng.Exists(got.ContainerID) {
+		t.Fatal("container of a timed-out job left")
+	}
+}
+
+// TestMachineTimeoutRacesExit: jobs whose exit races their timeout each end
+// with one final status that agrees with itself and stays put.
+func TestMachineTimeoutRacesExit(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	e := newFakeEnv(t, func(p *policy.Policy) { p.Jobs.MaxConcurrent = n })
+	var wg sync.WaitGroup
+	ids := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			j, err := e.m.Submit(context.Background(), e.req("sleep 0.03; exit 0", detach, timeout(30*time.Millisecond)))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = j.ID
+		}()
+	}
+	wg.Wait()
+	counts := map[string]int{}
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		got := e.wait(id)
+		key := got.Status
+		if got.ExitCode != nil {
+			key += fmt.Sprintf("/exit=%d", *got.ExitCode)
+		}
+		counts[key]++
+		switch got.Status {
+		case StatusCompleted:
+			if got.Reason != "" || got.ExitCode == nil || *got.ExitCode != 0 {
+				t.Errorf("completed with reason %q exit %v", got.Reason, got.ExitCode)
+			}
+		case StatusTimedOut:
+			// Its own exit code would mean it ended before the timeout's kill did.
+			if got.Reason != ReasonTimeout || (got.ExitCode != nil && *got.ExitCode != 137) {
+				t.Errorf("timed_out with reason %q exit %v", got.Reason, got.ExitCode)
+			}
+		default:
+			t.Errorf("status %s/%s (%s)", got.Status, got.Reason, got.Error)
+		}
+		if e.eng.Exists(got.ContainerID) {
+			t.Errorf("container of job %s left", id)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // a second finish would show now
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		again, err := e.st.GetJob(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !Finished(again.Status) {
+			t.Errorf("job %s stored as %s after its end", id, again.Status)
+		}
+	}
+	t.Logf("outcomes: %v", counts)
+}
+
+// TestMachineCleanupErrorKeepsCompleted: a job that exited 0 stays completed
+// with exit code 0 when removing its container fails afterwards; the
+// container is swept by the next recovery pass.
+func TestMachineCleanupErrorKeepsCompleted(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, nil)
+	e.eng.SetRemoveError(func(sandbox.Container) error {
+		return errors.New("removal of container failed: device or resource busy")
+	})
+	got := e.wait(e.submit("echo ok; exit 0").ID)
+	if got.Status != StatusCompleted || got.Reason != "" || got.ExitCode == nil || *got.ExitCode != 0 || got.Error != "" {
+		t.Fatalf("%s/%s exit %v error %q, want completed with exit 0", got.Status, got.Reason, got.ExitCode, got.Error)
+	}
+	if !e.eng.Exists(got.ContainerID) {
+		t.Fatal("the container should still be there (its removal failed)")
+	}
+	e.eng.SetRemoveError(nil)
+	if err := e.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e.eng.Exists(got.ContainerID) {
+		t.Fatal("the recovery pass did not sweep the leftover container")
+	}
+}
+
+// TestMachineNonZeroAndOOM: how the sandbox ended maps to status and reason.
+func TestMachineNonZeroAndOOM(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, nil)
+	for _, tc := range []struct{ cmd, status, reason string }{
+		{"exit 3", StatusFailed, ReasonExitCode},
+		{"oom", StatusFailed, ReasonOOMKilled},
+		{"echo hi", StatusCompleted, ""},
+	} {
+		got := e.wait(e.submit(tc.cmd).ID)
+		if got.Status != tc.status || got.Reason != tc.reason {
+			t.Errorf("%q: %s/%s, want %s/%s", tc.cmd, got.Status, got.Reason, tc.status, tc.reason)
+		}
+	}
+}
+
+// TestMachineStartError: a failed start is failed/start_error with its slot back.
+func TestMachineStartError(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, func(p *policy.Policy) { p.Jobs.MaxConcurrent = 1 })
+	e.eng.SetDown(true)
+	j, err := e.m.Submit(context.Background(), e.req("exit 0"))
+	if !errors.Is(err, sandbox.ErrEngineUnreachable) {
+		t.Fatalf("Submit with the engine down: %v", err)
+	}
+	if j.Status != StatusFailed || j.Reason != ReasonStartError {
+		t.Fatalf("%s/%s, want failed/start_error", j.Status, j.Reason)
+	}
+	e.eng.SetDown(false)
+	if got := e.wait(e.submit("exit 0").ID); got.Status != StatusCompleted {
+		t.Fatalf("after the engine is back: %s", got.Status)
+	}
+}
+
+// TestMachineEngineLostWhileRunning: a job whose engine connection breaks is failed/lost.
+func TestMachineEngineLostWhileRunning(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, nil)
+	j := e.submit("sleep 60")
+	e.eng.SetDown(true)
+	got := e.wait(j.ID)
+	if got.Status != StatusFailed || got.Reason != ReasonLost || got.ExitCode != nil {
+		t.Fatalf("%s/%s exit %v", got.Status, got.Reason, got.ExitCode)
+	}
+	e.eng.SetDown(false)
+	if err := e.rt.Remove(context.Background(), got.ContainerID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMachineCancelDuringPrune: a cancelled call's kill racing a prune of the
+// same job never crashes and never returns a nil record without an error.
+func TestMachineCancelDuringPrune(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, nil)
+	for range 30 {
+		j := e.submit("sleep 60", detach)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, _, err := e.m.Prune(context.Background(), 0, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		rec, err := e.m.Kill(context.Background(), j.ID, "KILL", 0, ReasonCancelled)
+		close(stop)
+		wg.Wait()
+		if rec == nil && err == nil {
+			t.Fatal("Kill returned neither a record nor an error")
+		}
+		if err == nil && (rec.Status != StatusKilled || rec.Reason != ReasonCancelled) {
+			t.Fatalf("cancelled job: %s/%s", rec.Status, rec.Reason)
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Kill during prune: %v", err)
+		}
+		// Reading a pruned job is an error, not a crash.
+		if _, err := e.m.Read(context.Background(), j.ID, ReadRequest{Stream: output.Both, MaxBytes: 10}); err != nil && !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Read during prune: %v", err)
+		}
+	}
+}
+
+// TestMachineRecover: after a crash, a running job whose container still runs
+// is adopted (output resumes, it ends with its own exit); one whose container
+// is gone and a queued one are failed/lost; an orphan of this instance is
+// removed and another instance's container left alone.
+func TestMachineRecover(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, nil)
+	ctx := context.Background()
+	crashed := e.eng.Runtime("machine", "crashed-server")
+	other := e.eng.Runtime("another-instance", "x")
+	now := time.Now()
+
+	adoptID := uuid.NewString()
+	spec := sandbox.Spec{JobID: adoptID, Kind: KindCommand, Image: fakeImage,
+		Cmd: []string{"bash", "-c", "echo one; echo err >&2; sleep 0.2; echo two; exit 5"}}
+	cid, err := crashed.StartDetached(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, _ := crashed.StartDetached(sandbox.Spec{JobID: uuid.NewString(), Kind: KindCommand, Cmd: []string{"bash", "-c", "sleep 60"}})
+	theirs, _ := other.StartDetached(sandbox.Spec{JobID: uuid.NewString(), Kind: KindCommand, Cmd: []string{"bash", "-c", "sleep 60"}})
+	t.Cleanup(func() { _ = other.Remove(ctx, theirs) })
+
+	recs := map[string]*store.Job{
+		"adopt": {ID: adoptID, ServerID: "crashed-server", Kind: KindCommand, Status: StatusRunning, Command: "x",
+			Image: fakeImage, ContainerID: cid, CreatedAt: now, StartedAt: now, Limits: store.Limits{TimeoutMS: 30000}},
+		"gone": {ID: uuid.NewString(), ServerID: "crashed-server", Kind: KindCommand, Status: StatusRunning, Command: "y",
+			Image: fakeImage, ContainerID: strings.Repeat("ab", 32), CreatedAt: now, StartedAt: now, Limits: store.Limits{TimeoutMS: 30000}},
+		"queued": {ID: uuid.NewString(), ServerID: "crashed-server", Kind: KindCommand, Status: StatusQueued, Command: "z",
+			Image: fakeImage, CreatedAt: now},
+	}
+	for _, rec := range recs {
+		if err := e.st.CreateJob(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gone", "queued"} {
+		got, err := e.m.Get(ctx, recs[name].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != StatusFailed || got.Reason != ReasonLost || got.Error == "" {
+			t.Errorf("%s job after Recover: %s/%s %q, want failed/lost", name, got.Status, got.Reason, got.Error)
+		}
+	}
+	if e.eng.Exists(orphan) {
+		t.Error("orphan of this instance not removed")
+	}
+	if !e.eng.Exists(theirs) {
+		t.Error("another instance's container removed")
+	}
+	got := e.wait(adoptID)
+	if got.Status != StatusFailed || got.Reason != ReasonExitCode || got.ExitCode == nil || *got.ExitCode != 5 {
+		t.Fatalf("adopted job: %s/%s exit %v", got.Status, got.Reason, got.ExitCode)
+	}
+	zero := int64(0)
+	for sel, want := range map[output.Selector]string{output.StdoutOnly: "one\ntwo\n", output.StderrOnly: "err\n"} {
+		r, err := e.m.Read(ctx, adoptID, ReadRequest{Stream: sel, Cursor: &zero, MaxBytes: 100, Peek: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(r.Data) != want {
+			t.Errorf("adopted job's output (%v): %q, want %q", sel, r.Data, want)
+		}
+	}
+	if e.eng.Exists(cid) {
+		t.Error("adopted job's container left")
+	}
+}

@@ -1,0 +1,328 @@
+package fake
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// chunk is one write of the process, as the engine's log keeps it.
+type chunk struct {
+	stream sandbox.Stream
+	data   []byte
+}
+
+// container is one fake sandbox: its script's process and its log.
+type container struct {
+	eng       *Engine
+	info      sandbox.Container // Running is filled in by List
+	seq       int
+	prog      program
+	engineLog bool
+
+	mu         sync.Mutex
+	log        []chunk
+	wake       chan struct{} // closed and replaced whenever log or state changes
+	running    bool
+	ended      bool
+	exitCode   int
+	oom        bool
+	startedAt  time.Time
+	finishedAt time.Time
+
+	exited   chan struct{} // closed when the process has ended (or was removed before it ran)
+	killCh   chan struct{}
+	killOnce sync.Once
+	sigs     chan int
+	stdin    *pipe
+}
+
+func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int) *container {
+	c := &container{
+		eng: e, info: info, seq: seq, prog: parse(scriptOf(spec.Cmd)),
+		engineLog: spec.EngineLog != "none",
+		wake:      make(chan struct{}),
+		exited:    make(chan struct{}),
+		killCh:    make(chan struct{}),
+		sigs:      make(chan int, 16),
+		stdin:     newPipe(),
+	}
+	if !spec.OpenStdin {
+		c.stdin.closeWrite() // stdin closed at start: the process reads end-of-file
+	}
+	return c
+}
+
+func (c *container) notifyLocked() {
+	close(c.wake)
+	c.wake = make(chan struct{})
+}
+
+func (c *container) isRunning() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running
+}
+
+func (c *container) logLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.log)
+}
+
+// start runs the script in its own goroutine.
+func (c *container) start() {
+	c.mu.Lock()
+	c.running = true
+	c.startedAt = time.Now()
+	c.mu.Unlock()
+	go c.run()
+}
+
+// kill ends the process with SIGKILL; a container that never started just ends.
+func (c *container) kill() {
+	c.killOnce.Do(func() { close(c.killCh) })
+	c.mu.Lock()
+	notStarted := !c.running && !c.ended
+	c.mu.Unlock()
+	if notStarted {
+		c.end(137, false)
+	}
+}
+
+func (c *container) signal(n int) {
+	if n == 9 {
+		c.kill()
+		return
+	}
+	select {
+	case c.sigs <- n:
+	default: // a flood of signals: the process has enough to act on
+	}
+}
+
+func (c *container) write(s sandbox.Stream, p string) {
+	if p == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.log = append(c.log, chunk{stream: s, data: []byte(p)})
+	c.notifyLocked()
+}
+
+func (c *container) end(code int, oom bool) {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return
+	}
+	c.ended, c.running = true, false
+	c.exitCode, c.oom = code, oom
+	c.finishedAt = time.Now()
+	c.notifyLocked()
+	c.mu.Unlock()
+	c.stdin.readerGone()
+	close(c.exited)
+}
+
+// errEnded unwinds the interpreter when the process has been ended by a signal.
+type errEnded struct{ code int }
+
+func (e errEnded) Error() string { return "ended" }
+
+// interrupted returns the code the process ends with when a kill or a signal
+// it does not ignore is pending (checked between and during statements).
+func (c *container) interrupted(ignored map[int]bool) (int, bool) {
+	for {
+		select {
+		case <-c.killCh:
+			return 137, true
+		case n := <-c.sigs:
+			if !ignored[n] {
+				return 128 + n, true
+			}
+			continue
+		default:
+			return 0, false
+		}
+	}
+}
+
+// block waits for ch, a kill, or a signal the process does not ignore.
+func (c *container) block(ch <-chan struct{}, ignored map[int]bool) error {
+	for {
+		select {
+		case <-ch:
+			return nil
+		case <-c.killCh:
+			return errEnded{137}
+		case n := <-c.sigs:
+			if !ignored[n] {
+				return errEnded{128 + n}
+			}
+		}
+	}
+}
+
+func (c *container) run() {
+	code, oom := c.interpret()
+	c.end(code, oom)
+}
+
+func (c *container) interpret() (code int, oom bool) {
+	if c.prog.syntaxErr != "" {
+		c.write(sandbox.Stderr, c.prog.syntaxErr+"\n")
+		return 2, false
+	}
+	ignored := map[int]bool{}
+	status := 0
+	for _, o := range c.prog.ops {
+		if code, ok := c.interrupted(ignored); ok {
+			return code, false
+		}
+		stream := sandbox.Stdout
+		if o.stderr {
+			stream = sandbox.Stderr
+		}
+		var err error
+		status = 0
+		switch o.name {
+		case "echo":
+			args, nl := o.args, "\n"
+			if len(args) > 0 && args[0] == "-n" {
+				args, nl = args[1:], ""
+			}
+			c.write(stream, strings.Join(args, " ")+nl)
+		case "printf":
+			if len(o.args) > 0 {
+				c.write(stream, strings.NewReplacer(`\n`, "\n", `\t`, "\t", `\\`, `\`).Replace(o.args[0]))
+			}
+		case "sleep":
+			elapsed := make(chan struct{})
+			t := time.AfterFunc(o.dur, func() { close(elapsed) })
+			err = c.block(elapsed, ignored)
+			t.Stop()
+		case "exit":
+			return o.code, false
+		case "oom":
+			return 137, true
+		case "cat":
+			err = c.cat(stream, ignored)
+		case "trap":
+			if len(o.args) > 1 {
+				for _, s := range o.args[1:] {
+					if n, ok := signalNumber(s); ok && n != 9 {
+						ignored[n] = o.args[0] == ""
+					}
+				}
+			}
+		case "false":
+			status = 1
+		case "fail":
+			c.write(sandbox.Stderr, o.args[0]+"\n")
+			status = o.code
+		}
+		var ended errEnded
+		if errors.As(err, &ended) {
+			return ended.code, false
+		}
+	}
+	return status, false
+}
+
+func (c *container) cat(stream sandbox.Stream, ignored map[int]bool) error {
+	for {
+		data, eof, wait := c.stdin.read()
+		if len(data) > 0 {
+			c.write(stream, string(data))
+			continue
+		}
+		if eof {
+			return nil
+		}
+		if err := c.block(wait, ignored); err != nil {
+			return err
+		}
+	}
+}
+
+// pipe is a container's stdin: a bounded buffer between WriteStdin and the script.
+type pipe struct {
+	mu      sync.Mutex
+	buf     []byte
+	eof     bool // the writer closed it
+	gone    bool // the process ended: writes fail
+	changed chan struct{}
+}
+
+func newPipe() *pipe { return &pipe{changed: make(chan struct{})} }
+
+func (p *pipe) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// read takes what is buffered; with nothing buffered it says whether that is
+// end-of-file, or returns a channel closed when something changes.
+func (p *pipe) read() (data []byte, eof bool, wait <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.buf) > 0 {
+		data, p.buf = p.buf, nil
+		p.notifyLocked()
+		return data, false, nil
+	}
+	return nil, p.eof, p.changed
+}
+
+var errStdinClosed = errors.New("write stdin: broken pipe")
+
+// write blocks while the buffer is full, until the process reads, ends, or ctx ends.
+func (p *pipe) write(ctx context.Context, b []byte) (int, error) {
+	n := 0
+	for {
+		p.mu.Lock()
+		if p.gone || p.eof {
+			p.mu.Unlock()
+			return n, errStdinClosed
+		}
+		if room := stdinBuffer - len(p.buf); room > 0 {
+			k := min(room, len(b))
+			p.buf = append(p.buf, b[:k]...)
+			n, b = n+k, b[k:]
+			p.notifyLocked()
+		}
+		if len(b) == 0 {
+			p.mu.Unlock()
+			return n, nil
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return n, ctx.Err()
+		}
+	}
+}
+
+func (p *pipe) closeWrite() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.eof {
+		p.eof = true
+		p.notifyLocked()
+	}
+}
+
+func (p *pipe) readerGone() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gone = true
+	p.notifyLocked()
+}

@@ -1,0 +1,18 @@
+package fake_test
+
+import (
+	"testing"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/fake"
+	"github.com/sandboxer/sandboxer/internal/sandbox/sandboxtest"
+)
+
+// TestContract: the fake keeps the same contract as the Docker runtime.
+func TestContract(t *testing.T) {
+	sandboxtest.RunContract(t, func(t *testing.T) sandbox.Runtime {
+		rt := fake.New("contract-" + t.Name())
+		rt.SetImageMissing(sandboxtest.MissingImage, true)
+		return rt
+	}, "fake/base:latest")
+}

@@ -1,0 +1,402 @@
+// Package fake is an in-memory sandbox.Runtime for tests: no Docker, no
+// processes. A "container" is a goroutine that interprets a tiny shell-like
+// script, so tests can shape what a sandbox does and when, deterministically.
+// It keeps the contract exactly as internal/sandbox/docker does (see
+// internal/sandbox/sandboxtest, which both pass).
+//
+// # Script grammar
+//
+// The script is the argument of `-c` in Spec.Cmd (["bash", "-c", script], as the
+// job layer sends it), else Cmd joined by spaces. Statements are separated by
+// ';' or newlines; '#' starts a comment; words split on blanks, with '...' and
+// "..." quoting and no expansions. `>&2` on a statement sends its output to
+// stderr. Every statement that is also valid bash behaves as in bash:
+//
+//	echo [-n] WORDS...   write WORDS joined by spaces (and "\n" unless -n)
+//	printf FORMAT        write FORMAT with \n and \t interpreted
+//	sleep N              N seconds (0.5 allowed) or a Go duration (150ms)
+//	exit [N]             end with exit code N (default 0)
+//	cat                  copy stdin to stdout until end-of-file
+//	true, :, false       status 0, 0, 1
+//	trap '' SIG...       ignore those signals (e.g. trap '' TERM); trap - SIG... restores
+//
+// The script ends with the status of its last statement, as bash does. An
+// unknown command writes "bash: X: command not found" to stderr (status 127)
+// and the script goes on. Fake-only directives:
+//
+//	oom           end at once as the kernel's OOM killer would: exit 137, OOMKilled
+//	ignore-term   same as trap '' TERM
+//	hang-start    Start blocks, with the container created, until Gate(JobID).Release()
+//	              or Start's ctx ends (then Start fails and the container is removed)
+//
+// Signals: Signal("KILL") ends the process with 137; any other signal ends it
+// with 128+n unless the script ignores it. Removing the container (Destroy,
+// Runtime.Remove) kills the process; the handle then reports ExitCode -1
+// (the container was gone when its end was inspected, as with Docker), with
+// Gone set unless the removal was the handle's own Destroy.
+//
+// # Hooks
+//
+// Hooks live on the Engine (shared by every Runtime made from it, like a
+// Docker daemon shared by several servers) and are safe to change while
+// sandboxes run: SetDown (Ping, Start, Adopt, List, Remove, Signal and
+// ImageExists fail with *sandbox.EngineError, and handles that are waiting lose
+// the engine: their Status has Err), SetBeforeStart (runs inside Start after
+// create; may block or fail it), Gate (see hang-start), SetRemoveError
+// (removals fail), SetImageMissing, and StartDetached (a container no handle
+// watches, as a crashed server leaves it, for Adopt and Recover tests).
+package fake
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// Host is what EngineErrors name as the engine's address.
+const Host = "fake://engine"
+
+const (
+	// drainTimeout bounds how long a handle waits for output after the end (as docker).
+	drainTimeout = 5 * time.Second
+	// stdinBuffer is how many unread stdin bytes a container holds before writes block.
+	stdinBuffer = 64 << 10
+)
+
+// Engine is the shared state of fake containers: one per "Docker daemon".
+type Engine struct {
+	mu          sync.Mutex
+	containers  map[string]*container
+	seq         int // creation order, for List
+	down        bool
+	downCh      chan struct{} // closed when the engine goes down; replaced when it comes back
+	missing     map[string]bool
+	beforeStart func(ctx context.Context, spec sandbox.Spec) error
+	removeErr   func(c sandbox.Container) error
+	gates       map[string]*Gate
+}
+
+// NewEngine makes an empty engine that is up and has every image.
+func NewEngine() *Engine {
+	return &Engine{
+		containers: map[string]*container{},
+		downCh:     make(chan struct{}),
+		missing:    map[string]bool{},
+		gates:      map[string]*Gate{},
+	}
+}
+
+// Runtime is one server's view of an engine: it labels what it makes with its
+// instance and server identity, and lists only its instance's containers.
+type Runtime struct {
+	*Engine
+	instance string
+	server   string
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// New makes a runtime on a fresh engine.
+func New(instance string) *Runtime { return NewEngine().Runtime(instance, "") }
+
+// Runtime makes a runtime on this engine (another server process, or the same
+// server after a restart).
+func (e *Engine) Runtime(instance, server string) *Runtime {
+	return &Runtime{Engine: e, instance: instance, server: server}
+}
+
+func engineDown() error {
+	return &sandbox.EngineError{Host: Host, Err: errors.New("connection refused (fake engine is down)")}
+}
+
+// SetDown takes the engine down (true) or brings it back. Going down breaks
+// every handle's connection: waiting handles end with Status().Err set, while
+// their containers go on running, as with a daemon restarted with live-restore.
+func (e *Engine) SetDown(down bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if down == e.down {
+		return
+	}
+	e.down = down
+	if down {
+		close(e.downCh)
+	} else {
+		e.downCh = make(chan struct{})
+	}
+}
+
+// SetBeforeStart installs a hook run inside Start after the container is
+// created and before it runs. An error fails the Start (the container is
+// removed) and is returned wrapped; the hook may block, honouring ctx. nil removes it.
+func (e *Engine) SetBeforeStart(f func(ctx context.Context, spec sandbox.Spec) error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.beforeStart = f
+}
+
+// SetRemoveError makes every removal of an existing container (Remove,
+// Destroy, a handle's cleanup after the end) fail with f's error when f
+// returns one; the container stays. nil removes the hook.
+func (e *Engine) SetRemoveError(f func(c sandbox.Container) error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.removeErr = f
+}
+
+// SetImageMissing marks an image as not present (missing=true) or present.
+func (e *Engine) SetImageMissing(ref string, missing bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.missing[ref] = missing
+}
+
+// Exists says whether a container with this id exists (running or not).
+func (e *Engine) Exists(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.containers[id] != nil
+}
+
+// Count is the number of containers that exist.
+func (e *Engine) Count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.containers)
+}
+
+// Gate holds the Start of one job whose script says hang-start.
+type Gate struct {
+	entered, released      chan struct{}
+	enterOnce, releaseOnce sync.Once
+}
+
+// Gate returns the start gate of the job with this id (made on first use, by
+// the test or by Start, whichever comes first).
+func (e *Engine) Gate(jobID string) *Gate {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g := e.gates[jobID]
+	if g == nil {
+		g = &Gate{entered: make(chan struct{}), released: make(chan struct{})}
+		e.gates[jobID] = g
+	}
+	return g
+}
+
+// Entered is closed once a Start is blocked at the gate.
+func (g *Gate) Entered() <-chan struct{} { return g.entered }
+
+// Release lets the blocked Start (or a later one) go on; idempotent.
+func (g *Gate) Release() { g.releaseOnce.Do(func() { close(g.released) }) }
+
+func newID() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (r *Runtime) Ping(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return engineDown()
+	}
+	return nil
+}
+
+func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return false, engineDown()
+	}
+	return !r.missing[ref], nil
+}
+
+func (r *Runtime) Close() error { return nil }
+
+// create registers a container that does not run yet.
+func (r *Runtime) create(spec sandbox.Spec) (*container, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return nil, engineDown()
+	}
+	if r.missing[spec.Image] {
+		return nil, &sandbox.ImageError{Image: spec.Image}
+	}
+	r.seq++
+	c := newContainer(r.Engine, sandbox.Container{
+		ID: newID(), JobID: spec.JobID, Kind: spec.Kind, Instance: r.instance, Server: r.server,
+	}, spec, r.seq)
+	r.containers[c.info.ID] = c
+	return c, nil
+}
+
+// Start creates the container, runs the start hooks, then starts the script
+// with the handle's output follower and wait in place, so nothing is missed.
+func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	c, err := r.create(spec)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (sandbox.Handle, error) {
+		_, _ = r.remove(context.Background(), c.info.ID, false)
+		return nil, fmt.Errorf("start container: %w", err)
+	}
+	r.mu.Lock()
+	hook := r.beforeStart
+	r.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, spec); err != nil {
+			return fail(err)
+		}
+	}
+	if c.prog.hangStart {
+		g := r.Gate(spec.JobID)
+		g.enterOnce.Do(func() { close(g.entered) })
+		select {
+		case <-g.released:
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		}
+	}
+	r.mu.Lock()
+	switch {
+	case r.down:
+		r.mu.Unlock()
+		return fail(engineDown())
+	case r.containers[c.info.ID] == nil:
+		r.mu.Unlock()
+		return nil, fmt.Errorf("start container: no such container: %s", c.info.ID)
+	}
+	downCh := r.downCh
+	r.mu.Unlock()
+	h := newHandle(r.Engine, c, downCh, spec.OpenStdin)
+	go h.follow(out, 0, 0, 0)
+	go h.waitForEnd()
+	c.start()
+	return h, nil
+}
+
+// StartDetached starts a container that no handle watches, attaches to or
+// removes, as a crashed server leaves one behind: its output goes only to the
+// engine's log (unless spec.EngineLog is "none"), for a later Adopt.
+func (r *Runtime) StartDetached(spec sandbox.Spec) (string, error) {
+	c, err := r.create(spec)
+	if err != nil {
+		return "", err
+	}
+	c.start()
+	return c.info.ID, nil
+}
+
+// Adopt follows a container another runtime started: its log is replayed
+// after the bytes already captured (or, with EngineLog "none", live output is
+// followed from now on) until it ends.
+func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, skipStderr int64, out sandbox.Output) (sandbox.Handle, error) {
+	r.mu.Lock()
+	if r.down {
+		r.mu.Unlock()
+		return nil, engineDown()
+	}
+	c := r.containers[containerID]
+	downCh := r.downCh
+	r.mu.Unlock()
+	if c == nil {
+		return nil, sandbox.ErrNotFound
+	}
+	if c.info.Instance != r.instance {
+		return nil, fmt.Errorf("container %s does not belong to this server", containerID)
+	}
+	// Stdin does not survive the attach of the process that started it.
+	h := newHandle(r.Engine, c, downCh, false)
+	if c.engineLog {
+		go h.follow(out, 0, skipStdout, skipStderr)
+	} else {
+		go h.follow(out, c.logLen(), 0, 0)
+	}
+	go h.waitForEnd()
+	return h, nil
+}
+
+// List returns the containers labelled with this runtime's instance (all
+// managed ones when the instance is ""), in creation order.
+func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
+	r.mu.Lock()
+	if r.down {
+		r.mu.Unlock()
+		return nil, engineDown()
+	}
+	cs := make([]*container, 0, len(r.containers))
+	for _, c := range r.containers {
+		if r.instance == "" || c.info.Instance == r.instance {
+			cs = append(cs, c)
+		}
+	}
+	r.mu.Unlock()
+	sort.Slice(cs, func(i, j int) bool { return cs[i].seq < cs[j].seq })
+	out := make([]sandbox.Container, 0, len(cs))
+	for _, c := range cs {
+		info := c.info
+		info.Running = c.isRunning()
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// Remove kills and removes a container by id; an unknown id is success.
+func (r *Runtime) Remove(ctx context.Context, containerID string) error {
+	_, err := r.remove(ctx, containerID, true)
+	return err
+}
+
+// remove also says whether the container was already gone. It returns once
+// the process has ended and the container is gone.
+func (e *Engine) remove(ctx context.Context, id string, hooked bool) (alreadyGone bool, err error) {
+	e.mu.Lock()
+	if e.down {
+		e.mu.Unlock()
+		return false, engineDown()
+	}
+	c := e.containers[id]
+	if c == nil {
+		e.mu.Unlock()
+		return true, nil
+	}
+	if e.removeErr != nil && hooked {
+		if err := e.removeErr(c.info); err != nil {
+			e.mu.Unlock()
+			return false, err
+		}
+	}
+	// Gone from the engine's view before the process dies: whoever inspects
+	// after the end finds no container, as with a forced Docker removal.
+	delete(e.containers, id)
+	e.mu.Unlock()
+	c.kill()
+	select {
+	case <-c.exited:
+		return false, nil
+	case <-ctx.Done():
+		return false, fmt.Errorf("container %s is still being removed: %w", id, ctx.Err())
+	}
+}
+
+// lookup returns a container that exists, or nil.
+func (e *Engine) lookup(id string) (*container, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.containers[id], e.down
+}
