@@ -87,6 +87,7 @@ func newEnv(t *testing.T, tune func(*policy.Policy)) *testEnv {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		m.Shutdown(ctx)
+		_ = rt.Flush(ctx) // removals of ended sandboxes run after their results
 		left, err := rt.List(ctx)
 		if err != nil {
 			t.Errorf("list containers after Shutdown: %v", err)
@@ -163,46 +164,37 @@ func (e *testEnv) readAll(id string, sel output.Selector) string {
 
 func (e *testEnv) jobDir(id string) string { return filepath.Join(e.dir, "jobs", id) }
 
-// bareContainer starts a container labelled as this instance's sandbox of
-// jobID, as a crashed server would have left it: nothing of this process
-// watches, attaches to or removes it. (rt.Start is not used on purpose: its
-// handle removes the container when it ends, racing the adopting manager.)
+// bareContainer starts a sandbox labelled as instance's, for job jobID, as a
+// crashed server would have left it: nothing of this process watches,
+// attaches to or removes it.
 func (e *testEnv) bareContainer(jobID, instance, cmd string) string {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	init := true
-	cli := e.rt.Client()
-	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{
-			Image: e.image, Cmd: []string{"bash", "-c", cmd}, User: "1000:1000", WorkingDir: "/tmp",
-			Labels: map[string]string{
-				sandbox.LabelManaged: "true", sandbox.LabelInstance: instance,
-				sandbox.LabelJobID: jobID, sandbox.LabelKind: KindCommand,
-			},
-		},
-		HostConfig: &container.HostConfig{
-			NetworkMode: "none", Init: &init,
-			LogConfig: container.LogConfig{Type: "local", Config: map[string]string{"max-size": "1048576"}},
-		},
-	})
+	rt, err := docker.New(instance)
 	if err != nil {
-		e.t.Fatalf("create container: %v", err)
+		e.t.Fatal(err)
+	}
+	defer rt.Close()
+	limits, _ := e.pol.Resolve(policy.Request{})
+	id, err := rt.StartOrphan(ctx, sandbox.Spec{JobID: jobID, Kind: KindCommand, Image: e.image,
+		Cmd: []string{"bash", "-c", cmd}, WorkDir: "/workspace", Network: "none", EngineLog: "local",
+		Limits: SandboxLimits(limits, 1<<20)})
+	if err != nil {
+		e.t.Fatalf("start orphan: %v", err)
 	}
 	e.t.Cleanup(func() { // normally gone already; never leak one
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = cli.ContainerRemove(ctx, created.ID, client.ContainerRemoveOptions{Force: true})
+		_ = e.rt.Remove(ctx, id)
 	})
-	if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		e.t.Fatalf("start container: %v", err)
-	}
-	return created.ID
+	return id
 }
 
 // containerState is the engine's state of a container; ok is false when it is gone.
 func (e *testEnv) containerState(id string) (st *container.State, ok bool) {
 	e.t.Helper()
+	_ = e.rt.Flush(context.Background()) // removals of ended sandboxes run after their results
 	info, err := e.rt.Client().ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {

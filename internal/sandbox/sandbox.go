@@ -89,8 +89,8 @@ type Usage struct {
 
 // ExitStatus is how a sandbox's main process ended.
 type ExitStatus struct {
-	Usage    Usage // zero when the runtime could not measure it
-	TimedOut bool  // the sandbox enforced the job's deadline itself
+	Usage      Usage // zero when the runtime could not measure it
+	TimedOut   bool  // the sandbox enforced the job's deadline itself
 	ExitCode   int
 	OOMKilled  bool      // from the engine, not guessed from exit 137
 	Gone       bool      // the container vanished (removed from outside) before its end was seen
@@ -112,8 +112,9 @@ type Handle interface {
 	// CloseStdin sends end-of-file to the process, after writes in progress;
 	// idempotent.
 	CloseStdin() error
-	// Done is closed once the process has ended, its output has been drained and
-	// the container removed; Status is valid after that.
+	// Done is closed once the process has ended and its output has been
+	// drained; Status is valid after that. The sandbox is removed then or
+	// shortly after (a result does not wait for the engine's cleanup).
 	Done() <-chan struct{}
 	Status() ExitStatus
 	// Signal sends a signal (e.g. "TERM", "KILL") to the process tree's init.

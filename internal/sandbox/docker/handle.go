@@ -40,6 +40,7 @@ type handle struct {
 	id         string
 	cancelWait context.CancelFunc
 	conn       net.Conn // the attach connection; nil when adopted
+	followsLog bool     // output comes from the engine's log (adopted)
 	hasStdin   bool     // the job reads frames' Data (stdin "pipe")
 
 	writeMu sync.Mutex    // one frame at a time on conn
@@ -51,12 +52,14 @@ type handle struct {
 	acked   uint64 // Data bytes the job's stdin took
 	eofSent bool
 
-	out      outputSwitch
-	launched chan struct{} // closed by Launch
-	hello    chan struct{} // closed once Hello arrived (or the stream ended)
-	helloErr error
-	exit     *proto.Exit // the supervisor's report, once it came
-	diag     tailBuffer  // the supervisor's stderr
+	out       outputSwitch
+	launched  chan struct{} // closed by Launch
+	hello     chan struct{} // closed once Hello arrived (or the stream ended)
+	helloOnce func()
+	helloErr  error
+	exit      *proto.Exit // the supervisor's report, once it came
+	consumed  int64       // bytes of the supervisor's stdout parsed so far
+	diag      tailBuffer  // the supervisor's stderr
 
 	drained   chan struct{} // closed when the output stream ended
 	done      chan struct{}
@@ -77,6 +80,7 @@ func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
 		destroyed: make(chan struct{}),
 	}
 	h.ackCond = sync.NewCond(&h.ackMu)
+	h.helloOnce = sync.OnceFunc(func() { close(h.hello) })
 	return h
 }
 
@@ -305,15 +309,21 @@ func (h *handle) readFrames(src io.Reader, closeSrc func()) {
 		h.ackCond.Broadcast()
 		h.ackMu.Unlock()
 	}()
-	helloOnce := sync.OnceFunc(func() { close(h.hello) })
-	defer helloOnce()
+	defer h.helloOnce()
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := stdcopy.StdCopy(pw, &h.diag, src)
 		pw.CloseWithError(err)
 	}()
 	defer pr.Close()
-	r := proto.NewReader(pr)
+	h.parse(pr)
+}
+
+// parse acts on the supervisor's frames read from r until it ends, counting
+// the bytes taken (so a re-read of the engine's log can continue after them).
+func (h *handle) parse(src io.Reader) {
+	cr := &countingReader{r: src, n: &h.consumed}
+	r := proto.NewReader(cr)
 	for {
 		typ, p, err := r.Next()
 		if err != nil {
@@ -325,7 +335,7 @@ func (h *handle) readFrames(src io.Reader, closeSrc func()) {
 			if err := json.Unmarshal(p, &hello); err != nil || hello.Protocol != proto.Version {
 				h.helloErr = fmt.Errorf("the image's sandbox supervisor speaks protocol %d, this server %d: rebuild the images (make images)", hello.Protocol, proto.Version)
 			}
-			helloOnce()
+			h.helloOnce()
 		case proto.TypeStdout:
 			h.out.write(sandbox.Stdout, p)
 		case proto.TypeStderr:
@@ -373,6 +383,18 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	if h.exit == nil && h.followsLog {
+		if !waited {
+			select {
+			case res := <-wait.Result:
+				waitCode, waited = res.StatusCode, true
+			case err := <-wait.Error:
+				waitErr, waited = err, true
+			case <-time.After(drainTimeout):
+			}
+		}
+		h.rereadLog(ctx)
+	}
 	if e := h.exit; e != nil {
 		h.status = sandbox.ExitStatus{ExitCode: e.ExitCode, OOMKilled: e.OOMKilled, TimedOut: e.TimedOut,
 			Usage: sandbox.Usage{CPUMS: e.Usage.CPUMS, PeakMemoryBytes: e.Usage.PeakMemoryBytes, WallMS: e.Usage.WallMS}}
@@ -403,8 +425,21 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	if h.conn != nil {
 		h.conn.Close()
 	}
+	if h.exit != nil {
+		h.rt.removeLater(h.id) // counted before Done, so Flush after Done waits for it
+		close(h.done)
+		return
+	}
+	// No report: an end that was not the job's own. Remove it now, and
+	// learn whether someone else did first.
+	gone, err := h.rt.remove(ctx, h.id)
+	if err != nil {
+		h.status.CleanupErr = fmt.Errorf("remove container %.12s: %w", h.id, err)
+	}
+	if gone && !h.wasDestroyed() && h.status.Err == nil {
+		h.status.Gone = true
+	}
 	close(h.done)
-	h.rt.removeLater(h.id)
 }
 
 // verdict reads how the container ended from the engine: exit code (the
@@ -433,4 +468,36 @@ func (h *handle) verdict(ctx context.Context, waitErr error) sandbox.ExitStatus 
 		StartedAt:  parseTime(st.StartedAt),
 		FinishedAt: parseTime(st.FinishedAt),
 	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n *int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	*c.n += int64(n)
+	return n, err
+}
+
+// rereadLog parses what the engine's log holds past the frames already read:
+// a followed log can end when the container stops, a moment before the
+// engine has written the last of its output (the supervisor's report).
+func (h *handle) rereadLog(ctx context.Context) {
+	logs, err := h.rt.cli.ContainerLogs(ctx, h.id, client.ContainerLogsOptions{ShowStdout: true})
+	if err != nil {
+		return
+	}
+	defer logs.Close()
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, io.Discard, logs)
+		pw.CloseWithError(err)
+	}()
+	defer pr.Close()
+	if _, err := io.CopyN(io.Discard, pr, h.consumed); err != nil {
+		return
+	}
+	h.parse(pr)
 }

@@ -44,7 +44,10 @@ type Runtime struct {
 	cli      *client.Client
 	instance string // value of sandbox.LabelInstance on everything this server makes
 	server   string // value of sandbox.LabelServer: this server process
-	removals sync.WaitGroup
+
+	removeMu   sync.Mutex
+	removing   int           // removals under way (removeLater)
+	removeIdle chan struct{} // closed while removing == 0
 }
 
 // Option configures a Runtime.
@@ -80,12 +83,9 @@ func (r *Runtime) Host() string { return r.cli.DaemonHost() }
 
 // Close waits (bounded) for container removals under way, then closes the client.
 func (r *Runtime) Close() error {
-	done := make(chan struct{})
-	go func() { r.removals.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(cleanupTimeout):
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_ = r.Flush(ctx)
 	return r.cli.Close()
 }
 
@@ -393,21 +393,50 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 		cancelWait()
 		return nil, r.engineErr(fmt.Errorf("read logs: %w", err))
 	}
+	h.followsLog = true
 	go h.readFrames(logs, func() { logs.Close() })
 	go h.waitForEnd(wait)
 	return h, nil
 }
 
 // removeLater removes an ended container in the background: a job's result
-// does not wait for it. Close waits for removals still under way.
+// does not wait for it. Flush (and Close) wait for removals under way.
 func (r *Runtime) removeLater(id string) {
-	r.removals.Add(1)
+	r.removeMu.Lock()
+	if r.removing == 0 {
+		r.removeIdle = make(chan struct{})
+	}
+	r.removing++
+	r.removeMu.Unlock()
 	go func() {
-		defer r.removals.Done()
+		defer func() {
+			r.removeMu.Lock()
+			if r.removing--; r.removing == 0 {
+				close(r.removeIdle)
+			}
+			r.removeMu.Unlock()
+		}()
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 		_ = r.Remove(ctx, id) // what fails here, the cleanup loop sweeps later
 	}()
+}
+
+// Flush waits, bounded by ctx, until the containers of ended sandboxes are removed.
+func (r *Runtime) Flush(ctx context.Context) error {
+	r.removeMu.Lock()
+	idle := r.removeIdle
+	busy := r.removing > 0
+	r.removeMu.Unlock()
+	if !busy {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
@@ -478,4 +507,33 @@ func parseTime(s string) time.Time {
 		return time.Time{}
 	}
 	return t
+}
+
+// StartOrphan starts spec the way a server that then crashed leaves it:
+// running, its job handed to the supervisor, nothing of this process
+// watching, attached or removing it. Restart recovery tests use it.
+func (r *Runtime) StartOrphan(ctx context.Context, spec sandbox.Spec) (string, error) {
+	cfg, hostCfg := r.containerConfig(spec)
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg})
+	if err != nil {
+		return "", r.engineErr(fmt.Errorf("create container: %w", err))
+	}
+	attach, err := r.cli.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		r.removeQuietly(created.ID)
+		return "", r.engineErr(err)
+	}
+	defer attach.Close()
+	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		r.removeQuietly(created.ID)
+		return "", r.engineErr(err)
+	}
+	ps := proto.Spec{Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: cfg.WorkingDir,
+		Stdin: proto.StdinClosed, TimeoutMS: spec.Timeout.Milliseconds(), KillMode: proto.KillContainer}
+	if err := proto.WriteJSON(attach.Conn, proto.TypeSpec, ps); err != nil {
+		r.removeQuietly(created.ID)
+		return "", err
+	}
+	// The engine keeps the container's output flowing (to its log) without us.
+	return created.ID, nil
 }
