@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -111,6 +112,15 @@ func TestBuildEnsureImages(t *testing.T) {
 		}
 		if cfg := inspect.Config; cfg == nil || cfg.User != "1000:1000" || cfg.WorkingDir != "/workspace" {
 			t.Errorf("%s: config %+v, want User 1000:1000 and WorkingDir /workspace", im.Name, cfg)
+		}
+		// The final image is its core plus exactly one layer (the supervisor).
+		core, err := cli.ImageInspect(ctx, images.CoreTag(im.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fl, cl := inspect.RootFS.Layers, core.RootFS.Layers
+		if len(fl) != len(cl)+1 || !slices.Equal(fl[:len(cl)], cl) {
+			t.Errorf("%s: final layers %v are not the core's %v plus one", im.Name, fl, cl)
 		}
 	}
 
