@@ -1,8 +1,20 @@
 // Package images carries the Docker build contexts of the sandbox images
-// (images/<name>/Dockerfile, embedded into the server binary) and names them:
-// every image is tagged sandboxer/<name>:<hash>, where the hash covers its build
-// context, its parent's hash and the Debian base reference, so a change to any
-// Dockerfile yields new tags for that image and everything built on it.
+// (images/<name>/Dockerfile, embedded into the server binary) and names them.
+//
+// Every image is two builds:
+//
+//   - the core image sandboxer/<name>-core:<corehash>, built from
+//     images/<name>/; corehash covers that build context, the parent's corehash
+//     and the Debian base reference. Language images are built FROM their
+//     parent's core image, so their heavy layers never depend on the supervisor.
+//   - the final image sandboxer/<name>:<finalhash>, built from a generated
+//     two-line context: FROM the core image, then COPY of the sandbox supervisor
+//     (images/supervisor/sandboxer-supervisor, embedded too) to SupervisorPath.
+//     finalhash covers the core tag and the supervisor's bytes, so a new
+//     supervisor rebuilds only this tiny layer.
+//
+// Jobs run in the final image (Tag); a changed Dockerfile yields new tags for
+// that image and everything built on it.
 //
 // This package imports no Docker code; internal/sandbox/docker builds the images.
 package images
@@ -13,14 +25,50 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"sync"
 	"time"
 )
 
 //go:embed all:base all:python all:javascript all:go all:rust
 var contexts embed.FS
+
+// supervisorDir holds images/supervisor/: a README (so the pattern always
+// matches) and, when `make build` made it, the static supervisor binary.
+//
+//go:embed all:supervisor
+var supervisorDir embed.FS
+
+// SupervisorFile is the supervisor binary's name in images/supervisor/ and in
+// the final images' build context.
+const SupervisorFile = "sandboxer-supervisor"
+
+// SupervisorPath is where every final image carries the supervisor (mode 0755,
+// owned by root).
+const SupervisorPath = "/usr/local/bin/sandboxer-supervisor"
+
+// CoreSuffix ends the repository name of a core image: sandboxer/<name>-core.
+const CoreSuffix = "-core"
+
+// ErrNoSupervisor says the binary was built without the supervisor embedded.
+var ErrNoSupervisor = errors.New("this sandboxer binary was built without the sandbox supervisor: build it with `make build`")
+
+// Supervisor returns the embedded supervisor binary, or nil when this binary
+// was built without one.
+func Supervisor() []byte {
+	return supervisorFrom(supervisorDir)
+}
+
+func supervisorFrom(fsys fs.FS) []byte {
+	data, err := fs.ReadFile(fsys, "supervisor/"+SupervisorFile)
+	if err != nil || len(data) == 0 {
+		return nil
+	}
+	return data
+}
 
 // BaseRef is the Debian image the base image is built FROM. It is never pulled:
 // scripts/base-image.sh makes it locally when it is missing.
@@ -137,63 +185,198 @@ func contextTar(fsys fs.FS, dir string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// contentHash is the hash of one image: its context tar, its parent's hash
-// ("" for the base image) and the Debian base reference.
-func contentHash(contextTar []byte, parentHash string) string {
+// coreHash is the hash of one core image: its context tar, its parent's
+// core hash ("" for the base image) and the Debian base reference.
+func coreHash(contextTar []byte, parentHash string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "sandboxer-image-v1\nfrom %s\nparent %s\n", BaseRef, parentHash)
 	h.Write(contextTar)
 	return hex.EncodeToString(h.Sum(nil))[:HashLen]
 }
 
-var (
-	hashOnce sync.Once
-	hashes   map[string]string
-	hashErr  error
-)
+// finalDockerfile is the Dockerfile of a final image built on coreTag.
+func finalDockerfile(coreTag string) string {
+	return "FROM " + coreTag + "\nCOPY " + SupervisorFile + " " + SupervisorPath + "\n"
+}
 
-func computeHashes() (map[string]string, error) {
-	out := make(map[string]string, len(all))
+// finalContextTar returns the deterministic build context of the final image
+// built on coreTag: its Dockerfile and the supervisor (mode 0755; COPY without
+// --chown makes it root's).
+func finalContextTar(coreTag string, supervisor []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range []struct {
+		name string
+		mode int64
+		data []byte
+	}{
+		{"Dockerfile", 0o644, []byte(finalDockerfile(coreTag))},
+		{SupervisorFile, 0o755, supervisor},
+	} {
+		hdr := &tar.Header{
+			Typeflag: tar.TypeReg,
+			Name:     f.name,
+			Mode:     f.mode,
+			Size:     int64(len(f.data)),
+			ModTime:  fixedTime,
+			Format:   tar.FormatPAX,
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// finalHash is the hash of one final image: its build context, which holds
+// the core tag (in the Dockerfile) and the supervisor's bytes.
+func finalHash(finalTar []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "sandboxer-final-v1\n")
+	h.Write(finalTar)
+	return hex.EncodeToString(h.Sum(nil))[:HashLen]
+}
+
+// Build is one image build: core and final builds alternate in build order
+// (base core, base final, python core, ...).
+type Build struct {
+	Image     string            // image name (folder under images/)
+	Final     bool              // the final image (core + supervisor); else the core image
+	Tag       string            // repository:hash to build
+	Context   []byte            // build context tar, Dockerfile at its root
+	BuildArgs map[string]string // BASE_IMAGE=<parent's core tag> for a language core image
+}
+
+// plan is every build of every image, for the given contexts and supervisor.
+func plan(ctxFS fs.FS, supervisor []byte) ([]Build, error) {
+	out := make([]Build, 0, 2*len(all))
+	coreTags := make(map[string]string, len(all))
+	coreHashes := make(map[string]string, len(all))
 	for _, im := range all { // build order: parents first
-		tarball, err := contextTar(contexts, im.Name)
+		tarball, err := contextTar(ctxFS, im.Name)
 		if err != nil {
 			return nil, err
 		}
 		parent := ""
+		var args map[string]string
 		if im.Base != "" {
 			var ok bool
-			if parent, ok = out[im.Base]; !ok {
+			if parent, ok = coreHashes[im.Base]; !ok {
 				return nil, fmt.Errorf("images: %s: parent %q is not built before it", im.Name, im.Base)
 			}
+			args = map[string]string{BaseImageArg: coreTags[im.Base]}
 		}
-		out[im.Name] = contentHash(tarball, parent)
+		ch := coreHash(tarball, parent)
+		coreTag := CoreRepository(im.Name) + ":" + ch
+		coreHashes[im.Name], coreTags[im.Name] = ch, coreTag
+		finalTar, err := finalContextTar(coreTag, supervisor)
+		if err != nil {
+			return nil, fmt.Errorf("images: %s: final context: %w", im.Name, err)
+		}
+		out = append(out,
+			Build{Image: im.Name, Tag: coreTag, Context: tarball, BuildArgs: args},
+			Build{Image: im.Name, Final: true, Tag: Repository(im.Name) + ":" + finalHash(finalTar), Context: finalTar},
+		)
 	}
 	return out, nil
 }
 
-// Hash returns the content hash (HashLen hex digits) of the image called name,
-// or "" if there is no such image. The embedded contexts never change while the
-// program runs, so the hashes are computed once.
-func Hash(name string) string {
-	hashOnce.Do(func() { hashes, hashErr = computeHashes() })
+// Plan returns every build of every image in build order, with the embedded
+// supervisor, or ErrNoSupervisor when this binary has none.
+func Plan() ([]Build, error) {
+	sup := Supervisor()
+	if sup == nil {
+		return nil, ErrNoSupervisor
+	}
+	return plan(contexts, sup)
+}
+
+// PlanWith is Plan with the given supervisor bytes instead of the embedded ones.
+func PlanWith(supervisor []byte) ([]Build, error) {
+	return plan(contexts, supervisor)
+}
+
+type tagSet struct{ core, final map[string]string } // image name -> hash
+
+var (
+	hashOnce sync.Once
+	hashes   tagSet
+	hashErr  error
+)
+
+func computeHashes(ctxFS fs.FS, supervisor []byte) (tagSet, error) {
+	builds, err := plan(ctxFS, supervisor)
+	if err != nil {
+		return tagSet{}, err
+	}
+	out := tagSet{core: map[string]string{}, final: map[string]string{}}
+	for _, b := range builds {
+		_, h, _ := strings.Cut(b.Tag, ":")
+		if b.Final {
+			out.final[b.Image] = h
+		} else {
+			out.core[b.Image] = h
+		}
+	}
+	return out, nil
+}
+
+func loadHashes() tagSet {
+	// With no supervisor embedded the final hashes cover empty bytes: the tags
+	// stay defined (and name images that are not built), EnsureImages refuses.
+	hashOnce.Do(func() { hashes, hashErr = computeHashes(contexts, Supervisor()) })
 	if hashErr != nil {
 		// Only a broken embed (caught by the package's tests) gets here.
 		panic(hashErr)
 	}
-	return hashes[name]
+	return hashes
 }
 
-// Repository returns the repository of the image called name: sandboxer/<name>.
+// Hash returns the content hash (HashLen hex digits) of the final image called
+// name, or "" if there is no such image. The embedded contexts and supervisor
+// never change while the program runs, so the hashes are computed once.
+func Hash(name string) string {
+	return loadHashes().final[name]
+}
+
+// CoreHash returns the content hash of the core image called name, or "".
+func CoreHash(name string) string {
+	return loadHashes().core[name]
+}
+
+// Repository returns the repository of the final image called name: sandboxer/<name>.
 func Repository(name string) string {
 	return RepositoryPrefix + name
 }
 
-// Tag returns the full reference sandboxer/<name>:<hash> of the image called
-// name, or "" if there is no such image.
+// CoreRepository returns the repository of the core image called name:
+// sandboxer/<name>-core.
+func CoreRepository(name string) string {
+	return RepositoryPrefix + name + CoreSuffix
+}
+
+// Tag returns the full reference sandboxer/<name>:<hash> of the final image
+// called name — the image jobs run in — or "" if there is no such image.
 func Tag(name string) string {
 	h := Hash(name)
 	if h == "" {
 		return ""
 	}
 	return Repository(name) + ":" + h
+}
+
+// CoreTag returns the full reference sandboxer/<name>-core:<corehash> of the
+// core image called name, or "" if there is no such image.
+func CoreTag(name string) string {
+	h := CoreHash(name)
+	if h == "" {
+		return ""
+	}
+	return CoreRepository(name) + ":" + h
 }

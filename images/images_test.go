@@ -168,24 +168,33 @@ func TestHash(t *testing.T) {
 	hexRE := regexp.MustCompile(`^[0-9a-f]{12}$`)
 	seen := map[string]string{}
 	for _, im := range All() {
-		h := Hash(im.Name)
-		if !hexRE.MatchString(h) {
-			t.Errorf("Hash(%q) = %q, want 12 hex digits", im.Name, h)
+		for kind, h := range map[string]string{"final": Hash(im.Name), "core": CoreHash(im.Name)} {
+			if !hexRE.MatchString(h) {
+				t.Errorf("%s hash of %q = %q, want 12 hex digits", kind, im.Name, h)
+			}
+			if other, dup := seen[h]; dup {
+				t.Errorf("%s %s and %s share hash %s", kind, im.Name, other, h)
+			}
+			seen[h] = im.Name
 		}
-		if h != Hash(im.Name) {
-			t.Errorf("Hash(%q) not stable", im.Name)
+		if Hash(im.Name) != Hash(im.Name) || CoreHash(im.Name) != CoreHash(im.Name) {
+			t.Errorf("hashes of %q not stable", im.Name)
 		}
-		if other, dup := seen[h]; dup {
-			t.Errorf("%s and %s share hash %s", im.Name, other, h)
-		}
-		seen[h] = im.Name
-		// The public hash is the content hash over the tar and the parent's hash.
+		// The core hash is over the context tar and the parent's core hash.
 		tarball, _ := ContextTar(im.Name)
-		if want := contentHash(tarball, Hash(im.Base)); h != want {
+		if h, want := CoreHash(im.Name), coreHash(tarball, CoreHash(im.Base)); h != want {
+			t.Errorf("CoreHash(%q) = %s, want %s", im.Name, h, want)
+		}
+		// The final hash is over the final context: core tag and supervisor.
+		final, err := finalContextTar(CoreTag(im.Name), Supervisor())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, want := Hash(im.Name), finalHash(final); h != want {
 			t.Errorf("Hash(%q) = %s, want %s", im.Name, h, want)
 		}
 	}
-	if Hash("nope") != "" || Tag("nope") != "" {
+	if Hash("nope") != "" || Tag("nope") != "" || CoreHash("nope") != "" || CoreTag("nope") != "" {
 		t.Error("unknown image has a hash or tag")
 	}
 }
@@ -195,33 +204,166 @@ func TestLanguageHashFollowsBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h1 := contentHash(tarball, "aaaaaaaaaaaa")
-	h2 := contentHash(tarball, "bbbbbbbbbbbb")
+	h1 := coreHash(tarball, "aaaaaaaaaaaa")
+	h2 := coreHash(tarball, "bbbbbbbbbbbb")
 	if h1 == h2 {
 		t.Error("language image hash does not change when the base hash changes")
 	}
-	if h1 != contentHash(tarball, "aaaaaaaaaaaa") {
-		t.Error("contentHash not deterministic")
+	if h1 != coreHash(tarball, "aaaaaaaaaaaa") {
+		t.Error("coreHash not deterministic")
 	}
 	// A changed base context changes the base hash.
 	base, _ := ContextTar("base")
-	if contentHash(base, "") == contentHash(append(append([]byte{}, base...), 0), "") {
+	if coreHash(base, "") == coreHash(append(append([]byte{}, base...), 0), "") {
 		t.Error("base hash does not follow its context")
+	}
+	// A changed core tag changes the final hash.
+	a, _ := finalContextTar("sandboxer/python-core:aaaaaaaaaaaa", []byte("sup"))
+	b, _ := finalContextTar("sandboxer/python-core:bbbbbbbbbbbb", []byte("sup"))
+	if finalHash(a) == finalHash(b) {
+		t.Error("final hash does not follow the core tag")
+	}
+}
+
+func TestSupervisorChangesOnlyFinalHashes(t *testing.T) {
+	a1, err := computeHashes(contexts, []byte("supervisor v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := computeHashes(contexts, []byte("supervisor v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := computeHashes(contexts, []byte("supervisor v2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, im := range All() {
+		if a1.core[im.Name] != a2.core[im.Name] || a1.final[im.Name] != a2.final[im.Name] {
+			t.Errorf("%s: hashes not deterministic", im.Name)
+		}
+		if a1.core[im.Name] != b.core[im.Name] {
+			t.Errorf("%s: core hash changed with the supervisor", im.Name)
+		}
+		if a1.core[im.Name] != CoreHash(im.Name) {
+			t.Errorf("%s: core hash %s depends on the supervisor (embedded gives %s)", im.Name, a1.core[im.Name], CoreHash(im.Name))
+		}
+		if a1.final[im.Name] == b.final[im.Name] {
+			t.Errorf("%s: final hash did not change with the supervisor", im.Name)
+		}
+	}
+}
+
+func TestSupervisorFrom(t *testing.T) {
+	readme := &fstest.MapFile{Data: []byte("# readme\n")}
+	if got := supervisorFrom(fstest.MapFS{"supervisor/README.md": readme}); got != nil {
+		t.Errorf("no binary: got %q, want nil", got)
+	}
+	if got := supervisorFrom(fstest.MapFS{"supervisor/README.md": readme, "supervisor/" + SupervisorFile: {}}); got != nil {
+		t.Errorf("empty binary: got %q, want nil", got)
+	}
+	fs := fstest.MapFS{"supervisor/README.md": readme, "supervisor/" + SupervisorFile: {Data: []byte("\x7fELF fake")}}
+	if got := string(supervisorFrom(fs)); got != "\x7fELF fake" {
+		t.Errorf("got %q", got)
+	}
+	// The real embed always has the README, so the pattern matches.
+	if _, err := supervisorDir.ReadFile("supervisor/README.md"); err != nil {
+		t.Errorf("images/supervisor/README.md not embedded: %v", err)
+	}
+	// Plan refuses exactly when nothing is embedded.
+	if _, err := Plan(); (err != nil) != (Supervisor() == nil) {
+		t.Errorf("Plan() error %v with supervisor embedded = %v", err, Supervisor() != nil)
+	} else if err != nil && !strings.Contains(err.Error(), "built without the sandbox supervisor: build it with `make build`") {
+		t.Errorf("Plan() error %q", err)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	fake := []byte("#!/bin/sh\nexit 0\n")
+	builds, err := PlanWith(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := computeHashes(contexts, fake)
+	list := All()
+	if len(builds) != 2*len(list) {
+		t.Fatalf("%d builds, want %d", len(builds), 2*len(list))
+	}
+	coreTags := map[string]string{}
+	for i, im := range list {
+		core, final := builds[2*i], builds[2*i+1]
+		if core.Image != im.Name || core.Final || final.Image != im.Name || !final.Final {
+			t.Fatalf("builds %d,%d = %s/%v, %s/%v; want %s core then final", 2*i, 2*i+1, core.Image, core.Final, final.Image, final.Final, im.Name)
+		}
+		if core.Tag != CoreTag(im.Name) {
+			t.Errorf("%s: core tag %s, want %s", im.Name, core.Tag, CoreTag(im.Name))
+		}
+		if final.Tag != Repository(im.Name)+":"+want.final[im.Name] {
+			t.Errorf("%s: final tag %s, want hash %s", im.Name, final.Tag, want.final[im.Name])
+		}
+		coreTags[im.Name] = core.Tag
+		ctx, _ := ContextTar(im.Name)
+		if !bytes.Equal(core.Context, ctx) {
+			t.Errorf("%s: core context is not ContextTar", im.Name)
+		}
+		if im.Base == "" {
+			if len(core.BuildArgs) != 0 {
+				t.Errorf("%s: build args %v, want none", im.Name, core.BuildArgs)
+			}
+		} else if got := core.BuildArgs[BaseImageArg]; got != coreTags[im.Base] || len(core.BuildArgs) != 1 {
+			t.Errorf("%s: build args %v, want %s=%s", im.Name, core.BuildArgs, BaseImageArg, coreTags[im.Base])
+		}
+		if len(final.BuildArgs) != 0 {
+			t.Errorf("%s: final build args %v", im.Name, final.BuildArgs)
+		}
+		// The final context: the two-line Dockerfile and the supervisor, 0755, root's.
+		tr := tar.NewReader(bytes.NewReader(final.Context))
+		var names []string
+		for {
+			hdr, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, hdr.Name)
+			data, _ := io.ReadAll(tr)
+			if hdr.Uid != 0 || hdr.Gid != 0 || !hdr.ModTime.Equal(fixedTime) {
+				t.Errorf("%s: %s: uid %d gid %d mtime %v", im.Name, hdr.Name, hdr.Uid, hdr.Gid, hdr.ModTime)
+			}
+			switch hdr.Name {
+			case "Dockerfile":
+				if w := "FROM " + core.Tag + "\nCOPY sandboxer-supervisor /usr/local/bin/sandboxer-supervisor\n"; string(data) != w {
+					t.Errorf("%s: final Dockerfile %q, want %q", im.Name, data, w)
+				}
+			case SupervisorFile:
+				if hdr.Mode != 0o755 || !bytes.Equal(data, fake) {
+					t.Errorf("%s: supervisor mode %o, %q", im.Name, hdr.Mode, data)
+				}
+			}
+		}
+		if strings.Join(names, " ") != "Dockerfile sandboxer-supervisor" {
+			t.Errorf("%s: final context %v", im.Name, names)
+		}
 	}
 }
 
 func TestTags(t *testing.T) {
 	tagRE := regexp.MustCompile(`^sandboxer/[a-z0-9]+(?:[._-][a-z0-9]+)*:[0-9a-f]{12}$`)
 	for _, im := range All() {
-		tag := Tag(im.Name)
-		if !tagRE.MatchString(tag) {
-			t.Errorf("Tag(%q) = %q is not well-formed", im.Name, tag)
+		tag, core := Tag(im.Name), CoreTag(im.Name)
+		if !tagRE.MatchString(tag) || !tagRE.MatchString(core) {
+			t.Errorf("Tag(%q) = %q or CoreTag = %q is not well-formed", im.Name, tag, core)
 		}
 		if repo := Repository(im.Name); repo != "sandboxer/"+im.Name || !strings.HasPrefix(tag, repo+":") {
 			t.Errorf("Repository(%q) = %q, tag %q", im.Name, repo, tag)
 		}
-		if !strings.HasSuffix(tag, ":"+Hash(im.Name)) {
-			t.Errorf("Tag(%q) = %q does not end in its hash", im.Name, tag)
+		if repo := CoreRepository(im.Name); repo != "sandboxer/"+im.Name+"-core" || !strings.HasPrefix(core, repo+":") {
+			t.Errorf("CoreRepository(%q) = %q, core tag %q", im.Name, repo, core)
+		}
+		if !strings.HasSuffix(tag, ":"+Hash(im.Name)) || !strings.HasSuffix(core, ":"+CoreHash(im.Name)) {
+			t.Errorf("Tag(%q) = %q or CoreTag = %q does not end in its hash", im.Name, tag, core)
 		}
 	}
 }

@@ -84,7 +84,11 @@ func doctor(args []string) error {
 		if img.Name == "base" {
 			baseBuilt = ok
 		}
-		report(ok, "image "+img.Name, tag, "run `make images` (or `sandboxer images build`)")
+		fix := "run `make images` (or `sandboxer images build`)"
+		if images.Supervisor() == nil {
+			fix = images.ErrNoSupervisor.Error() + ", then `make images`"
+		}
+		report(ok, "image "+img.Name, tag, fix)
 	}
 	if !baseBuilt {
 		return fmt.Errorf("%d problem(s)", problems)

@@ -16,7 +16,7 @@ func imagesCmd(args []string) error {
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("images "+sub, flag.ContinueOnError)
-	force := fs.Bool("force", false, "rebuild even when an image with the current tag exists")
+	force := fs.Bool("force", false, "rebuild every image (core and final) without the build cache, even when its tag exists")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,10 +44,14 @@ func imagesCmd(args []string) error {
 				return err
 			}
 			state := "built"
-			if !ok {
+			switch {
+			case ok:
+			case images.Supervisor() == nil:
+				state = "missing (this binary has no supervisor: make build, then make images)"
+			default:
 				state = "missing (sandboxer images build)"
 			}
-			fmt.Printf("%-12s %-32s %s\n", img.Name, images.Tag(img.Name), state)
+			fmt.Printf("%-12s %-34s %s\n", img.Name, images.Tag(img.Name), state)
 		}
 		return nil
 	}

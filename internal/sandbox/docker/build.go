@@ -347,12 +347,25 @@ func dockerfileInstructions(dockerfile string) []string {
 	return out
 }
 
-// EnsureImages builds, in build order, every sandbox image whose tag
-// (images.Tag) is not present locally — or every image when force is set, then
-// without the build cache so packages are fetched afresh. Language images get
-// BASE_IMAGE=images.Tag("base"). It returns the tags it built. The Debian base
-// (images.BaseRef) must already be present: it is never pulled.
+// EnsureImages builds, in build order, every sandbox image whose tag is not
+// present locally — or every image when force is set, then without the build
+// cache so packages are fetched afresh. Each image is two builds
+// (images.Plan): its core image (images.CoreTag; language images get
+// BASE_IMAGE=<parent's core tag>), then its final image (images.Tag), the core
+// plus the embedded supervisor. It returns the tags it built. The Debian base
+// (images.BaseRef) must already be present: it is never pulled. A binary built
+// without the supervisor is refused (images.ErrNoSupervisor).
 func EnsureImages(ctx context.Context, cli *client.Client, force bool, log io.Writer) ([]string, error) {
+	builds, err := images.Plan()
+	if err != nil {
+		return nil, err
+	}
+	return ensureBuilds(ctx, cli, builds, force, log)
+}
+
+// ensureBuilds runs builds in order, skipping those whose tag is present
+// unless force is set.
+func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build, force bool, log io.Writer) ([]string, error) {
 	if log == nil {
 		log = io.Discard
 	}
@@ -365,33 +378,24 @@ func EnsureImages(ctx context.Context, cli *client.Client, force bool, log io.Wr
 	}
 
 	var built []string
-	for _, im := range images.All() {
-		tag := images.Tag(im.Name)
+	for _, b := range builds {
 		if !force {
-			present, err := ImagePresent(ctx, cli, tag)
+			present, err := ImagePresent(ctx, cli, b.Tag)
 			if err != nil {
 				return built, err
 			}
 			if present {
-				fmt.Fprintf(log, "==> %s is up to date\n", tag)
+				fmt.Fprintf(log, "==> %s is up to date\n", b.Tag)
 				continue
 			}
 		}
-		contextTar, err := images.ContextTar(im.Name)
-		if err != nil {
-			return built, err
-		}
-		var args map[string]string
-		if im.Base != "" {
-			args = map[string]string{images.BaseImageArg: images.Tag(im.Base)}
-		}
-		fmt.Fprintf(log, "==> building %s\n", tag)
+		fmt.Fprintf(log, "==> building %s\n", b.Tag)
 		start := time.Now()
-		if err := buildImage(ctx, cli, tag, contextTar, args, force, log); err != nil {
+		if err := buildImage(ctx, cli, b.Tag, b.Context, b.BuildArgs, force, log); err != nil {
 			return built, err
 		}
-		fmt.Fprintf(log, "==> built %s in %s\n", tag, time.Since(start).Round(100*time.Millisecond))
-		built = append(built, tag)
+		fmt.Fprintf(log, "==> built %s in %s\n", b.Tag, time.Since(start).Round(100*time.Millisecond))
+		built = append(built, b.Tag)
 	}
 	return built, nil
 }

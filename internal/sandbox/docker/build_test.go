@@ -6,12 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxer/sandboxer/images"
@@ -78,6 +81,13 @@ func TestBuildEnsureImages(t *testing.T) {
 		t.Logf("warning: test deadline in %s; building the images from scratch may take longer", time.Until(dl).Round(time.Second))
 	}
 
+	if images.Supervisor() == nil {
+		if _, err := EnsureImages(ctx, cli, false, nil); err == nil || !strings.Contains(err.Error(), "build it with `make build`") {
+			t.Errorf("EnsureImages without a supervisor: err = %v", err)
+		}
+		t.Skip("no supervisor embedded in this test binary (images/supervisor/sandboxer-supervisor): run `make build` first")
+	}
+
 	log := &summaryLog{t: t}
 	built, err := EnsureImages(ctx, cli, false, log)
 	if err != nil {
@@ -86,7 +96,7 @@ func TestBuildEnsureImages(t *testing.T) {
 	t.Logf("first call built %d image(s): %v", len(built), built)
 
 	for _, im := range images.All() {
-		for _, ref := range []string{images.Tag(im.Name), images.Repository(im.Name) + ":latest"} {
+		for _, ref := range []string{images.Tag(im.Name), images.Repository(im.Name) + ":latest", images.CoreTag(im.Name), images.CoreRepository(im.Name) + ":latest"} {
 			ok, err := ImagePresent(ctx, cli, ref)
 			if err != nil {
 				t.Fatal(err)
@@ -102,6 +112,15 @@ func TestBuildEnsureImages(t *testing.T) {
 		}
 		if cfg := inspect.Config; cfg == nil || cfg.User != "1000:1000" || cfg.WorkingDir != "/workspace" {
 			t.Errorf("%s: config %+v, want User 1000:1000 and WorkingDir /workspace", im.Name, cfg)
+		}
+		// The final image is its core plus exactly one layer (the supervisor).
+		core, err := cli.ImageInspect(ctx, images.CoreTag(im.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fl, cl := inspect.RootFS.Layers, core.RootFS.Layers
+		if len(fl) != len(cl)+1 || !slices.Equal(fl[:len(cl)], cl) {
+			t.Errorf("%s: final layers %v are not the core's %v plus one", im.Name, fl, cl)
 		}
 	}
 
@@ -216,14 +235,146 @@ func TestBuildFromImages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		args := map[string]string{images.BaseImageArg: images.Tag("base")}
+		args := map[string]string{images.BaseImageArg: images.CoreTag("base")}
 		want := images.BaseRef
 		if im.Base != "" {
-			want = images.Tag(im.Base)
+			want = images.CoreTag(im.Base)
 		}
 		if got, err := fromImages(df, args); err != nil || len(got) != 1 || got[0] != want {
 			t.Errorf("%s: FROM images %v, %v; want [%s]", im.Name, got, err, want)
 		}
+	}
+	// Core builds get their parent's core tag; final builds are FROM their own core.
+	builds, err := images.PlanWith([]byte("fake"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range builds {
+		df, err := dockerfileFromTar(b.Context)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := fromImages(df, b.BuildArgs)
+		want := images.BaseRef
+		switch im, _ := images.Lookup(b.Image); {
+		case b.Final:
+			want = images.CoreTag(b.Image)
+		case im.Base != "":
+			want = images.CoreTag(im.Base)
+		}
+		if err != nil || len(got) != 1 || got[0] != want {
+			t.Errorf("%s (final %v): FROM images %v, %v; want [%s]", b.Tag, b.Final, got, err, want)
+		}
+	}
+}
+
+// TestBuildSupervisorLayer builds the base image's final layer with a fake
+// supervisor (a shell script) under a test repository, and checks the file is
+// at images.SupervisorPath, root's, mode 0755, and runs as the sandbox user.
+// Only the base core image is built if missing (about a minute, mostly cached).
+func TestBuildSupervisorLayer(t *testing.T) {
+	cli := buildTestClient(t) // testutil.RequireDocker's rule; testutil imports this package
+
+	ctx := t.Context()
+	if ok, err := ImagePresent(ctx, cli, images.BaseRef); err != nil || !ok {
+		t.Skipf("%s not present (%v): run scripts/base-image.sh", images.BaseRef, err)
+	}
+	fake := []byte("#!/bin/sh\necho fake-supervisor-ran as $(id -u)\n")
+	all, err := images.PlanWith(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var builds []images.Build
+	for _, b := range all {
+		if b.Image != "base" {
+			continue
+		}
+		if b.Final {
+			// Keep the real repositories (and their :latest) untouched.
+			_, h, _ := strings.Cut(b.Tag, ":")
+			b.Tag = "sandboxer/test-supervisor:" + h
+		}
+		builds = append(builds, b)
+	}
+	if len(builds) != 2 || builds[0].Final || !builds[1].Final {
+		t.Fatalf("base builds: %+v", builds)
+	}
+	finalTag := builds[1].Tag
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, ref := range []string{finalTag, "sandboxer/test-supervisor:latest"} {
+			_, _ = cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
+		}
+	})
+
+	log := &summaryLog{t: t}
+	if _, err := ensureBuilds(ctx, cli, builds, false, log); err != nil {
+		t.Fatalf("build: %v\n--- build output (last 4 KiB) ---\n%s", err, lastBytes(log.all.Bytes(), 4096))
+	}
+	again, err := ensureBuilds(ctx, cli, builds, false, log)
+	if err != nil || len(again) != 0 {
+		t.Errorf("second build: built %v, err %v; want nothing", again, err)
+	}
+
+	inspect, err := cli.ImageInspect(ctx, finalTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := inspect.Config; cfg == nil || cfg.User != "1000:1000" || cfg.WorkingDir != "/workspace" {
+		t.Errorf("final image config %+v, want User 1000:1000 and WorkingDir /workspace (the core's)", cfg)
+	}
+
+	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{Image: finalTag, Cmd: []string{images.SupervisorPath}},
+		Name:   fmt.Sprintf("sandboxer-test-supervisor-%d", time.Now().UnixNano()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.ID
+	t.Cleanup(func() {
+		_, _ = cli.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
+	})
+
+	cp, err := cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: images.SupervisorPath})
+	if err != nil {
+		t.Fatalf("%s not in the final image: %v", images.SupervisorPath, err)
+	}
+	tr := tar.NewReader(cp.Content)
+	hdr, err := tr.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(tr)
+	_ = cp.Content.Close()
+	if hdr.Typeflag != tar.TypeReg || hdr.Mode&0o7777 != 0o755 || hdr.Uid != 0 || hdr.Gid != 0 || !bytes.Equal(data, fake) {
+		t.Errorf("%s: type %c mode %o uid %d gid %d content %q; want a regular file, 755, 0:0, the fake supervisor",
+			images.SupervisorPath, hdr.Typeflag, hdr.Mode, hdr.Uid, hdr.Gid, data)
+	}
+
+	// It runs, as the image's unprivileged user.
+	if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait := cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case res := <-wait.Result:
+		if res.StatusCode != 0 {
+			t.Errorf("supervisor exited %d", res.StatusCode)
+		}
+	case err := <-wait.Error:
+		t.Fatal(err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("supervisor did not exit within 30s")
+	}
+	logs, err := cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(logs)
+	_ = logs.Close()
+	if !strings.Contains(string(out), "fake-supervisor-ran as 1000") {
+		t.Errorf("supervisor output %q", out)
 	}
 }
 
