@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -534,6 +536,23 @@ func (r *Runtime) StartOrphan(ctx context.Context, spec sandbox.Spec) (string, e
 		r.removeQuietly(created.ID)
 		return "", err
 	}
-	// The engine keeps the container's output flowing (to its log) without us.
-	return created.ID, nil
+	// Detach only once the job runs: closing at once could drop the spec.
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, io.Discard, attach.Reader)
+		pw.CloseWithError(err)
+	}()
+	defer pr.Close()
+	fr := proto.NewReader(pr)
+	for {
+		typ, _, err := fr.Next()
+		if err != nil {
+			r.removeQuietly(created.ID)
+			return "", fmt.Errorf("orphan's supervisor did not start the job: %w", err)
+		}
+		if typ == proto.TypeStarted {
+			// The engine keeps the container's output flowing (to its log) without us.
+			return created.ID, nil
+		}
+	}
 }
