@@ -79,3 +79,27 @@ func SandboxLimits(r policy.Resolved, logBytes int64) sandbox.Limits {
 		TmpBytes: r.TmpBytes, WorkdirBytes: r.WorkdirBytes, LogBytes: logBytes,
 	}
 }
+
+// SandboxSpec is the sandbox a request runs in (its JobID is set by the caller).
+func SandboxSpec(pol *policy.Policy, req Request) sandbox.Spec {
+	return sandbox.Spec{
+		Kind: req.Kind, Image: req.Image, Cmd: req.Cmd, Env: req.Env,
+		WorkDir: req.Cwd, Network: req.Network, Runtime: pol.Runtime, EngineLog: pol.Output.EngineLog,
+		OpenStdin: req.KeepStdinOpen || req.Stdin != nil,
+		Limits:    SandboxLimits(req.Limits, pol.Output.MaxBytesPerJob),
+		Timeout:   req.Limits.Timeout,
+	}
+}
+
+// PoolSpec is the sandbox of a job in image with every default of the
+// policy: what a warm pool keeps ready for the language of that image.
+func PoolSpec(pol *policy.Policy, image string) (sandbox.Spec, error) {
+	limits, err := pol.Resolve(policy.Request{})
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	return SandboxSpec(pol, Request{Kind: sandbox.KindPool, Image: image, Cwd: DefaultCwd, Limits: limits, Network: pol.Network}), nil
+}
+
+// DefaultCwd is where a job starts unless it asks for a directory below it.
+const DefaultCwd = "/workspace"

@@ -249,14 +249,8 @@ func (m *Manager) start(j *liveJob) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	workdir := j.req.Cwd
-	spec := sandbox.Spec{
-		JobID: j.id, Kind: j.req.Kind, Image: j.req.Image, Cmd: j.req.Cmd, Env: j.req.Env,
-		WorkDir: workdir, Network: j.req.Network, Runtime: m.pol.Runtime, EngineLog: m.pol.Output.EngineLog,
-		OpenStdin: j.req.KeepStdinOpen || j.req.Stdin != nil,
-		Limits:    SandboxLimits(j.req.Limits, m.pol.Output.MaxBytesPerJob),
-		Timeout:   j.req.Limits.Timeout,
-	}
+	spec := SandboxSpec(m.pol, j.req)
+	spec.JobID = j.id
 	h, err := m.rt.Start(ctx, spec, j.capture)
 	if err != nil {
 		j.mu.Lock()

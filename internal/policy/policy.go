@@ -30,6 +30,19 @@ type Policy struct {
 	// Languages optionally overrides the image of a language, by language name.
 	// Never nil after Default() or Load().
 	Languages map[string]Language `yaml:"languages"`
+	// Pool keeps sandboxes started before their jobs, so jobs start in milliseconds.
+	Pool Pool `yaml:"pool"`
+}
+
+// Pool is the warm pool: per language, how many fresh sandboxes (with the
+// default limits) wait, started, for a job. Each serves exactly one job.
+type Pool struct {
+	Enabled bool `yaml:"enabled"`
+	// Size is how many warm sandboxes to keep per language; a language not
+	// named keeps none. Never nil after Default() or Load().
+	Size map[string]int `yaml:"size"`
+	// Parallel is how many sandboxes may be starting at once while refilling.
+	Parallel int `yaml:"parallel"`
 }
 
 // Range is a per-request integer limit: a request may ask for anything from the
@@ -120,6 +133,7 @@ func Default() *Policy {
 		Network:   NetworkNone,
 		Runtime:   "",
 		Languages: map[string]Language{},
+		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2},
 	}
 }
 

@@ -11,19 +11,21 @@ import (
 // Sanity bounds. They exist to catch typos (and int64 overflow when a value is
 // scaled to bytes or nanoseconds), not to second-guess the operator.
 const (
-	maxTimeoutS   = 86400            // limits.timeout_s.max: one day
-	minMemoryMB   = 16               // below this containers fail to start
-	maxMB         = 1 << 20          // any *_mb: 1 TiB
-	maxCPUs       = 64.0             // limits.cpus.max
-	minPids       = 16               // a shell and a command need a few
-	maxPids       = 1 << 22          // Linux's pid_max ceiling
-	minOpenFiles  = 16               // stdin/out/err plus a few
-	maxOpenFiles  = 1 << 20          // Linux's default fs.nr_open
-	maxConcurrent = 1024             // jobs.max_concurrent
-	maxQueued     = 1 << 20          // jobs.max_queued
-	maxWaitS      = 86400            // jobs.max_wait_s
-	maxSeconds    = 10 * 365 * 86400 // jobs.retention_s, jobs.cleanup_interval_s
-	maxBytes      = 1 << 40          // output.*: 1 TiB
+	maxTimeoutS     = 86400            // limits.timeout_s.max: one day
+	minMemoryMB     = 16               // below this containers fail to start
+	maxMB           = 1 << 20          // any *_mb: 1 TiB
+	maxCPUs         = 64.0             // limits.cpus.max
+	minPids         = 16               // a shell and a command need a few
+	maxPids         = 1 << 22          // Linux's pid_max ceiling
+	minOpenFiles    = 16               // stdin/out/err plus a few
+	maxOpenFiles    = 1 << 20          // Linux's default fs.nr_open
+	maxConcurrent   = 1024             // jobs.max_concurrent
+	maxQueued       = 1 << 20          // jobs.max_queued
+	maxWaitS        = 86400            // jobs.max_wait_s
+	maxSeconds      = 10 * 365 * 86400 // jobs.retention_s, jobs.cleanup_interval_s
+	maxBytes        = 1 << 40          // output.*: 1 TiB
+	maxPoolSize     = 64               // pool.size.<language>
+	maxPoolParallel = 16               // pool.parallel
 )
 
 var (
@@ -158,6 +160,20 @@ func (p *Policy) Validate() error {
 			ps.add(key+".image", "invalid image reference %q (want e.g. python:3.12-slim or registry.example.com/team/python:3.12: lowercase repository path, optional :tag, optional @sha256:digest)", img)
 		}
 	}
+
+	pool := make([]string, 0, len(p.Pool.Size))
+	for name := range p.Pool.Size {
+		pool = append(pool, name)
+	}
+	sort.Strings(pool)
+	for _, name := range pool {
+		if !LanguageNamePattern.MatchString(name) {
+			ps.add("pool.size."+name, "invalid language name %q (want %s)", name, LanguageNamePattern)
+			continue
+		}
+		ps.intIn("pool.size."+name, int64(p.Pool.Size[name]), 0, maxPoolSize)
+	}
+	ps.intIn("pool.parallel", int64(p.Pool.Parallel), 1, maxPoolParallel)
 
 	return errors.Join(ps...)
 }
