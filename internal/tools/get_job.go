@@ -23,7 +23,7 @@ func GetJob(d Deps) Tool {
 		withInput(in),
 		withOutput[JobRecord](),
 	)
-	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetJobs, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args GetJobArgs
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil

@@ -72,7 +72,7 @@ func ListJobs(d Deps) Tool {
 		withInput(in),
 		withOutput[ListJobsResult](),
 	)
-	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetJobs, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args ListJobsArgs
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil

@@ -64,7 +64,7 @@ func ListLanguages(d Deps) Tool {
 		withInput(in),
 		withOutput[ListLanguagesResult](),
 	)
-	return Tool{Toolset: ToolsetInfo, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetInfo, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args ListLanguagesArgs
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil

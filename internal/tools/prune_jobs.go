@@ -46,7 +46,7 @@ func PruneJobs(d Deps) Tool {
 		withInput(in),
 		withOutput[PruneJobsResult](),
 	)
-	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetJobs, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args PruneJobsArgs
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil

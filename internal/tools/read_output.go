@@ -153,7 +153,7 @@ func ReadOutput(d Deps) Tool {
 		withInput(in),
 		withOutput[ReadOutputResult](),
 	)
-	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetJobs, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args ReadOutputArgs
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil

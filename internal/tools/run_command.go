@@ -79,7 +79,7 @@ func RunCommand(d Deps) Tool {
 		withInput(in),
 		withOutput[RunResult](),
 	)
-	return Tool{Toolset: ToolsetExec, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetExec, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args RunCommandArgs
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil

@@ -3,6 +3,7 @@ package tools
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -55,7 +56,12 @@ func (p param) checkedByHandler() param {
 }
 
 // num formats a number for a description or a message.
-func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+func num(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
 
 // argSchema is a tool's input schema plus what bind needs to check arguments.
 type argSchema struct {

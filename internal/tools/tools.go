@@ -53,6 +53,8 @@ type Tool struct {
 	Toolset string
 	Def     mcp.Tool
 	Handler server.ToolHandlerFunc
+	// args is the input schema the handler binds arguments with.
+	args *argSchema
 }
 
 // All returns every tool, in the order they are listed.
