@@ -134,7 +134,7 @@ func readParams(pol *policy.Policy, waitWhat string, defaultWait float64) map[st
 	return map[string]param{
 		"cursor": atLeast(0).describe("byte offset into the stream to read from (a next_cursor); omitted: what is new since the last read"),
 		"tail_lines": between(1, maxTailLines).describe(
-			"read the last this many lines instead of by cursor; at most %d", maxTailLines),
+			"read the last N lines (1 to %d) instead of reading from a cursor; give cursor or tail_lines, not both", maxTailLines),
 		"stream": oneOf("both", "stdout", "stderr").describe("both (default: interleaved as produced), stdout or stderr"),
 		"wait_s": waitParam(pol, waitWhat, defaultWait),
 		"max_bytes": between(1, maxReadBytes).describe(
