@@ -60,7 +60,9 @@ func New(deps tools.Deps, toolsets []string) (*Server, error) {
 	srv := server.NewMCPServer(Name, Version,
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
-		server.WithInputSchemaValidation(),
+		// No server.WithInputSchemaValidation: each tool checks its arguments
+		// against its own input schema (tools' bind), after taking a single
+		// value for a list, with messages written for agents.
 		server.WithRecovery(),
 		server.WithInstructions("sandboxer runs commands in hardened, disposable Docker sandboxes. "+
 			"Use run_command; long commands return a job_id with the output so far — continue with read_output, get_job, send_input or kill_job."),

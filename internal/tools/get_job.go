@@ -8,21 +8,24 @@ import (
 
 // GetJobArgs are get_job's arguments.
 type GetJobArgs struct {
-	JobID string   `json:"job_id" jsonschema:"the job's id"`
-	WaitS *float64 `json:"wait_s,omitempty" jsonschema:"wait up to this many seconds for the job to finish (default 0)"`
+	JobID string   `json:"job_id" jsonschema:"the job's id (a uuid from run_command or list_jobs)"`
+	WaitS *float64 `json:"wait_s,omitempty"`
 }
 
 func GetJob(d Deps) Tool {
+	in := inputSchema[GetJobArgs](map[string]param{
+		"wait_s": waitParam(d.policyOrDefault(), "wait up to this many seconds for the job to finish, returning as soon as it does", 0),
+	})
 	def := mcp.NewTool("get_job",
 		mcp.WithDescription("A job's full record: status, reason, exit code, command, language, limits, timings and output sizes. With wait_s, waits for the job to finish first (returning early if it does)."),
 		mcp.WithToolTitle("Get a job"),
 		annotations("Get a job", true, false, true, false),
-		mcp.WithInputSchema[GetJobArgs](),
-		mcp.WithOutputSchema[JobRecord](),
+		withInput(in),
+		withOutput[JobRecord](),
 	)
-	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetJobs, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args GetJobArgs
-		if err := bind(req, &args); err != nil {
+		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
 		if err := validateJobID(args.JobID); err != nil {

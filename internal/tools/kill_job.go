@@ -12,24 +12,39 @@ import (
 
 // KillJobArgs are kill_job's arguments.
 type KillJobArgs struct {
-	JobID  string   `json:"job_id"`
-	Signal string   `json:"signal,omitempty" jsonschema:"signal sent first: TERM (default), INT, HUP, QUIT, USR1, USR2 or KILL"`
-	GraceS *float64 `json:"grace_s,omitempty" jsonschema:"seconds to wait after the signal before the sandbox is removed with everything in it (default 5, max 60)"`
+	JobID  string   `json:"job_id" jsonschema:"the job's id (a uuid from run_command or list_jobs)"`
+	Signal string   `json:"signal,omitempty"`
+	GraceS *float64 `json:"grace_s,omitempty"`
 }
+
+// killSignalNames are the signals kill_job sends, the default first.
+var killSignalNames = []string{"TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "KILL"}
 
 var killSignals = map[string]bool{"TERM": true, "INT": true, "HUP": true, "QUIT": true, "USR1": true, "USR2": true, "KILL": true}
 
+const (
+	defaultGraceS = 5
+	maxGraceS     = 60
+)
+
 func KillJob(d Deps) Tool {
+	in := inputSchema[KillJobArgs](map[string]param{
+		// The handler also takes lower case and a SIG prefix (sigterm).
+		"signal": oneOf(killSignalNames...).checkedByHandler().describe(
+			"signal sent first: TERM (default), INT, HUP, QUIT, USR1, USR2 or KILL"),
+		"grace_s": between(0, maxGraceS).describe(
+			"seconds to wait after the signal before the sandbox is removed with every process in it; default %d, at most %d", defaultGraceS, maxGraceS),
+	})
 	def := mcp.NewTool("kill_job",
 		mcp.WithDescription("Stop a job: send it a signal (TERM by default), and if it is still running after grace_s, remove its sandbox, which kills every process in it. Killing a finished job just returns its record."),
 		mcp.WithToolTitle("Kill a job"),
 		annotations("Kill a job", false, true, true, false),
-		mcp.WithInputSchema[KillJobArgs](),
-		mcp.WithOutputSchema[JobRecord](),
+		withInput(in),
+		withOutput[JobRecord](),
 	)
-	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetJobs, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args KillJobArgs
-		if err := bind(req, &args); err != nil {
+		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
 		if err := validateJobID(args.JobID); err != nil {
@@ -42,12 +57,12 @@ func KillJob(d Deps) Tool {
 		if !killSignals[sig] {
 			return errorResult("signal %q is not one of TERM, INT, HUP, QUIT, USR1, USR2, KILL", truncate(args.Signal, 16)), nil
 		}
-		grace := 5.0
+		grace := float64(defaultGraceS)
 		if args.GraceS != nil {
 			grace = *args.GraceS
 		}
-		if !(grace >= 0 && grace <= 60) {
-			return errorResult("grace_s must be between 0 and 60, got %v", grace), nil
+		if !(grace >= 0 && grace <= maxGraceS) {
+			return errorResult("grace_s %s is out of range: 0 to %d", num(grace), maxGraceS), nil
 		}
 		rec, err := d.Jobs.Kill(ctx, args.JobID, sig, time.Duration(grace*float64(time.Second)), job.ReasonRequested)
 		if err != nil {

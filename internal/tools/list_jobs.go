@@ -3,43 +3,47 @@ package tools
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/store"
 )
 
 // ListJobsArgs are list_jobs' arguments.
 type ListJobsArgs struct {
-	Status    []string `json:"status,omitempty" jsonschema:"only jobs with one of these statuses"`
-	Kind      string   `json:"kind,omitempty" jsonschema:"only jobs of this kind: command, script or session"`
-	Workspace string   `json:"workspace,omitempty" jsonschema:"only jobs in this workspace"`
-	Limit     int      `json:"limit,omitempty" jsonschema:"page size, 1 to 500 (default 50)"`
-	Cursor    string   `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page"`
+	Status []string `json:"status,omitempty"`
+	Kind   string   `json:"kind,omitempty"`
+	Limit  int      `json:"limit,omitempty"`
+	Cursor string   `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page, unchanged; omit for the first page"`
 }
 
 // JobSummary is one line of list_jobs.
 type JobSummary struct {
-	JobID      string `json:"job_id"`
-	Kind       string `json:"kind"`
-	Status     string `json:"status"`
-	Reason     string `json:"reason,omitempty"`
-	ExitCode   *int   `json:"exit_code,omitempty"`
+	JobID      string `json:"job_id" jsonschema:"the job's id"`
+	Kind       string `json:"kind" jsonschema:"command, script or session"`
+	Status     string `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
+	Reason     string `json:"reason,omitempty" jsonschema:"why it ended"`
+	ExitCode   *int   `json:"exit_code,omitempty" jsonschema:"exit code, once it ended"`
 	Command    string `json:"command" jsonschema:"first 200 bytes of the command"`
-	Language   string `json:"language"`
-	Workspace  string `json:"workspace,omitempty"`
-	CreatedAt  string `json:"created_at"`
-	DurationMS int64  `json:"duration_ms"`
+	Language   string `json:"language" jsonschema:"the language it ran in"`
+	CreatedAt  string `json:"created_at" jsonschema:"when it was submitted (RFC 3339, UTC)"`
+	DurationMS int64  `json:"duration_ms" jsonschema:"run time so far, or in all, in milliseconds"`
 }
 
 // ListJobsResult is list_jobs' result.
 type ListJobsResult struct {
-	Jobs       []JobSummary `json:"jobs"`
+	Jobs       []JobSummary `json:"jobs" jsonschema:"jobs, newest first"`
 	NextCursor string       `json:"next_cursor,omitempty" jsonschema:"pass as cursor for the next page; empty when this is the last"`
 }
 
-var knownStatuses = []string{"queued", "running", "completed", "failed", "timed_out", "killed"}
+var knownStatuses = []string{job.StatusQueued, job.StatusRunning, job.StatusCompleted, job.StatusFailed, job.StatusTimedOut, job.StatusKilled}
+
+// knownKinds are the kinds a job record can have. Only run_command's jobs
+// (command) exist today; the record field already holds the others.
+var knownKinds = []string{job.KindCommand, job.KindScript, job.KindSession}
 
 func checkStatuses(statuses []string) error {
 	for _, s := range statuses {
@@ -55,31 +59,35 @@ func checkStatuses(statuses []string) error {
 }
 
 func ListJobs(d Deps) Tool {
+	in := inputSchema[ListJobsArgs](map[string]param{
+		"status": oneOf(knownStatuses...).describe("a status or a list of statuses: only jobs with one of them"),
+		"kind":   oneOf(knownKinds...).describe("only jobs of this kind (run_command's jobs are command)"),
+		"limit": between(1, store.MaxListLimit).describe(
+			"page size; default %d, at most %d", store.DefaultListLimit, store.MaxListLimit),
+	})
 	def := mcp.NewTool("list_jobs",
-		mcp.WithDescription("List jobs, newest first, optionally filtered by status, kind and workspace; paginated with limit and cursor."),
+		mcp.WithDescription("List jobs, newest first, optionally filtered by status and kind; paginated with limit and cursor."),
 		mcp.WithToolTitle("List jobs"),
 		annotations("List jobs", true, false, true, false),
-		mcp.WithInputSchema[ListJobsArgs](),
-		mcp.WithOutputSchema[ListJobsResult](),
+		withInput(in),
+		withOutput[ListJobsResult](),
 	)
-	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetJobs, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args ListJobsArgs
-		if err := bind(req, &args); err != nil {
+		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
 		if err := checkStatuses(args.Status); err != nil {
 			return errorResult("%v", err), nil
 		}
-		switch args.Kind {
-		case "", "command", "script", "session":
-		default:
-			return errorResult("kind %q is not one of command, script, session", truncate(args.Kind, 32)), nil
+		if args.Kind != "" && !slices.Contains(knownKinds, args.Kind) {
+			return errorResult("kind %q is not one of %s", truncate(args.Kind, 32), strings.Join(knownKinds, ", ")), nil
 		}
-		if args.Limit < 0 || args.Limit > 500 {
-			return errorResult("limit %d is out of range: give 1 to 500", args.Limit), nil
+		if args.Limit < 0 || args.Limit > store.MaxListLimit {
+			return errorResult("limit %d is out of range: 1 to %d", args.Limit, store.MaxListLimit), nil
 		}
 		jobs, next, err := d.Jobs.List(ctx, store.ListFilter{
-			Status: args.Status, Kind: args.Kind, Workspace: args.Workspace, Limit: args.Limit, Cursor: args.Cursor,
+			Status: args.Status, Kind: args.Kind, Limit: args.Limit, Cursor: args.Cursor,
 		})
 		if err != nil {
 			return failure(err), nil
@@ -90,7 +98,7 @@ func ListJobs(d Deps) Tool {
 		for _, j := range jobs {
 			res.Jobs = append(res.Jobs, JobSummary{
 				JobID: j.ID, Kind: j.Kind, Status: j.Status, Reason: j.Reason, ExitCode: j.ExitCode,
-				Command: truncate(j.Command, 200), Language: j.Language, Workspace: j.Workspace,
+				Command: truncate(j.Command, 200), Language: j.Language,
 				CreatedAt: stamp(j.CreatedAt), DurationMS: durationOf(j),
 			})
 			fmt.Fprintf(&b, "\n%s %-9s %s", j.ID, j.Status, truncate(strings.ReplaceAll(j.Command, "\n", " "), 80))

@@ -8,22 +8,24 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/lang"
 )
 
 // LanguageInfo is one language of list_languages.
 type LanguageInfo struct {
-	Name        string `json:"name"`
-	Image       string `json:"image"`
+	Name        string `json:"name" jsonschema:"the name to give run_command as language"`
+	Image       string `json:"image" jsonschema:"the image it runs in"`
 	Built       bool   `json:"built" jsonschema:"the image is present on the engine"`
 	Version     string `json:"version,omitempty" jsonschema:"the runtime's version, asked from a sandbox of its image"`
-	Description string `json:"description"`
+	Description string `json:"description" jsonschema:"what the image holds"`
 	VersionCmd  string `json:"version_command" jsonschema:"run this with run_command and the language to see its version"`
 }
 
 // ListLanguagesResult is list_languages' result.
 type ListLanguagesResult struct {
-	Languages []LanguageInfo `json:"languages"`
-	Default   string         `json:"default"`
+	Languages []LanguageInfo `json:"languages" jsonschema:"the languages, in their declared order"`
+	Default   string         `json:"default" jsonschema:"the language run_command uses when none is given"`
 	Engine    string         `json:"engine" jsonschema:"ok, or why the engine could not be asked"`
 }
 
@@ -57,28 +59,29 @@ func (c *versionCache) put(image, version string) {
 
 func ListLanguages(d Deps) Tool {
 	versions := &versionCache{v: map[string]string{}}
+	in := inputSchema[ListLanguagesArgs](nil)
 	def := mcp.NewTool("list_languages",
 		mcp.WithDescription("The languages commands can run in, the image each maps to, whether that image is built, and the runtime's version (asked once per image from a sandbox)."),
 		mcp.WithToolTitle("List languages"),
 		annotations("List languages", true, false, true, false),
-		mcp.WithInputSchema[ListLanguagesArgs](),
-		mcp.WithOutputSchema[ListLanguagesResult](),
+		withInput(in),
+		withOutput[ListLanguagesResult](),
 	)
-	return Tool{Toolset: ToolsetInfo, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetInfo, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args ListLanguagesArgs
-		if err := bind(req, &args); err != nil {
+		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
 		// Every engine call below is bounded, so the call answers well within
 		// a client's request timeout even when the engine hangs.
 		ctx, cancel := context.WithTimeout(ctx, listLanguagesTimeout)
 		defer cancel()
-		res := ListLanguagesResult{Default: "bash", Engine: "ok"}
+		res := ListLanguagesResult{Languages: []LanguageInfo{}, Default: lang.DefaultLanguage, Engine: "ok"}
 		var b strings.Builder
 		pingErr := d.Runtime.Ping(ctx)
 		engineOK := pingErr == nil
 		if !engineOK {
-			res.Engine = pingErr.Error()
+			res.Engine = cleanMessage(pingErr.Error())
 		}
 		for _, l := range d.Languages.All() {
 			_, image, _ := d.Languages.Lookup(l.Name)

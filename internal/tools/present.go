@@ -10,33 +10,32 @@ import (
 
 // JobRecord is a job as get_job and the job:// resource show it.
 type JobRecord struct {
-	JobID          string   `json:"job_id"`
-	Kind           string   `json:"kind"`
+	JobID          string   `json:"job_id" jsonschema:"the job's id"`
+	Kind           string   `json:"kind" jsonschema:"command, script or session"`
 	Status         string   `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
 	Reason         string   `json:"reason,omitempty" jsonschema:"why it ended: exit_code, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
-	ExitCode       *int     `json:"exit_code,omitempty"`
-	Signal         string   `json:"signal,omitempty"`
-	Error          string   `json:"error,omitempty"`
-	Command        string   `json:"command"`
-	Language       string   `json:"language"`
-	Image          string   `json:"image"`
-	Workspace      string   `json:"workspace,omitempty"`
-	Cwd            string   `json:"cwd"`
-	EnvKeys        []string `json:"env_keys,omitempty"`
-	StdinOpen      bool     `json:"stdin_open"`
-	CreatedAt      string   `json:"created_at"`
-	StartedAt      string   `json:"started_at,omitempty"`
-	EndedAt        string   `json:"ended_at,omitempty"`
-	DurationMS     int64    `json:"duration_ms"`
-	TimeoutMS      int64    `json:"timeout_ms"`
-	MemoryBytes    int64    `json:"memory_bytes"`
-	CPUs           float64  `json:"cpus"`
-	Pids           int64    `json:"pids"`
-	StdoutBytes    int64    `json:"stdout_bytes"`
-	StderrBytes    int64    `json:"stderr_bytes"`
+	ExitCode       *int     `json:"exit_code,omitempty" jsonschema:"exit code, once it ended"`
+	Signal         string   `json:"signal,omitempty" jsonschema:"the signal that ended it, if one did"`
+	Error          string   `json:"error,omitempty" jsonschema:"what went wrong starting or running the sandbox"`
+	Command        string   `json:"command" jsonschema:"the command line"`
+	Language       string   `json:"language" jsonschema:"the language it runs in"`
+	Image          string   `json:"image" jsonschema:"the image it runs in"`
+	Cwd            string   `json:"cwd" jsonschema:"its working directory"`
+	EnvKeys        []string `json:"env_keys,omitempty" jsonschema:"the environment variables it was given (values are not shown)"`
+	StdinOpen      bool     `json:"stdin_open" jsonschema:"its stdin is open for send_input"`
+	CreatedAt      string   `json:"created_at" jsonschema:"when it was submitted (RFC 3339, UTC)"`
+	StartedAt      string   `json:"started_at,omitempty" jsonschema:"when its sandbox started"`
+	EndedAt        string   `json:"ended_at,omitempty" jsonschema:"when it ended"`
+	DurationMS     int64    `json:"duration_ms" jsonschema:"run time so far, or in all once it ended, in milliseconds"`
+	TimeoutMS      int64    `json:"timeout_ms" jsonschema:"its timeout in milliseconds"`
+	MemoryBytes    int64    `json:"memory_bytes" jsonschema:"its memory limit in bytes"`
+	CPUs           float64  `json:"cpus" jsonschema:"its CPU quota in cores"`
+	Pids           int64    `json:"pids" jsonschema:"its limit of processes and threads"`
+	StdoutBytes    int64    `json:"stdout_bytes" jsonschema:"bytes of standard output stored"`
+	StderrBytes    int64    `json:"stderr_bytes" jsonschema:"bytes of standard error stored"`
 	DroppedBytes   int64    `json:"dropped_bytes" jsonschema:"output bytes past the per-job cap, counted but not stored"`
-	ContainerID    string   `json:"container_id,omitempty"`
-	OutputResource string   `json:"output_resource"`
+	ContainerID    string   `json:"container_id,omitempty" jsonschema:"its sandbox container, while it has one"`
+	OutputResource string   `json:"output_resource" jsonschema:"the resource URI of its output"`
 }
 
 func stamp(t time.Time) string {
@@ -63,7 +62,7 @@ func RecordOf(rec *job.Job) JobRecord {
 	return JobRecord{
 		JobID: rec.ID, Kind: rec.Kind, Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode,
 		Signal: rec.Signal, Error: rec.Error, Command: rec.Command, Language: rec.Language, Image: rec.Image,
-		Workspace: rec.Workspace, Cwd: rec.Cwd, EnvKeys: rec.Env, StdinOpen: rec.StdinOpen,
+		Cwd: rec.Cwd, EnvKeys: rec.Env, StdinOpen: rec.StdinOpen,
 		CreatedAt: stamp(rec.CreatedAt), StartedAt: stamp(rec.StartedAt), EndedAt: stamp(rec.EndedAt),
 		DurationMS: durationOf(rec), TimeoutMS: rec.Limits.TimeoutMS, MemoryBytes: rec.Limits.MemoryBytes,
 		CPUs: float64(rec.Limits.NanoCPUs) / 1e9, Pids: rec.Limits.Pids,

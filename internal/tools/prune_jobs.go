@@ -3,50 +3,67 @@ package tools
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/job"
 )
 
 // PruneJobsArgs are prune_jobs' arguments.
 type PruneJobsArgs struct {
-	OlderThanS *float64 `json:"older_than_s,omitempty" jsonschema:"only jobs that ended at least this many seconds ago (default 0: any finished job)"`
-	Status     []string `json:"status,omitempty" jsonschema:"only finished jobs with one of these statuses"`
+	OlderThanS *float64 `json:"older_than_s,omitempty"`
+	Status     []string `json:"status,omitempty"`
 }
 
 // PruneJobsResult is prune_jobs' result.
 type PruneJobsResult struct {
-	Removed    int      `json:"removed"`
-	RemovedIDs []string `json:"removed_ids"`
-	Remaining  int      `json:"remaining"`
+	Removed    int      `json:"removed" jsonschema:"how many jobs were deleted"`
+	RemovedIDs []string `json:"removed_ids" jsonschema:"the ids of the deleted jobs"`
+	Remaining  int      `json:"remaining" jsonschema:"how many jobs are left"`
 }
 
+// finishedStatuses are the statuses prune_jobs can delete.
+var finishedStatuses = []string{job.StatusCompleted, job.StatusFailed, job.StatusTimedOut, job.StatusKilled}
+
+// maxOlderThanS is ten years.
+const maxOlderThanS = 10 * 365 * 86400
+
 func PruneJobs(d Deps) Tool {
+	in := inputSchema[PruneJobsArgs](map[string]param{
+		"older_than_s": between(0, maxOlderThanS).describe(
+			"only jobs that ended at least this many seconds ago; default 0 (any finished job), at most %d (ten years)", maxOlderThanS),
+		// The handler says what to do about queued and running.
+		"status": oneOf(finishedStatuses...).checkedByHandler().describe(
+			"a status or a list of statuses: only finished jobs with one of them"),
+	})
 	def := mcp.NewTool("prune_jobs",
 		mcp.WithDescription("Delete finished jobs' records and stored output. Queued and running jobs are never touched."),
 		mcp.WithToolTitle("Prune finished jobs"),
 		annotations("Prune finished jobs", false, true, true, false),
-		mcp.WithInputSchema[PruneJobsArgs](),
-		mcp.WithOutputSchema[PruneJobsResult](),
+		withInput(in),
+		withOutput[PruneJobsResult](),
 	)
-	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetJobs, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args PruneJobsArgs
-		if err := bind(req, &args); err != nil {
+		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
 		older := 0.0
 		if args.OlderThanS != nil {
 			older = *args.OlderThanS
 		}
-		if !(older >= 0 && older <= 10*365*86400) {
-			return errorResult("older_than_s must be between 0 and ten years, got %v", older), nil
-		}
-		if err := checkStatuses(args.Status); err != nil {
-			return errorResult("%v", err), nil
+		if !(older >= 0 && older <= maxOlderThanS) {
+			return errorResult("older_than_s %s is out of range: 0 to %d (ten years)", num(older), maxOlderThanS), nil
 		}
 		for _, s := range args.Status {
-			if s == "queued" || s == "running" {
+			if s == job.StatusQueued || s == job.StatusRunning {
 				return errorResult("status %q: only finished jobs can be pruned (kill_job first)", s), nil
+			}
+			if !slices.Contains(finishedStatuses, s) {
+				return errorResult("status %q is not one of %s", truncate(s, 32), strings.Join(finishedStatuses, ", ")), nil
 			}
 		}
 		ids, remaining, err := d.Jobs.Prune(ctx, time.Duration(older*float64(time.Second)), args.Status)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/policy"
 )
 
 const (
@@ -20,30 +21,30 @@ const (
 
 // ReadOutputArgs are read_output's arguments.
 type ReadOutputArgs struct {
-	JobID     string   `json:"job_id"`
-	Cursor    *int64   `json:"cursor,omitempty" jsonschema:"byte offset into the stream to read from; omitted: what is new since the last read"`
-	TailLines int      `json:"tail_lines,omitempty" jsonschema:"read the last N lines instead (1 to 10000)"`
-	Stream    string   `json:"stream,omitempty" jsonschema:"both (default: interleaved as produced), stdout or stderr"`
-	WaitS     *float64 `json:"wait_s,omitempty" jsonschema:"wait up to this many seconds for new output (default 0)"`
-	Until     string   `json:"until,omitempty" jsonschema:"regular expression (RE2): wait until the output read matches it"`
-	MaxBytes  int      `json:"max_bytes,omitempty" jsonschema:"most bytes to return (default 65536, max 1048576)"`
-	StripANSI *bool    `json:"strip_ansi,omitempty" jsonschema:"remove terminal escape sequences and control characters (default true)"`
+	JobID     string   `json:"job_id" jsonschema:"the job's id (a uuid from run_command or list_jobs)"`
+	Cursor    *int64   `json:"cursor,omitempty"`
+	TailLines int      `json:"tail_lines,omitempty"`
+	Stream    string   `json:"stream,omitempty"`
+	WaitS     *float64 `json:"wait_s,omitempty"`
+	Until     string   `json:"until,omitempty" jsonschema:"regular expression (RE2, at most 1024 bytes): wait until the output read matches it"`
+	MaxBytes  int      `json:"max_bytes,omitempty"`
+	StripANSI *bool    `json:"strip_ansi,omitempty" jsonschema:"remove terminal escape sequences and control characters; default true"`
 }
 
 // ReadOutputResult is read_output's (and send_input's) result.
 type ReadOutputResult struct {
-	JobID      string `json:"job_id"`
-	Output     string `json:"output"`
-	Stream     string `json:"stream"`
+	JobID      string `json:"job_id" jsonschema:"the job's id"`
+	Output     string `json:"output" jsonschema:"the output read, as text"`
+	Stream     string `json:"stream" jsonschema:"the stream read: both, stdout or stderr"`
 	Cursor     int64  `json:"cursor" jsonschema:"byte offset where output starts"`
 	NextCursor int64  `json:"next_cursor" jsonschema:"pass as cursor to continue after this output"`
 	HasMore    bool   `json:"has_more" jsonschema:"more output is already stored past next_cursor"`
 	Dropped    int64  `json:"dropped_bytes" jsonschema:"bytes of this stream past the per-job cap, counted but not stored"`
 	Matched    bool   `json:"matched" jsonschema:"until matched"`
-	Lossy      bool   `json:"lossy,omitempty"`
-	Status     string `json:"status"`
-	Reason     string `json:"reason,omitempty"`
-	ExitCode   *int   `json:"exit_code,omitempty"`
+	Lossy      bool   `json:"lossy,omitempty" jsonschema:"output held invalid UTF-8 or NUL bytes, replaced"`
+	Status     string `json:"status" jsonschema:"the job's status: queued, running, completed, failed, timed_out or killed"`
+	Reason     string `json:"reason,omitempty" jsonschema:"why it ended"`
+	ExitCode   *int   `json:"exit_code,omitempty" jsonschema:"exit code, once it ended"`
 	// Written is set by send_input: the bytes of input the job took.
 	Written *int `json:"bytes_written,omitempty" jsonschema:"send_input only: bytes of the input written to the job's stdin"`
 }
@@ -130,18 +131,33 @@ func (d Deps) readResult(r *job.ReadResult, stream string) (ReadOutputResult, st
 	return res, summary
 }
 
+// readParams are the schema refinements of the reading arguments.
+func readParams(pol *policy.Policy, waitWhat string, defaultWait float64) map[string]param {
+	return map[string]param{
+		"cursor": atLeast(0).describe("byte offset into the stream to read from (a next_cursor); omitted: what is new since the last read"),
+		"tail_lines": between(1, maxTailLines).describe(
+			"read the last N lines (1 to %d) instead of reading from a cursor; give cursor or tail_lines, not both", maxTailLines),
+		"stream": oneOf("both", "stdout", "stderr").describe("both (default: interleaved as produced), stdout or stderr"),
+		"wait_s": waitParam(pol, waitWhat, defaultWait),
+		"max_bytes": between(1, maxReadBytes).describe(
+			"most bytes to return; default %d, at most %d", defaultReadBytes, maxReadBytes),
+	}
+}
+
 func ReadOutput(d Deps) Tool {
+	in := inputSchema[ReadOutputArgs](readParams(d.policyOrDefault(),
+		"wait up to this many seconds for new output (or for until to match), returning as soon as there is some", 0))
 	def := mcp.NewTool("read_output",
 		mcp.WithDescription("Read a job's output: what is new since the last read (default), from a byte cursor, or the last lines. "+
 			"Can wait for new output (wait_s) or until a regular expression matches (until). Output is kept per job up to a cap and stays readable after the job ends and across server restarts."),
 		mcp.WithToolTitle("Read a job's output"),
 		annotations("Read a job's output", true, false, false, false),
-		mcp.WithInputSchema[ReadOutputArgs](),
-		mcp.WithOutputSchema[ReadOutputResult](),
+		withInput(in),
+		withOutput[ReadOutputResult](),
 	)
-	return Tool{Toolset: ToolsetJobs, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetJobs, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args ReadOutputArgs
-		if err := bind(req, &args); err != nil {
+		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
 		if err := validateJobID(args.JobID); err != nil {

@@ -18,39 +18,40 @@ import (
 // timeoutSlack is how long past a job's timeout a call waits for its end.
 const timeoutSlack = 5 * time.Second
 
-// RunCommandArgs are run_command's arguments.
+// RunCommandArgs are run_command's arguments. Descriptions that depend on the
+// policy or the language registry are set in RunCommand.
 type RunCommandArgs struct {
-	Command       string            `json:"command" jsonschema:"shell command line, run with bash -c inside a fresh sandbox"`
-	Language      string            `json:"language,omitempty" jsonschema:"runtime image to run in (see list_languages); default bash"`
-	Cwd           string            `json:"cwd,omitempty" jsonschema:"working directory: /workspace (default) or a path below it"`
-	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command"`
-	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text written to the command's stdin, which is then closed"`
-	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input (default: true when background, else false)"`
-	TimeoutS      *float64          `json:"timeout_s,omitempty" jsonschema:"kill the job after this many seconds (policy default and ceiling apply)"`
-	WaitS         *float64          `json:"wait_s,omitempty" jsonschema:"return a running handle after this many seconds; the job goes on (policy default applies)"`
-	Background    bool              `json:"background,omitempty" jsonschema:"return at once with the job_id"`
-	Output        string            `json:"output,omitempty" jsonschema:"which streams to return inline: stdout, stderr or both (default)"`
-	MemoryMB      *int64            `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (swap is not added)"`
-	CPUs          *float64          `json:"cpus,omitempty" jsonschema:"CPU quota in cores, e.g. 0.5"`
-	Pids          *int64            `json:"pids,omitempty" jsonschema:"maximum number of processes and threads"`
+	Command       string            `json:"command" jsonschema:"shell command line, run with bash -c inside a fresh sandbox (at most 128 KiB, no NUL bytes)"`
+	Language      string            `json:"language,omitempty"`
+	Cwd           string            `json:"cwd,omitempty" jsonschema:"working directory: /workspace (default) or a path below it; a relative path is taken from /workspace; .. is refused"`
+	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command, name to value (at most 64; names [A-Za-z_][A-Za-z0-9_]*; LD_* and DYLD_* refused)"`
+	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text written to the command's stdin, which is then closed (at most 1 MiB)"`
+	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input; default true with background, else false (stdin is closed at start, so a command reading it gets end-of-file)"`
+	TimeoutS      *float64          `json:"timeout_s,omitempty"`
+	WaitS         *float64          `json:"wait_s,omitempty"`
+	Background    bool              `json:"background,omitempty" jsonschema:"return at once with the job_id, before the sandbox has even started (status running, or queued when every slot is taken); default false"`
+	Output        string            `json:"output,omitempty"`
+	MemoryMB      *int64            `json:"memory_mb,omitempty"`
+	CPUs          *float64          `json:"cpus,omitempty"`
+	Pids          *int64            `json:"pids,omitempty"`
 }
 
 // RunResult is run_command's result.
 type RunResult struct {
-	JobID         string         `json:"job_id"`
+	JobID         string         `json:"job_id" jsonschema:"the job's id, for read_output, get_job, send_input and kill_job"`
 	Status        string         `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
-	Reason        string         `json:"reason,omitempty"`
-	ExitCode      *int           `json:"exit_code,omitempty"`
-	Error         string         `json:"error,omitempty"`
-	Stdout        string         `json:"stdout"`
-	Stderr        string         `json:"stderr"`
+	Reason        string         `json:"reason,omitempty" jsonschema:"why it ended: exit_code, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
+	ExitCode      *int           `json:"exit_code,omitempty" jsonschema:"the command's exit code, once it ended"`
+	Error         string         `json:"error,omitempty" jsonschema:"what went wrong starting or running the sandbox"`
+	Stdout        string         `json:"stdout" jsonschema:"standard output so far (head and tail when truncated)"`
+	Stderr        string         `json:"stderr" jsonschema:"standard error so far (head and tail when truncated)"`
 	Truncated     bool           `json:"truncated" jsonschema:"inline output was cut to head and tail; the rest is readable with read_output"`
 	Omitted       int64          `json:"omitted_bytes,omitempty" jsonschema:"bytes left out of the inline output"`
 	OmittedRanges []OmittedRange `json:"omitted,omitempty" jsonschema:"what was left out of each stream: read_output with that stream and cursor = start returns it"`
 	Dropped       int64          `json:"dropped_bytes,omitempty" jsonschema:"bytes past the per-job output cap, not stored"`
 	Lossy         bool           `json:"lossy,omitempty" jsonschema:"output held invalid UTF-8 or NUL bytes, replaced"`
 	NextCursor    int64          `json:"next_cursor" jsonschema:"cursor for read_output (combined stream) after what this result covers"`
-	DurationMS    int64          `json:"duration_ms"`
+	DurationMS    int64          `json:"duration_ms" jsonschema:"run time so far, or in all once the job ended, in milliseconds"`
 }
 
 // OmittedRange is a byte range of one stream left out of inline output.
@@ -61,18 +62,34 @@ type OmittedRange struct {
 }
 
 func RunCommand(d Deps) Tool {
+	pol := d.policyOrDefault()
+	l := pol.Limits
+	in := inputSchema[RunCommandArgs](map[string]param{
+		"language": oneOf(d.languageNames()...).checkedByHandler().describe(
+			"runtime image to run in (list_languages tells more); default %s", lang.DefaultLanguage),
+		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
+			"kill the job (remove its sandbox) after this many seconds: status timed_out; default %d, at most %d", l.TimeoutS.Default, l.TimeoutS.Max),
+		"wait_s": waitParam(pol, "return a running handle with the output so far after this many seconds, if the command has not ended", float64(pol.Jobs.DefaultWaitS)),
+		"output": oneOf("both", "stdout", "stderr").describe("which streams to return inline: both (default), stdout or stderr"),
+		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
+			"memory limit in MiB (no swap on top); default %d, at most %d", l.MemoryMB.Default, l.MemoryMB.Max),
+		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
+			"CPU quota in cores, e.g. 0.5; default %s, at most %s", num(l.CPUs.Default), num(l.CPUs.Max)),
+		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
+			"most processes and threads at once; default %d, at most %d", l.Pids.Default, l.Pids.Max),
+	})
 	def := mcp.NewTool("run_command",
 		mcp.WithDescription("Run a shell command in a fresh, hardened sandbox container (no network, non-root, capped CPU, memory and processes). "+
 			"Waits up to wait_s; if the command is still running then, returns status running with the output so far and a job_id — the job goes on until timeout_s; "+
 			"use read_output, get_job, send_input and kill_job with that id. A non-zero exit code is a result, not an error."),
 		mcp.WithToolTitle("Run a command in a sandbox"),
 		annotations("Run a command in a sandbox", false, true, false, false),
-		mcp.WithInputSchema[RunCommandArgs](),
-		mcp.WithOutputSchema[RunResult](),
+		withInput(in),
+		withOutput[RunResult](),
 	)
-	return Tool{Toolset: ToolsetExec, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return Tool{Toolset: ToolsetExec, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args RunCommandArgs
-		if err := bind(req, &args); err != nil {
+		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
 		jr, wait, problem := d.commandRequest(args)
@@ -89,7 +106,7 @@ func RunCommand(d Deps) Tool {
 		rec, err := d.Jobs.Submit(ctx, jr)
 		if err != nil {
 			if rec != nil {
-				return errorResult("job %s could not start: %v", rec.ID, err), nil
+				return errorResult("job %s could not start: %s", rec.ID, cleanMessage(err.Error())), nil
 			}
 			return failure(err), nil
 		}

@@ -11,10 +11,9 @@ package tools
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"regexp"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -23,6 +22,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/store"
 )
 
 // Toolsets an operator can switch on and off.
@@ -53,6 +53,8 @@ type Tool struct {
 	Toolset string
 	Def     mcp.Tool
 	Handler server.ToolHandlerFunc
+	// args is the input schema the handler binds arguments with.
+	args *argSchema
 }
 
 // All returns every tool, in the order they are listed.
@@ -80,28 +82,6 @@ func annotations(title string, readOnly, destructive, idempotent, openWorld bool
 	})
 }
 
-// bind decodes arguments strictly: unknown fields and wrong types are errors
-// that name the field.
-func bind(req mcp.CallToolRequest, target any) error {
-	raw, err := json.Marshal(req.GetRawArguments())
-	if err != nil {
-		return fmt.Errorf("arguments: %v", err)
-	}
-	if string(raw) == "null" {
-		raw = []byte("{}")
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(target); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return fmt.Errorf("argument %s: expected %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
-		}
-		return fmt.Errorf("arguments: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	return nil
-}
-
 // errorResult is a tool error the caller can act on.
 func errorResult(format string, args ...any) *mcp.CallToolResult {
 	return mcp.NewToolResultError(fmt.Sprintf(format, args...))
@@ -110,13 +90,29 @@ func errorResult(format string, args ...any) *mcp.CallToolResult {
 // failure turns an error from below into a tool error. The errors of the
 // layers below already say what was wrong and what to do (engine unreachable,
 // image missing, unknown job, queue full, limit over its ceiling); a limit
-// error is shown by its message alone.
+// error is shown by its message alone, a bad list cursor is explained, and
+// the packages' own prefixes ("store: ", "output: ", "json: ") are dropped.
 func failure(err error) *mcp.CallToolResult {
 	var limitErr *policy.LimitError
 	if errors.As(err, &limitErr) {
 		return errorResult("%s", limitErr.Message)
 	}
-	return errorResult("%v", err)
+	if errors.Is(err, store.ErrBadCursor) {
+		return errorResult("cursor is not one list_jobs gave: pass next_cursor of the previous page unchanged, or omit cursor for the first page")
+	}
+	if errors.Is(err, store.ErrNotFound) && !errors.Is(err, job.ErrNotFound) {
+		return errorResult("no such job: list_jobs shows the known ones")
+	}
+	return errorResult("%s", cleanMessage(err.Error()))
+}
+
+// internalPrefix matches the package prefixes of errors from below, at the
+// start of the message or of a wrapped part.
+var internalPrefix = regexp.MustCompile(`(^|: |\()(?:store|output|json|sqlite): `)
+
+// cleanMessage drops internal package prefixes from an error message.
+func cleanMessage(msg string) string {
+	return internalPrefix.ReplaceAllString(msg, "$1")
 }
 
 // structured returns structuredContent plus a short text for clients that

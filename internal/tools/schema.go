@@ -1,0 +1,205 @@
+package tools
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/lang"
+	"github.com/sandboxer/sandboxer/internal/policy"
+)
+
+// Schemas are reflected from the argument and result structs (descriptions
+// from their jsonschema tags), then made plain for the agents that read them:
+//
+//   - every property has exactly one type: the ["null", T] unions that pointer
+//     fields reflect to are collapsed to T (an optional argument is simply not
+//     required; a null argument is taken as omitted, see args.go);
+//   - closed sets get an enum, ranges a minimum and maximum, and descriptions
+//     that depend on the policy state its default and ceiling (param);
+//   - inputs refuse unknown properties (additionalProperties: false).
+//
+// bind (args.go) checks arguments against the same schema, so what the schema
+// says is what the server accepts.
+
+// param refines one argument's schema beyond what its Go type says.
+type param struct {
+	desc string   // replaces the struct tag's description when set
+	enum []string // closed set; for a list, the set of its items
+	min  *float64
+	max  *float64
+	// byHandler: the handler checks enum and range itself, with a message
+	// more useful than the generic one (the policy key of a ceiling, a
+	// normalised signal name, list_languages); bind checks only the type.
+	byHandler bool
+}
+
+func between(lo, hi float64) param { return param{min: &lo, max: &hi} }
+
+func atLeast(lo float64) param { return param{min: &lo} }
+
+func oneOf(values ...string) param { return param{enum: values} }
+
+func (p param) describe(format string, args ...any) param {
+	p.desc = fmt.Sprintf(format, args...)
+	return p
+}
+
+func (p param) checkedByHandler() param {
+	p.byHandler = true
+	return p
+}
+
+// num formats a number for a description or a message.
+func num(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// argSchema is a tool's input schema plus what bind needs to check arguments.
+type argSchema struct {
+	schema    *jsonschema.Schema
+	raw       json.RawMessage
+	byHandler map[string]bool
+}
+
+// inputSchema reflects T's schema and refines it with params (by property
+// name). A param naming no property is a programming error: it panics, and
+// every test that builds the tools catches it.
+func inputSchema[T any](params map[string]param) *argSchema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("input schema of %T: %v", *new(T), err))
+	}
+	plain(s)
+	if s.Properties == nil {
+		s.Properties = map[string]*jsonschema.Schema{}
+	}
+	s.AdditionalProperties = &jsonschema.Schema{Not: &jsonschema.Schema{}} // false
+	a := &argSchema{schema: s, byHandler: map[string]bool{}}
+	for name, p := range params {
+		prop, ok := s.Properties[name]
+		if !ok {
+			panic(fmt.Sprintf("input schema of %T: param %q is not a property", *new(T), name))
+		}
+		if p.desc != "" {
+			prop.Description = p.desc
+		}
+		target := prop
+		if prop.Type == "array" {
+			target = prop.Items
+		}
+		if len(p.enum) > 0 {
+			target.Enum = nil
+			for _, v := range p.enum {
+				target.Enum = append(target.Enum, v)
+			}
+		}
+		target.Minimum, target.Maximum = p.min, p.max
+		a.byHandler[name] = p.byHandler
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("input schema of %T: %v", *new(T), err))
+	}
+	a.raw = raw
+	return a
+}
+
+// withInput declares the input schema on a tool.
+func withInput(a *argSchema) mcp.ToolOption {
+	return func(t *mcp.Tool) {
+		t.InputSchema = mcp.ToolInputSchema{} // mcp.NewTool's default; the raw schema replaces it
+		t.RawInputSchema = a.raw
+	}
+}
+
+// withOutput declares T's reflected schema, made plain, as the output schema.
+func withOutput[T any]() mcp.ToolOption {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("output schema of %T: %v", *new(T), err))
+	}
+	plain(s)
+	raw, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("output schema of %T: %v", *new(T), err))
+	}
+	return func(t *mcp.Tool) {
+		if err := json.Unmarshal(raw, &t.OutputSchema); err != nil {
+			panic(fmt.Sprintf("output schema of %T: %v", *new(T), err))
+		}
+		t.OutputSchema.Type = "object"
+		t.OutputSchema.PropertyOrder = nil // properties by name, as mcp-go emits them
+	}
+}
+
+// plain collapses ["null", T] type unions to T, everywhere in s.
+func plain(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if len(s.Types) > 0 {
+		types := slices.DeleteFunc(slices.Clone(s.Types), func(t string) bool { return t == "null" })
+		if len(types) == 1 {
+			s.Type, s.Types = types[0], nil
+		} else {
+			s.Types = types
+		}
+	}
+	plain(s.Items)
+	plain(s.AdditionalProperties)
+	for _, p := range s.Properties {
+		plain(p)
+	}
+	for _, d := range s.Defs {
+		plain(d)
+	}
+}
+
+// policyOrDefault is the policy the schemas state: the server's, or the
+// built-in defaults when there is none (the schema snapshot builds tools
+// from an empty Deps).
+func (d Deps) policyOrDefault() *policy.Policy {
+	if d.Policy != nil {
+		return d.Policy
+	}
+	return policy.Default()
+}
+
+// languageNames are the language registry's names in their declared order
+// (the default first).
+func (d Deps) languageNames() []string {
+	reg := d.Languages
+	if reg == nil {
+		reg = lang.NewRegistry(nil)
+	}
+	var names []string
+	for _, l := range reg.All() {
+		names = append(names, l.Name)
+	}
+	return names
+}
+
+// waitParam describes wait_s for a call whose default wait is def seconds.
+func waitParam(pol *policy.Policy, what string, def float64) param {
+	return between(0, float64(pol.Jobs.MaxWaitS)).checkedByHandler().describe(
+		"%s; default %s, at most %d (clients commonly time out a request at 60 s; the job goes on after the call returns)",
+		what, num(def), pol.Jobs.MaxWaitS)
+}
+
+// Per-request floors the policy enforces (internal/policy: minTimeoutS,
+// minMemoryMB, minCPUs, minPids), stated as the schemas' minimums.
+const (
+	minTimeoutS = 0.1
+	minMemoryMB = 16
+	minCPUs     = 0.01
+	minPids     = 16
+)
