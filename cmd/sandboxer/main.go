@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,7 +20,10 @@ import (
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/logging"
 	"github.com/sandboxer/sandboxer/internal/mcpserver"
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
+	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
 	"github.com/sandboxer/sandboxer/internal/serverlock"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/tools"
@@ -99,11 +104,22 @@ func serve(args []string) error {
 		return err
 	}
 	defer lock.Release()
-	rt, err := docker.New(cfg.Instance(), docker.WithServer(lock.ID()))
+	engine, err := docker.New(cfg.Instance(), docker.WithServer(lock.ID()))
 	if err != nil {
 		return err
 	}
-	defer rt.Close()
+	languages := lang.NewRegistry(cfg.Policy)
+	var rt sandbox.Runtime = engine
+	var warm *pool.Pool
+	if cfg.Policy.Pool.Enabled {
+		targets, err := poolTargets(cfg.Policy, languages)
+		if err != nil {
+			return err
+		}
+		warm = pool.New(engine, targets, cfg.Policy.Pool.Parallel, log)
+		rt = warm
+	}
+	defer rt.Close() // removes the warm sandboxes, then waits for removals under way
 	jobs, err := job.New(rt, st, cfg.Policy, cfg.StateDir, log, job.WithServer(lock.ID(), serverlock.NewProber(cfg.StateDir)))
 	if err != nil {
 		return err
@@ -117,23 +133,50 @@ func serve(args []string) error {
 	}
 	cancel()
 	go jobs.RunCleanup()
+	if warm != nil {
+		go warm.Run()
+	}
 
 	srv, err := mcpserver.New(tools.Deps{
-		Jobs: jobs, Policy: cfg.Policy, Languages: lang.NewRegistry(cfg.Policy), Runtime: rt,
+		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm,
 	}, cfg.Toolsets)
 	if err != nil {
 		return err
 	}
-	log.Info().Str("state_dir", cfg.StateDir).Str("engine", rt.Host()).Str("instance", cfg.Instance()).Str("server", lock.ID()).Msg("serving MCP on stdio")
+	log.Info().Str("state_dir", cfg.StateDir).Str("engine", engine.Host()).Str("instance", cfg.Instance()).Str("server", lock.ID()).Msg("serving MCP on stdio")
 	serveErr := srv.ServeStdio(ctx, os.Stdin, os.Stdout, logging.StdLogger(log))
 
 	// stdin ended or a signal came: end every job, flush state, exit promptly.
 	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelShutdown()
 	jobs.Shutdown(shutdownCtx)
+	if warm != nil {
+		warm.Drain(shutdownCtx)
+	}
 	log.Info().Msg("stopped")
 	if serveErr != nil && !errors.Is(serveErr, context.Canceled) {
 		return serveErr
 	}
 	return nil
+}
+
+// poolTargets are the warm sandboxes the policy asks for, per language.
+func poolTargets(pol *policy.Policy, languages *lang.Registry) ([]pool.Target, error) {
+	var targets []pool.Target
+	for name, size := range pol.Pool.Size {
+		if size <= 0 {
+			continue
+		}
+		l, image, ok := languages.Lookup(name)
+		if !ok {
+			return nil, fmt.Errorf("policy: pool.size.%s: no such language (known: %s)", name, strings.Join(languages.Names(), ", "))
+		}
+		spec, err := job.PoolSpec(pol, image)
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, pool.Target{Name: l.Name, Spec: spec, Size: size})
+	}
+	sort.Slice(targets, func(i, j int) bool { return targets[i].Name < targets[j].Name })
+	return targets, nil
 }

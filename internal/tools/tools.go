@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
 	"github.com/sandboxer/sandboxer/internal/store"
 )
 
@@ -45,6 +46,7 @@ type Deps struct {
 	Policy    *policy.Policy
 	Languages *lang.Registry
 	Runtime   sandbox.Runtime
+	Pool      *pool.Pool // nil when the policy turns the warm pool off
 	Notifier  Notifier
 }
 

@@ -304,8 +304,31 @@ func tail(s string, n int) string {
 	return s
 }
 
-// containers lists the sandboxes this server instance has on the engine.
+// containers lists the job sandboxes this server instance has on the engine.
 func (s *server) containers() []sandbox.Container {
+	s.t.Helper()
+	cfg := config.Config{StateDir: s.stateDir}
+	rt, err := docker.New(cfg.Instance())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rt.Close()
+	cs, err := rt.List(context.Background())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	// Warm sandboxes wait for a job and are not any job's: not counted.
+	jobs := cs[:0]
+	for _, c := range cs {
+		if c.Kind != sandbox.KindPool || c.JobID != "" {
+			jobs = append(jobs, c)
+		}
+	}
+	return jobs
+}
+
+// allContainers lists every sandbox of this instance, warm ones included.
+func (s *server) allContainers() []sandbox.Container {
 	s.t.Helper()
 	cfg := config.Config{StateDir: s.stateDir}
 	rt, err := docker.New(cfg.Instance())

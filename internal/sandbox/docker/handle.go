@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -41,7 +42,10 @@ type handle struct {
 	cancelWait context.CancelFunc
 	conn       net.Conn // the attach connection; nil when adopted
 	followsLog bool     // output comes from the engine's log (adopted)
-	hasStdin   bool     // the job reads frames' Data (stdin "pipe")
+	// joinMidStream: the output stream was joined while running (adopted
+	// without an engine log), so frames are found by Resync.
+	joinMidStream bool
+	hasStdin      bool // the job reads frames' Data (stdin "pipe")
 
 	writeMu sync.Mutex    // one frame at a time on conn
 	turn    chan struct{} // one stdin writer (or closer) at a time
@@ -324,6 +328,9 @@ func (h *handle) readFrames(src io.Reader, closeSrc func()) {
 func (h *handle) parse(src io.Reader) {
 	cr := &countingReader{r: src, n: &h.consumed}
 	r := proto.NewReader(cr)
+	if h.joinMidStream {
+		r = proto.Resync(bufio.NewReader(cr))
+	}
 	for {
 		typ, p, err := r.Next()
 		if err != nil {

@@ -305,7 +305,7 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	}
 	ps := proto.Spec{
 		Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir,
-		Stdin: proto.StdinClosed, TimeoutMS: spec.Timeout.Milliseconds(), KillMode: proto.KillContainer,
+		Stdin: proto.StdinClosed, TimeoutMS: backstop(spec.Timeout), KillMode: proto.KillContainer,
 	}
 	if ps.Cwd == "" {
 		ps.Cwd = defaultWorkDir
@@ -329,8 +329,20 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err := h.writeFrame(ctx, proto.TypeSpec, payload); err != nil {
 		return nil, h.rt.engineErr(fmt.Errorf("hand the sandbox its job: %w", err))
 	}
+	if resize && spec.JobID != "" {
+		// A warm container's labels were written before its job existed: its
+		// name says whose it is now (List reads it), off the job's path.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			_, _ = h.rt.cli.ContainerRename(ctx, h.id, client.ContainerRenameOptions{NewName: jobNamePrefix + spec.JobID})
+		}()
+	}
 	return h, nil
 }
+
+// jobNamePrefix names a pooled container once it runs a job: sandboxer-job-<job id>.
+const jobNamePrefix = "sandboxer-job-"
 
 // warm is a prepared sandbox waiting in a pool.
 type warm struct{ h *handle }
@@ -384,7 +396,17 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	close(h.launched)
 	h.out.set(out, skipStdout, skipStderr)
 	if info.Container.HostConfig != nil && info.Container.HostConfig.LogConfig.Type == "none" {
-		close(h.drained)
+		// No engine log to read back: follow the live output from now on,
+		// joining the supervisor's frames where the stream starts; what was
+		// printed while no server was attached is gone.
+		attach, err := r.cli.ContainerAttach(ctx, containerID, client.ContainerAttachOptions{Stream: true, Stdout: true, Stderr: true})
+		if err != nil {
+			cancelWait()
+			return nil, r.engineErr(fmt.Errorf("attach: %w", err))
+		}
+		h.out.set(out, 0, 0)
+		h.joinMidStream = true
+		go h.readFrames(attach.Reader, attach.Close)
 		go h.waitForEnd(wait)
 		return h, nil
 	}
@@ -455,9 +477,15 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
 	}
 	var out []sandbox.Container
 	for _, c := range res.Items {
+		jobID := c.Labels[sandbox.LabelJobID]
+		for _, name := range c.Names {
+			if id, ok := strings.CutPrefix(strings.TrimPrefix(name, "/"), jobNamePrefix); ok && jobID == "" {
+				jobID = id // a pooled container, claimed by this job
+			}
+		}
 		out = append(out, sandbox.Container{
 			ID:       c.ID,
-			JobID:    c.Labels[sandbox.LabelJobID],
+			JobID:    jobID,
 			Kind:     c.Labels[sandbox.LabelKind],
 			Instance: c.Labels[sandbox.LabelInstance],
 			Server:   c.Labels[sandbox.LabelServer],
@@ -531,7 +559,7 @@ func (r *Runtime) StartOrphan(ctx context.Context, spec sandbox.Spec) (string, e
 		return "", r.engineErr(err)
 	}
 	ps := proto.Spec{Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: cfg.WorkingDir,
-		Stdin: proto.StdinClosed, TimeoutMS: spec.Timeout.Milliseconds(), KillMode: proto.KillContainer}
+		Stdin: proto.StdinClosed, TimeoutMS: backstop(spec.Timeout), KillMode: proto.KillContainer}
 	if err := proto.WriteJSON(attach.Conn, proto.TypeSpec, ps); err != nil {
 		r.removeQuietly(created.ID)
 		return "", err
@@ -555,4 +583,17 @@ func (r *Runtime) StartOrphan(ctx context.Context, spec sandbox.Spec) (string, e
 			return created.ID, nil
 		}
 	}
+}
+
+// deadlineBackstop is how long after a job's timeout its sandbox stops it by
+// itself. The server stops it at the timeout (removing the container, so no
+// process outlives the call's result); the sandbox's own deadline is for a
+// server that is gone.
+const deadlineBackstop = time.Second
+
+func backstop(timeout time.Duration) int64 {
+	if timeout <= 0 {
+		return 0
+	}
+	return (timeout + deadlineBackstop).Milliseconds()
 }

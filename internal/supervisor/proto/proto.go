@@ -64,6 +64,7 @@
 package proto
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -216,6 +217,43 @@ func (r *Reader) Next() (typ byte, payload []byte, err error) {
 		return 0, nil, err
 	}
 	return r.hdr[0], payload, nil
+}
+
+// Resync reads from a supervisor's output joined mid-stream (an engine's
+// live attach, which starts wherever the engine's next read of the pipe
+// starts — in practice at a frame boundary, since frames are written whole).
+// It drops bytes until a plausible frame header: an outgoing type and a length
+// within MaxPayload, whose payload is valid JSON for the JSON frame types.
+// It returns a Reader positioned there. A false match is possible only in
+// the rare case the join falls inside a payload that looks like a header.
+func Resync(r *bufio.Reader) *Reader {
+	for {
+		hdr, err := r.Peek(HeaderSize)
+		if err != nil {
+			return NewReader(r)
+		}
+		if plausible(r, hdr) {
+			return NewReader(r)
+		}
+		_, _ = r.Discard(1)
+	}
+}
+
+func plausible(r *bufio.Reader, hdr []byte) bool {
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n > MaxPayload {
+		return false
+	}
+	switch hdr[0] {
+	case TypeStdout, TypeStderr:
+		return true
+	case TypeAck:
+		return n == 8
+	case TypeHello, TypeStarted, TypeExit:
+		p, err := r.Peek(HeaderSize + int(n))
+		return err == nil && json.Valid(p[HeaderSize:])
+	}
+	return false
 }
 
 // Stdin modes of a Spec.

@@ -1,6 +1,7 @@
 package proto
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -188,4 +189,26 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Joined mid-frame, a reader finds the next frame and reads on from there.
+func TestResync(t *testing.T) {
+	var b bytes.Buffer
+	WriteFrame(&b, TypeStdout, []byte("first frame, joined in the middle"))
+	WriteJSON(&b, TypeExit, Exit{ExitCode: 4})
+	WriteFrame(&b, TypeStderr, []byte("after"))
+	stream := b.Bytes()[9:] // inside the first payload
+	r := Resync(bufio.NewReader(bytes.NewReader(stream)))
+	typ, p, err := r.Next()
+	if err != nil || typ != TypeExit || !strings.Contains(string(p), `"exit_code":4`) {
+		t.Fatalf("first frame after resync: %q %q %v", typ, p, err)
+	}
+	if typ, p, err := r.Next(); err != nil || typ != TypeStderr || string(p) != "after" {
+		t.Fatalf("next: %q %q %v", typ, p, err)
+	}
+	// At a boundary it takes the first frame as it is.
+	r = Resync(bufio.NewReader(bytes.NewReader(b.Bytes())))
+	if typ, _, err := r.Next(); err != nil || typ != TypeStdout {
+		t.Fatalf("at a boundary: %q %v", typ, err)
+	}
 }
