@@ -48,6 +48,9 @@ func Finished(status string) bool {
 // Job is the record of one job as the store keeps it.
 type Job = store.Job
 
+// Usage is what a job's process tree used.
+type Usage = store.Usage
+
 // Request is what a tool asks the manager to run, already validated.
 type Request struct {
 	Kind      string

@@ -31,6 +31,7 @@ type JobSummary struct {
 	Language   string `json:"language" jsonschema:"the language it ran in"`
 	CreatedAt  string `json:"created_at" jsonschema:"when it was submitted (RFC 3339, UTC)"`
 	DurationMS int64  `json:"duration_ms" jsonschema:"run time so far, or in all, in milliseconds"`
+	Usage      *Usage `json:"usage,omitempty" jsonschema:"what its whole process tree used, once it ended"`
 }
 
 // ListJobsResult is list_jobs' result.
@@ -99,7 +100,7 @@ func ListJobs(d Deps) Tool {
 			res.Jobs = append(res.Jobs, JobSummary{
 				JobID: j.ID, Kind: j.Kind, Status: j.Status, Reason: j.Reason, ExitCode: j.ExitCode,
 				Command: truncate(j.Command, 200), Language: j.Language,
-				CreatedAt: stamp(j.CreatedAt), DurationMS: durationOf(j),
+				CreatedAt: stamp(j.CreatedAt), DurationMS: durationOf(j), Usage: usageOf(j),
 			})
 			fmt.Fprintf(&b, "\n%s %-9s %s", j.ID, j.Status, truncate(strings.ReplaceAll(j.Command, "\n", " "), 80))
 		}

@@ -36,6 +36,23 @@ type JobRecord struct {
 	DroppedBytes   int64    `json:"dropped_bytes" jsonschema:"output bytes past the per-job cap, counted but not stored"`
 	ContainerID    string   `json:"container_id,omitempty" jsonschema:"its sandbox container, while it has one"`
 	OutputResource string   `json:"output_resource" jsonschema:"the resource URI of its output"`
+	Usage          *Usage   `json:"usage,omitempty" jsonschema:"what its whole process tree used, once it ended"`
+}
+
+// Usage is what a job's whole process tree used.
+type Usage struct {
+	CPUMS           int64 `json:"cpu_ms" jsonschema:"user + system CPU time of every process of the job, in milliseconds"`
+	PeakMemoryBytes int64 `json:"peak_memory_bytes" jsonschema:"peak memory of the job's sandbox (all its processes), in bytes"`
+	WallMS          int64 `json:"wall_ms" jsonschema:"from the job's start to its main process's end, in milliseconds"`
+}
+
+// usageOf presents a finished job's usage; nil while it runs or when unknown.
+func usageOf(rec *job.Job) *Usage {
+	u := rec.Usage
+	if !job.Finished(rec.Status) || u == (job.Usage{}) {
+		return nil
+	}
+	return &Usage{CPUMS: u.CPUMS, PeakMemoryBytes: u.PeakMemoryBytes, WallMS: u.WallMS}
 }
 
 func stamp(t time.Time) string {
@@ -68,6 +85,7 @@ func RecordOf(rec *job.Job) JobRecord {
 		CPUs: float64(rec.Limits.NanoCPUs) / 1e9, Pids: rec.Limits.Pids,
 		StdoutBytes: rec.StdoutBytes, StderrBytes: rec.StderrBytes, DroppedBytes: rec.DroppedBytes,
 		ContainerID: rec.ContainerID, OutputResource: "job://" + rec.ID + "/output",
+		Usage: usageOf(rec),
 	}
 }
 
@@ -83,6 +101,9 @@ func statusLine(rec *job.Job) string {
 	}
 	if d := durationOf(rec); d > 0 {
 		fmt.Fprintf(&b, ", %d ms", d)
+	}
+	if u := usageOf(rec); u != nil {
+		fmt.Fprintf(&b, ", cpu %d ms, peak memory %.1f MiB", u.CPUMS, float64(u.PeakMemoryBytes)/(1<<20))
 	}
 	if rec.Error != "" {
 		fmt.Fprintf(&b, ": %s", rec.Error)

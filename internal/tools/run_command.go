@@ -51,6 +51,7 @@ type RunResult struct {
 	Dropped       int64          `json:"dropped_bytes,omitempty" jsonschema:"bytes past the per-job output cap, not stored"`
 	Lossy         bool           `json:"lossy,omitempty" jsonschema:"output held invalid UTF-8 or NUL bytes, replaced"`
 	NextCursor    int64          `json:"next_cursor" jsonschema:"cursor for read_output (combined stream) after what this result covers"`
+	Usage         *Usage         `json:"usage,omitempty" jsonschema:"what the job's whole process tree used, once it ended"`
 	DurationMS    int64          `json:"duration_ms" jsonschema:"run time so far, or in all once the job ended, in milliseconds"`
 }
 
@@ -210,7 +211,7 @@ func (d Deps) commandRequest(args RunCommandArgs) (job.Request, time.Duration, *
 func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunResult, string, error) {
 	res := RunResult{
 		JobID: rec.ID, Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode, Error: rec.Error,
-		Dropped: rec.DroppedBytes, DurationMS: durationOf(rec),
+		Dropped: rec.DroppedBytes, DurationMS: durationOf(rec), Usage: usageOf(rec),
 	}
 	// What is returned counts as read: read_output continues after it.
 	in, err := d.Jobs.InlineOutput(ctx, rec.ID, int(d.Policy.Output.InlineBytes))

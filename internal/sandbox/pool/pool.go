@@ -223,8 +223,9 @@ func (p *Pool) prepare(t *target) {
 		t.backoff = min(max(t.backoff*2, minBackoff), maxBackoff)
 		t.retryAt = time.Now().Add(t.backoff)
 		t.lastErr = err.Error()
+		backoff := t.backoff
 		p.mu.Unlock()
-		p.log.Debug().Err(err).Str("pool", t.Name).Dur("retry_in", t.backoff).Msg("warm sandbox did not start")
+		p.log.Debug().Err(err).Str("pool", t.Name).Dur("retry_in", backoff).Msg("warm sandbox did not start")
 		p.signal()
 		return
 	}

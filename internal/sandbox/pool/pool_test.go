@@ -1,0 +1,184 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/fake"
+)
+
+// warmer is a sandbox.Warmer over the fake runtime: a warm sandbox launches
+// its job as a fresh fake start, and tests can end it, fail it or count.
+type warmer struct {
+	*fake.Runtime
+	mu         sync.Mutex
+	prepared   []*testWarm
+	prepareErr error
+	nextID     atomic.Int64
+}
+
+type testWarm struct {
+	w          *warmer
+	id         string
+	key        string
+	ended      chan struct{}
+	endOnce    sync.Once
+	launched   atomic.Bool
+	discarded  atomic.Bool
+	failLaunch bool
+}
+
+func (w *warmer) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.prepareErr != nil {
+		return nil, w.prepareErr
+	}
+	tw := &testWarm{w: w, id: fmt.Sprintf("warm-%d", w.nextID.Add(1)), key: spec.PoolKey(), ended: make(chan struct{})}
+	w.prepared = append(w.prepared, tw)
+	return tw, nil
+}
+
+func (t *testWarm) ContainerID() string    { return t.id }
+func (t *testWarm) Ended() <-chan struct{} { return t.ended }
+func (t *testWarm) end()                   { t.endOnce.Do(func() { close(t.ended) }) }
+func (t *testWarm) Discard(context.Context) error {
+	t.discarded.Store(true)
+	t.end()
+	return nil
+}
+
+func (t *testWarm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	if t.failLaunch {
+		return nil, errors.New("gone")
+	}
+	if spec.PoolKey() != t.key {
+		return nil, errors.New("wrong shape")
+	}
+	t.launched.Store(true)
+	return t.w.Runtime.Start(ctx, spec, out)
+}
+
+func (w *warmer) all() []*testWarm {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]*testWarm(nil), w.prepared...)
+}
+
+func spec(image string) sandbox.Spec {
+	return sandbox.Spec{JobID: "j", Kind: "command", Image: image, Cmd: []string{"bash", "-c", "echo hi"}, WorkDir: "/workspace"}
+}
+
+func newPool(t *testing.T, size int) (*Pool, *warmer) {
+	t.Helper()
+	w := &warmer{Runtime: fake.New("test")}
+	p := New(w, []Target{{Name: "bash", Spec: spec("base"), Size: size}}, 2, zerolog.Nop())
+	go p.Run()
+	t.Cleanup(func() { p.Drain(context.Background()) })
+	return p, w
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func ready(p *Pool) int { return p.Stats()[0].Ready }
+
+func run(t *testing.T, p *Pool, s sandbox.Spec) {
+	t.Helper()
+	h, err := p.Start(context.Background(), s, &sandbox.Buffer{Max: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-h.Done()
+	if st := h.Status(); st.ExitCode != 0 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// A matching job takes a warm sandbox (each serves one job), the pool
+// refills, and a job of another shape starts cold.
+func TestWarmServesOneJobAndRefills(t *testing.T) {
+	p, w := newPool(t, 2)
+	waitFor(t, "pool full", func() bool { return ready(p) == 2 })
+	run(t, p, spec("base"))
+	launched := 0
+	for _, tw := range w.all() {
+		if tw.launched.Load() {
+			launched++
+		}
+	}
+	if launched != 1 {
+		t.Fatalf("%d warm sandboxes launched, want 1", launched)
+	}
+	waitFor(t, "refill", func() bool { return ready(p) == 2 && len(w.all()) == 3 })
+	run(t, p, spec("other-image"))
+	if st := p.Stats()[0]; st.Served != 1 || st.Missed != 0 || len(w.all()) != 3 {
+		t.Fatalf("after a cold job of another shape: %+v, %d prepared", st, len(w.all()))
+	}
+	// Other limits, same shape: served warm (the limits are set at launch).
+	s := spec("base")
+	s.Limits.MemoryBytes = 64 << 20
+	run(t, p, s)
+	if st := p.Stats()[0]; st.Served != 2 {
+		t.Fatalf("a job with other limits was not served warm: %+v", st)
+	}
+}
+
+// A warm sandbox that dies while waiting is replaced; one that fails to
+// launch is skipped, and the job still runs.
+func TestDeadWarmIsReplaced(t *testing.T) {
+	p, w := newPool(t, 1)
+	waitFor(t, "pool full", func() bool { return ready(p) == 1 })
+	first := w.all()[0]
+	first.end() // removed from outside
+	waitFor(t, "replacement", func() bool { return ready(p) == 1 && len(w.all()) == 2 })
+	if !first.discarded.Load() {
+		t.Error("the dead sandbox was not discarded")
+	}
+	w.all()[1].failLaunch = true
+	run(t, p, spec("base")) // falls through to cold
+	if !w.all()[1].discarded.Load() {
+		t.Error("a sandbox that failed to launch was not discarded")
+	}
+}
+
+// Engine failures back off and are reported; Drain removes every warm
+// sandbox and stops refilling, after which jobs start cold.
+func TestBackoffAndDrain(t *testing.T) {
+	w := &warmer{Runtime: fake.New("test"), prepareErr: errors.New("engine down")}
+	p := New(w, []Target{{Name: "bash", Spec: spec("base"), Size: 2}}, 2, zerolog.Nop())
+	go p.Run()
+	waitFor(t, "failure reported", func() bool { return p.Stats()[0].LastErr == "engine down" })
+	w.mu.Lock()
+	w.prepareErr = nil
+	w.mu.Unlock()
+	waitFor(t, "recovery after backoff", func() bool { return ready(p) == 2 })
+	p.Drain(context.Background())
+	for _, tw := range w.all() {
+		if !tw.discarded.Load() {
+			t.Errorf("%s not discarded by Drain", tw.id)
+		}
+	}
+	n := len(w.all())
+	run(t, p, spec("base"))
+	time.Sleep(50 * time.Millisecond)
+	if len(w.all()) != n {
+		t.Error("the pool refilled after Drain")
+	}
+}
