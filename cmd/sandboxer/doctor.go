@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -90,6 +91,7 @@ func doctor(args []string) error {
 		}
 		report(ok, "image "+img.Name, tag, fix)
 	}
+	reportPool(ctx, cfg.Policy, rt, report)
 	if !baseBuilt {
 		return fmt.Errorf("%d problem(s)", problems)
 	}
@@ -145,4 +147,42 @@ func doctor(args []string) error {
 	}
 	fmt.Println("all checks passed")
 	return nil
+}
+
+// reportPool says what the policy asks of the warm pool and how many warm
+// sandboxes of this state directory's servers wait on the engine now.
+func reportPool(ctx context.Context, pol *policy.Policy, rt sandbox.Runtime, report func(ok bool, what, detail, fix string)) {
+	if !pol.Pool.Enabled {
+		report(true, "warm pool", "off (pool.enabled: false): every job starts a container", "")
+		return
+	}
+	var want []string
+	for _, name := range sortedKeys(pol.Pool.Size) {
+		if n := pol.Pool.Size[name]; n > 0 {
+			want = append(want, fmt.Sprintf("%s %d", name, n))
+		}
+	}
+	cs, err := rt.List(ctx)
+	if err != nil {
+		report(false, "warm pool", err.Error(), "")
+		return
+	}
+	waiting, servers := 0, map[string]bool{}
+	for _, c := range cs {
+		if c.Kind == sandbox.KindPool && c.JobID == "" && c.Running {
+			waiting++
+			servers[c.Server] = true
+		}
+	}
+	report(true, "warm pool", fmt.Sprintf("on, per server: %s; %d warm sandboxes waiting now, kept by %d running server(s)",
+		strings.Join(want, ", "), waiting, len(servers)), "")
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -81,53 +81,7 @@ func TestFoundationSandboxHardening(t *testing.T) {
 	f := fFields(out)
 	t.Logf("probe output:\n%s\nstderr:\n%s", out, str(r, "stderr"))
 
-	if f["uid"] == "" || f["uid"] == "0" {
-		t.Errorf("id -u in the sandbox is %q, want a non-root uid", f["uid"])
-	}
-	if f["CapEff"] != "0000000000000000" {
-		t.Errorf("CapEff in the sandbox is %q, want 0000000000000000 (all capabilities dropped)", f["CapEff"])
-	}
-	if f["NoNewPrivs"] != "1" {
-		t.Errorf("NoNewPrivs in the sandbox is %q, want 1", f["NoNewPrivs"])
-	}
-	if f["Seccomp"] != "2" {
-		t.Errorf("Seccomp in the sandbox is %q, want 2 (filter mode)", f["Seccomp"])
-	}
-
-	if !strings.HasPrefix(f["rootfs_opts"], "ro") {
-		t.Errorf("the root filesystem is mounted with %q, want read-only (ro)", f["rootfs_opts"])
-	}
-	for _, k := range []string{"write_root", "write_etc"} {
-		if !strings.Contains(f[k], "Read-only file system") {
-			t.Errorf("%s: writing there gave %q, want it refused with 'Read-only file system'", k, f[k])
-		}
-	}
-	if f["write_tmp"] != "written" {
-		t.Errorf("writing to /tmp (a tmpfs) gave %q, want it to work", f["write_tmp"])
-	}
-
-	if f["netifs"] != "lo" {
-		t.Errorf("network interfaces in the sandbox: %q, want only lo (network none)", f["netifs"])
-	}
-	if f["routes"] != "0" {
-		t.Errorf("the sandbox has %s route(s), want none (network none)", f["routes"])
-	}
-	// With network none there is no route at all, so the connect fails at
-	// once with ENETUNREACH: not a DNS problem, not a firewall, not a timeout.
-	if !strings.Contains(f["connect"], "Network is unreachable") {
-		t.Errorf("connecting to 1.1.1.1:80 gave %q, want it to fail with 'Network is unreachable'", f["connect"])
-	}
-
-	if f["docker_sock"] != "" {
-		t.Errorf("a Docker socket is visible in the sandbox: %q", f["docker_sock"])
-	}
-	if f["leaked_env"] != "" {
-		t.Errorf("server environment leaked into the sandbox: %q", f["leaked_env"])
-	}
-	if f["probe_var"] != "agent-set" {
-		t.Errorf("env given by the agent did not arrive: PROBE_VAR=%q, want agent-set", f["probe_var"])
-	}
-
+	fCheckHardening(t, f)
 	fCheckCgroup(t, "policy defaults", f, 512<<20, 256, 1)
 
 	r = fRun(s, map[string]any{"command": fCgroupProbe, "memory_mb": 256, "cpus": 0.5, "pids": 64})
@@ -200,4 +154,55 @@ func TestFoundationForkBomb(t *testing.T) {
 		t.Errorf("echo ok after the fork bomb: want completed 'ok', got %v", r)
 	}
 	s.waitNoContainers(10 * time.Second)
+}
+
+// fCheckHardening checks what fHardeningProbe printed (PROBE_VAR=agent-set given).
+func fCheckHardening(t *testing.T, f map[string]string) {
+	t.Helper()
+	if f["uid"] == "" || f["uid"] == "0" {
+		t.Errorf("id -u in the sandbox is %q, want a non-root uid", f["uid"])
+	}
+	if f["CapEff"] != "0000000000000000" {
+		t.Errorf("CapEff in the sandbox is %q, want 0000000000000000 (all capabilities dropped)", f["CapEff"])
+	}
+	if f["NoNewPrivs"] != "1" {
+		t.Errorf("NoNewPrivs in the sandbox is %q, want 1", f["NoNewPrivs"])
+	}
+	if f["Seccomp"] != "2" {
+		t.Errorf("Seccomp in the sandbox is %q, want 2 (filter mode)", f["Seccomp"])
+	}
+
+	if !strings.HasPrefix(f["rootfs_opts"], "ro") {
+		t.Errorf("the root filesystem is mounted with %q, want read-only (ro)", f["rootfs_opts"])
+	}
+	for _, k := range []string{"write_root", "write_etc"} {
+		if !strings.Contains(f[k], "Read-only file system") {
+			t.Errorf("%s: writing there gave %q, want it refused with 'Read-only file system'", k, f[k])
+		}
+	}
+	if f["write_tmp"] != "written" {
+		t.Errorf("writing to /tmp (a tmpfs) gave %q, want it to work", f["write_tmp"])
+	}
+
+	if f["netifs"] != "lo" {
+		t.Errorf("network interfaces in the sandbox: %q, want only lo (network none)", f["netifs"])
+	}
+	if f["routes"] != "0" {
+		t.Errorf("the sandbox has %s route(s), want none (network none)", f["routes"])
+	}
+	// With network none there is no route at all, so the connect fails at
+	// once with ENETUNREACH: not a DNS problem, not a firewall, not a timeout.
+	if !strings.Contains(f["connect"], "Network is unreachable") {
+		t.Errorf("connecting to 1.1.1.1:80 gave %q, want it to fail with 'Network is unreachable'", f["connect"])
+	}
+
+	if f["docker_sock"] != "" {
+		t.Errorf("a Docker socket is visible in the sandbox: %q", f["docker_sock"])
+	}
+	if f["leaked_env"] != "" {
+		t.Errorf("server environment leaked into the sandbox: %q", f["leaked_env"])
+	}
+	if f["probe_var"] != "agent-set" {
+		t.Errorf("env given by the agent did not arrive: PROBE_VAR=%q, want agent-set", f["probe_var"])
+	}
 }
