@@ -43,7 +43,15 @@ func CancelReason(ctx context.Context) (reason string, ok bool) {
 //   - Python SDK 2.x (src/mcp/shared/jsonrpc_dispatcher.py): "timed out after
 //     30.0s" on a timeout, "caller cancelled" otherwise (1.x sends no
 //     cancellation on a timeout).
+//   - mcp-go's client (client/client.go cancelRequest): ctx.Err().Error(), so
+//     "context deadline exceeded" when the caller's deadline passed and
+//     "context canceled" when the caller cancelled.
 func ClientTimedOut(reason string) bool {
 	r := strings.ToLower(reason)
-	return strings.Contains(r, "timed out") || strings.Contains(r, "timeout") || strings.Contains(r, "-32001")
+	for _, s := range []string{"timed out", "timeout", "-32001", "deadline exceeded"} {
+		if strings.Contains(r, s) {
+			return true
+		}
+	}
+	return false
 }

@@ -12,6 +12,8 @@ func TestClientTimedOut(t *testing.T) {
 		"timed out after 30.0s":                         true,
 		"Request Timeout":                               true,
 		"error -32001":                                  true,
+		"context deadline exceeded":                     true,
+		"context canceled":                              false,
 		"":                                              false,
 		"user aborted":                                  false,
 		"AbortError: This operation was aborted":        false,
