@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
 	"github.com/sandboxer/sandboxer/internal/job"
@@ -226,5 +225,3 @@ func waitStatus(t *testing.T, jobs *job.Manager, id string, statuses ...string) 
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-var _ = uuid.NewString

@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -85,7 +84,7 @@ func newWire() *wire {
 
 // reader wraps stdin: lines pass through the line limiter, then wire.inbound.
 func (w *wire) reader(r io.Reader, max int) io.Reader {
-	return &inboundReader{l: &lineLimiter{r: bufio.NewReaderSize(r, 64<<10), max: max}, w: w}
+	return &inboundReader{l: newLineLimiter(r, max).(*lineLimiter), w: w}
 }
 
 type inboundReader struct {

@@ -31,6 +31,20 @@ func TestIDsEchoedExactly(t *testing.T) {
 	if r := decodeReply(t, line); r.Error == nil || !strings.HasPrefix(line, `{"jsonrpc":"2.0","id":9007199254740993,"error":`) {
 		t.Errorf("error response: %s", line)
 	}
+	// Many at once (served concurrently): each answer carries its own id.
+	want := map[string]bool{}
+	for i := 0; i < 50; i++ {
+		id := fmt.Sprint(9007199254741000 + 2*i)
+		want[id] = true
+		ts.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"resources/read","params":{"uri":"job://x%d"}}`, id, i))
+	}
+	for len(want) > 0 {
+		r := decodeReply(t, ts.next(5*time.Second))
+		if !want[string(r.ID)] || r.Error == nil || r.Error.Code != -32002 {
+			t.Fatalf("unexpected answer id %s: %+v", r.ID, r.Error)
+		}
+		delete(want, string(r.ID))
+	}
 	// Whitespace around the id is fine.
 	ts.send(`{"jsonrpc":"2.0", "id" :  9007199254740995 , "method":"ping"}`)
 	if line := ts.response(`9007199254740995`); !strings.Contains(line, `"result"`) {
