@@ -4,18 +4,14 @@ package mcpserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"strings"
 
-	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/sandboxer/sandboxer/internal/job"
-	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
@@ -42,6 +38,7 @@ type Server struct {
 	mcp      *server.MCPServer
 	deps     tools.Deps
 	notifier *notifier
+	wire     *wire
 }
 
 // New builds the server with the tools of the enabled toolsets (all when empty).
@@ -57,7 +54,11 @@ func New(deps tools.Deps, toolsets []string) (*Server, error) {
 		}
 		enabled[t] = true
 	}
+	w := newWire()
+	hooks := &server.Hooks{}
 	srv := server.NewMCPServer(Name, Version,
+		server.WithHooks(hooks),
+		server.WithToolHandlerMiddleware(w.toolMiddleware),
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
 		// No server.WithInputSchemaValidation: each tool checks its arguments
@@ -67,7 +68,7 @@ func New(deps tools.Deps, toolsets []string) (*Server, error) {
 		server.WithInstructions("sandboxer runs commands in hardened, disposable Docker sandboxes. "+
 			"Use run_command; long commands return a job_id with the output so far — continue with read_output, get_job, send_input or kill_job."),
 	)
-	s := &Server{mcp: srv, notifier: &notifier{srv: srv}}
+	s := &Server{mcp: srv, notifier: &notifier{srv: srv}, wire: w}
 	deps.Notifier = s.notifier
 	s.deps = deps
 	for _, t := range tools.All(deps) {
@@ -76,7 +77,7 @@ func New(deps tools.Deps, toolsets []string) (*Server, error) {
 		}
 		srv.AddTool(t.Def, t.Handler)
 	}
-	s.addResources()
+	s.addResources(hooks)
 	return s, nil
 }
 
@@ -86,55 +87,17 @@ func (s *Server) MCP() *server.MCPServer { return s.mcp }
 // ServeStdio serves one client over stdin/stdout until stdin ends or ctx is
 // cancelled. Nothing but MCP messages is ever written to stdout.
 func (s *Server) ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writer, errLog *log.Logger) error {
-	// Progress notifications are counted as they reach stdout (see progressWriter).
-	s.notifier.w = newProgressWriter(stdout)
+	// Progress notifications are counted as they reach stdout (see
+	// progressWriter); below that, wire restores ids and undoes HTML escaping.
+	s.wire.out = stdout
+	s.notifier.w = newProgressWriter(s.wire)
 	stdio := server.NewStdioServer(s.mcp)
 	server.WithWorkerPoolSize(workerPoolSize)(stdio)
 	server.WithQueueSize(256)(stdio)
 	server.WithErrorLogger(errLog)(stdio)
-	err := stdio.Listen(ctx, newLineLimiter(stdin, maxMessageBytes), s.notifier.w)
+	err := stdio.Listen(ctx, s.wire.reader(stdin, maxMessageBytes), s.notifier.w)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil
 	}
 	return err
-}
-
-func (s *Server) addResources() {
-	recordTmpl := mcp.NewResourceTemplate("job://{job_id}", "job",
-		mcp.WithTemplateDescription("A job's record as JSON"), mcp.WithTemplateMIMEType("application/json"))
-	s.mcp.AddResourceTemplate(recordTmpl, func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-		id, ok := strings.CutPrefix(req.Params.URI, "job://")
-		if !ok || strings.Contains(id, "/") {
-			return nil, fmt.Errorf("not a job record URI: %s", req.Params.URI)
-		}
-		rec, err := s.deps.Jobs.Get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		data, err := json.MarshalIndent(tools.RecordOf(rec), "", "  ")
-		if err != nil {
-			return nil, err
-		}
-		return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "application/json", Text: string(data)}}, nil
-	})
-	outputTmpl := mcp.NewResourceTemplate("job://{job_id}/output", "job output",
-		mcp.WithTemplateDescription("A job's captured output (both streams, interleaved), as text; the first 1 MiB"),
-		mcp.WithTemplateMIMEType("text/plain"))
-	s.mcp.AddResourceTemplate(outputTmpl, func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-		rest, _ := strings.CutPrefix(req.Params.URI, "job://")
-		id, ok := strings.CutSuffix(rest, "/output")
-		if !ok {
-			return nil, fmt.Errorf("not a job output URI: %s", req.Params.URI)
-		}
-		zero := int64(0)
-		r, err := s.deps.Jobs.Read(ctx, id, job.ReadRequest{Stream: output.Both, Cursor: &zero, MaxBytes: resourceOutputBytes, StripANSI: true, Peek: true})
-		if err != nil {
-			return nil, err
-		}
-		text, _ := output.ToText(r.Data)
-		if r.HasMore {
-			text += "\n... [more output: read_output with cursor " + fmt.Sprint(r.NextCursor) + "]\n"
-		}
-		return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "text/plain", Text: text}}, nil
-	})
 }

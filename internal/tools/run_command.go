@@ -119,6 +119,11 @@ func RunCommand(d Deps) Tool {
 				return failure(err), nil
 			}
 			if ctx.Err() != nil && !job.Finished(rec.Status) {
+				if reason, ok := CancelReason(ctx); ok && ClientTimedOut(reason) {
+					// The client gave up only because its own request timed
+					// out: the job goes on, findable with list_jobs.
+					return errorResult("call cancelled by the client's request timeout (%s); job %s goes on: read_output, get_job or kill_job with its job_id", reason, rec.ID), nil
+				}
 				// The caller cancelled the call: the job goes with it.
 				id := rec.ID
 				if _, err := d.Jobs.Kill(context.Background(), id, "KILL", 0, job.ReasonCancelled); err != nil {

@@ -1,0 +1,153 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/tools"
+)
+
+// listedJobs is how many of the newest jobs resources/list names.
+const listedJobs = 50
+
+// resourceNotFound is a resources/read of something that is not there; it is
+// answered as JSON-RPC error -32002 (resource not found) with its sentence.
+// mcp-go answers any error a resource handler returns with -32603, so an
+// OnError hook has the wire replace that answer (see wire.override).
+type resourceNotFound struct{ msg string }
+
+func (e *resourceNotFound) Error() string { return e.msg }
+
+// notFoundCode is the code for a resource that is not there: -32002 up to
+// revision 2025-11-25; the 2026-07-28 revision uses -32602 (invalid params)
+// instead, as mcp-go itself does (server/resource_errors.go).
+func notFoundCode(ctx context.Context) int {
+	if server.IsModernRequest(ctx) {
+		return mcp.INVALID_PARAMS
+	}
+	return mcp.RESOURCE_NOT_FOUND
+}
+
+func (s *Server) addResources(hooks *server.Hooks) {
+	recordTmpl := mcp.NewResourceTemplate("job://{job_id}", "job",
+		mcp.WithTemplateDescription("A job's record as JSON"), mcp.WithTemplateMIMEType("application/json"))
+	outputTmpl := mcp.NewResourceTemplate("job://{job_id}/output", "job output",
+		mcp.WithTemplateDescription("A job's captured output (both streams, interleaved), as text; the first 1 MiB"),
+		mcp.WithTemplateMIMEType("text/plain"))
+	// One handler for both: which template mcp-go matches a URI against first
+	// is not fixed, so the URI decides.
+	s.mcp.AddResourceTemplate(recordTmpl, s.readJobResource)
+	s.mcp.AddResourceTemplate(outputTmpl, s.readJobResource)
+
+	hooks.AddOnError(func(ctx context.Context, id any, method mcp.MCPMethod, message any, err error) {
+		if method != mcp.MethodResourcesRead {
+			return
+		}
+		var nf *resourceNotFound
+		switch {
+		case errors.As(err, &nf):
+			s.wire.override(id, notFoundCode(ctx), nf.msg)
+		case errors.Is(err, server.ErrResourceNotFound):
+			// No template matched (mcp-go already uses the right code): say
+			// what exists instead of "handler not found".
+			uri := ""
+			if req, ok := message.(*mcp.ReadResourceRequest); ok {
+				uri = req.Params.URI
+			}
+			s.wire.override(id, notFoundCode(ctx), notAJobURI(uri))
+		}
+	})
+	hooks.AddAfterListResources(func(ctx context.Context, id any, req *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
+		if req.Params.Cursor != "" || s.deps.Jobs == nil {
+			return
+		}
+		jobs, _, err := s.deps.Jobs.List(ctx, store.ListFilter{Limit: listedJobs})
+		if err != nil {
+			return
+		}
+		for _, rec := range jobs {
+			res.Resources = append(res.Resources, jobResource(rec))
+		}
+	})
+}
+
+// jobResource describes a job in resources/list.
+func jobResource(rec *job.Job) mcp.Resource {
+	status := rec.Status
+	if rec.Reason != "" {
+		status += " (" + rec.Reason + ")"
+	}
+	cmd := strings.Join(strings.Fields(rec.Command), " ")
+	if len([]rune(cmd)) > 80 {
+		cmd = string([]rune(cmd)[:80]) + "…"
+	}
+	short := rec.ID
+	if len(short) > 8 {
+		short = short[:8]
+	}
+	desc := fmt.Sprintf("%s %s job, %s, created %s: %s", status, rec.Language, rec.Kind, rec.CreatedAt.UTC().Format("2006-01-02 15:04:05Z"), cmd)
+	r := mcp.NewResource("job://"+rec.ID, "job "+short+" "+rec.Status,
+		mcp.WithResourceDescription(desc), mcp.WithMIMEType("application/json"))
+	r.Title = fmt.Sprintf("%s: %s", status, cmd)
+	return r
+}
+
+func notAJobURI(uri string) string {
+	return fmt.Sprintf("%q is not a job resource: use job://{job_id} or job://{job_id}/output with a job_id from list_jobs or resources/list", truncate(uri, 200))
+}
+
+// readJobResource serves job://{job_id} (the record as JSON) and
+// job://{job_id}/output (the output as text).
+func (s *Server) readJobResource(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	uri := req.Params.URI
+	rest, ok := strings.CutPrefix(uri, "job://")
+	id, wantOutput := strings.CutSuffix(rest, "/output")
+	if !ok || id == "" || strings.ContainsAny(id, "/?#") {
+		return nil, &resourceNotFound{notAJobURI(uri)}
+	}
+	unknown := func() error {
+		return &resourceNotFound{fmt.Sprintf("no job %q: list_jobs or resources/list shows the known ones", truncate(id, 100))}
+	}
+	if !wantOutput {
+		rec, err := s.deps.Jobs.Get(ctx, id)
+		if errors.Is(err, job.ErrNotFound) {
+			return nil, unknown()
+		}
+		if err != nil {
+			return nil, err
+		}
+		// Not json.MarshalIndent: it would escape <, > and & in the text.
+		var data bytes.Buffer
+		enc := json.NewEncoder(&data)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(tools.RecordOf(rec)); err != nil {
+			return nil, err
+		}
+		text := strings.TrimSuffix(data.String(), "\n")
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: "application/json", Text: text}}, nil
+	}
+	zero := int64(0)
+	r, err := s.deps.Jobs.Read(ctx, id, job.ReadRequest{Stream: output.Both, Cursor: &zero, MaxBytes: resourceOutputBytes, StripANSI: true, Peek: true})
+	if errors.Is(err, job.ErrNotFound) {
+		return nil, unknown()
+	}
+	if err != nil {
+		return nil, err
+	}
+	text, _ := output.ToText(r.Data)
+	if r.HasMore {
+		text += "\n... [more output: read_output with cursor " + fmt.Sprint(r.NextCursor) + "]\n"
+	}
+	return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: "text/plain", Text: text}}, nil
+}

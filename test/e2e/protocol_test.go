@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// wireServer is the binary driven with raw JSON-RPC lines, for what an SDK
+// client would not send (or would normalise): exact ids, requests before
+// initialize, odd resource URIs.
+type wireServer struct {
+	t     *testing.T
+	stdin io.WriteCloser
+	lines chan string
+}
+
+func startWire(t *testing.T) *wireServer {
+	t.Helper()
+	cmd := exec.Command(binPath, "serve", "--state-dir", t.TempDir())
+	cmd.Env = os.Environ()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &wireServer{t: t, stdin: stdin, lines: make(chan string, 256)}
+	go func() {
+		sc := bufio.NewReader(stdout)
+		for {
+			line, err := sc.ReadString('\n')
+			if line != "" {
+				r.lines <- line
+			}
+			if err != nil {
+				close(r.lines)
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Error("server did not exit after stdin closed")
+		}
+	})
+	return r
+}
+
+func (r *wireServer) send(line string) {
+	r.t.Helper()
+	if _, err := io.WriteString(r.stdin, line+"\n"); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *wireServer) next() string {
+	r.t.Helper()
+	select {
+	case l, ok := <-r.lines:
+		if !ok {
+			r.t.Fatal("server output ended")
+		}
+		return l
+	case <-time.After(20 * time.Second):
+		r.t.Fatal("no answer from the server")
+	}
+	return ""
+}
+
+type wireReply struct {
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func (r *wireServer) reply(line string) wireReply {
+	r.t.Helper()
+	var rep wireReply
+	if err := json.Unmarshal([]byte(line), &rep); err != nil {
+		r.t.Fatalf("not JSON: %q", line)
+	}
+	return rep
+}
+
+func TestProtocolRawWire(t *testing.T) {
+	r := startWire(t)
+
+	// Before initialize: refused, ping allowed.
+	r.send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	if rep := r.reply(r.next()); rep.Error == nil || rep.Error.Code != -32600 || !strings.Contains(rep.Error.Message, "before initialize") {
+		t.Errorf("tools/list before initialize: %+v", rep)
+	}
+	r.send(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if rep := r.reply(r.next()); rep.Error != nil {
+		t.Errorf("ping: %+v", rep.Error)
+	}
+
+	r.send(`{"jsonrpc":"2.0","id":9007199254740993,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	if line := r.next(); !strings.HasPrefix(line, `{"jsonrpc":"2.0","id":9007199254740993,"result":`) {
+		t.Fatalf("initialize: %s", line)
+	}
+	r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	// Ids: exact, and refused when not a string or number.
+	r.send(`{"jsonrpc":"2.0","id":18446744073709551617,"method":"tools/list"}`)
+	if line := r.next(); !strings.HasPrefix(line, `{"jsonrpc":"2.0","id":18446744073709551617,"result":`) {
+		t.Errorf("big id: %.200s", line)
+	} else if strings.Contains(line, `\u003c`) || strings.Contains(line, `\u0026`) {
+		t.Errorf("HTML-escaped text on the wire: %.200s", line)
+	}
+	r.send(`{"jsonrpc":"2.0","id":{"x":1},"method":"tools/list"}`)
+	if rep := r.reply(r.next()); rep.Error == nil || rep.Error.Code != -32600 || string(rep.ID) != "null" {
+		t.Errorf("object id: %+v", rep)
+	}
+
+	// Unknown job resources: -32002 with a sentence.
+	for i, uri := range []string{"job://nope", "job://00000000-0000-4000-8000-000000000000/output", "job://a/b/c"} {
+		r.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"r%d","method":"resources/read","params":{"uri":%q}}`, i, uri))
+		if rep := r.reply(r.next()); rep.Error == nil || rep.Error.Code != -32002 {
+			t.Errorf("%s: %+v", uri, rep)
+		}
+	}
+	r.send(`{"jsonrpc":"2.0","id":"list","method":"resources/list"}`)
+	if rep := r.reply(r.next()); rep.Error != nil {
+		t.Errorf("resources/list: %+v", rep.Error)
+	}
+}
+
+// A call that the client abandons because its own deadline passed leaves the
+// job running (mcp-go's client sends the reason "context deadline exceeded").
+func TestProtocolClientTimeoutLeavesJobRunning(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := s.client.CallTool(ctx, toolRequest("run_command", map[string]any{"command": "sleep 100", "wait_s": 30})); err == nil {
+		t.Fatal("want the call to time out")
+	}
+	time.Sleep(2 * time.Second)
+	jobs := s.ok("list_jobs", map[string]any{"status": []string{"running"}})
+	list, _ := jobs["jobs"].([]any)
+	if len(list) != 1 {
+		t.Fatalf("want the job still running, got %v", jobs)
+	}
+	id := str(list[0].(map[string]any), "job_id")
+	if got := s.ok("kill_job", map[string]any{"job_id": id, "grace_s": 0}); str(got, "status") != "killed" {
+		t.Errorf("kill: %v", got)
+	}
+}
