@@ -51,8 +51,10 @@ func (r *fakeRuntime) Ping(context.Context) error                        { retur
 func (r *fakeRuntime) ImageExists(context.Context, string) (bool, error) { return true, nil }
 func (r *fakeRuntime) Close() error                                      { return nil }
 
-func (h *fakeHandle) ContainerID() string                  { return h.id }
-func (h *fakeHandle) Stdin() io.Writer                     { return nil }
+func (h *fakeHandle) ContainerID() string { return h.id }
+func (h *fakeHandle) WriteStdin(context.Context, []byte) (int, error) {
+	return 0, sandbox.ErrNoStdin
+}
 func (h *fakeHandle) CloseStdin() error                    { return nil }
 func (h *fakeHandle) Done() <-chan struct{}                { return h.done }
 func (h *fakeHandle) Status() sandbox.ExitStatus           { return sandbox.ExitStatus{ExitCode: 137} }
