@@ -68,6 +68,7 @@ test-unit:
 lint:
 	@out=$$(gofmt -l cmd internal images test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
 
 # Latency of a tiny command through sandboxer, as ratios against baselines measured in the same run.
 bench: images
