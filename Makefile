@@ -60,7 +60,9 @@ test: images
 # (internal/sandbox/fake): they are named TestMachine*, and the job package's
 # other tests need an engine, so only those run here.
 UNIT_PKGS := ./images/ ./internal/config/ ./internal/mcpserver/ ./internal/output/ ./internal/policy/ \
-	./internal/sandbox/fake/ ./internal/serverlock/ ./internal/store/ ./internal/tools/
+	./internal/sandbox/fake/ ./internal/sandbox/pool/ ./internal/serverlock/ ./internal/store/ \
+	./internal/supervisor/proto/ ./internal/tools/ ./cmd/sandboxer-supervisor/
+
 test-unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 	$(GO) test -race -count=1 -run '^TestMachine' ./internal/job/
