@@ -71,6 +71,10 @@ type Request struct {
 	// Limits are the policy's limits as resolved for this request.
 	Limits  policy.Resolved
 	Network string
+	// TTY runs the job on a terminal of this size (pty sessions).
+	TTY *sandbox.TTY
+	// Details are kept with the job's record (a session's terminal, a script's source).
+	Details store.Details
 }
 
 // SandboxLimits turns resolved policy limits into a sandbox's hard ceilings;
@@ -91,6 +95,7 @@ func SandboxSpec(pol *policy.Policy, req Request) sandbox.Spec {
 		OpenStdin: req.KeepStdinOpen || req.Stdin != nil,
 		Limits:    SandboxLimits(req.Limits, pol.Output.MaxBytesPerJob),
 		Timeout:   req.Limits.Timeout,
+		TTY:       req.TTY,
 	}
 }
 

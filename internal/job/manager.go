@@ -147,7 +147,7 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 	j.rec = store.Job{
 		ID: id, ServerID: m.server, Kind: req.Kind, Status: StatusQueued, Command: req.Command,
 		Language: req.Language, Image: req.Image, Workspace: req.Workspace, Cwd: req.Cwd,
-		Env: envKeys(req.Env), StdinOpen: req.KeepStdinOpen, CreatedAt: now,
+		Env: envKeys(req.Env), StdinOpen: req.KeepStdinOpen, CreatedAt: now, Details: req.Details,
 		Limits: store.Limits{
 			TimeoutMS: req.Limits.Timeout.Milliseconds(), MemoryBytes: req.Limits.MemoryBytes,
 			NanoCPUs: req.Limits.NanoCPUs, Pids: req.Limits.Pids,

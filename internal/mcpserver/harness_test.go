@@ -59,7 +59,10 @@ func (h *fakeHandle) CloseStdin() error                    { return nil }
 func (h *fakeHandle) Done() <-chan struct{}                { return h.done }
 func (h *fakeHandle) Status() sandbox.ExitStatus           { return sandbox.ExitStatus{ExitCode: 137} }
 func (h *fakeHandle) Signal(context.Context, string) error { return nil }
-func (h *fakeHandle) Destroy(context.Context) error        { h.once.Do(func() { close(h.done) }); return nil }
+func (h *fakeHandle) Resize(context.Context, uint16, uint16) error {
+	return sandbox.ErrNoTTY
+}
+func (h *fakeHandle) Destroy(context.Context) error { h.once.Do(func() { close(h.done) }); return nil }
 
 // testServer is a Server serving over in-process pipes, with a raw client.
 type testServer struct {

@@ -117,8 +117,11 @@ type Handle interface {
 	// shortly after (a result does not wait for the engine's cleanup).
 	Done() <-chan struct{}
 	Status() ExitStatus
-	// Signal sends a signal (e.g. "TERM", "KILL") to the process tree's init.
+	// Signal sends a signal (e.g. "TERM", "INT", "KILL") to the job's process
+	// group (with a TTY: the terminal's foreground group).
 	Signal(ctx context.Context, signal string) error
+	// Resize sets the terminal size of a job started with a TTY; ErrNoTTY otherwise.
+	Resize(ctx context.Context, rows, cols uint16) error
 	// Destroy kills everything in the sandbox and removes it; idempotent.
 	Destroy(ctx context.Context) error
 }
@@ -193,6 +196,7 @@ var (
 	ErrImageMissing      = errors.New("image missing")
 	ErrNotFound          = errors.New("container not found")
 	ErrNoStdin           = errors.New("stdin is not open")
+	ErrNoTTY             = errors.New("the job has no terminal")
 )
 
 // EngineError wraps ErrEngineUnreachable with where the engine was looked for.

@@ -77,6 +77,31 @@ type Usage struct {
 	WallMS          int64 `json:"wall_ms"`
 }
 
+// Details is what only some kinds of job have. Each kind's part is nil for
+// the others; add a kind's fields in its own struct.
+type Details struct {
+	Session *SessionDetails `json:"session,omitempty"`
+	Script  *ScriptDetails  `json:"script,omitempty"`
+}
+
+// SessionDetails describes an interactive session's terminal.
+type SessionDetails struct {
+	Mode          string `json:"mode"` // "pty" or "pipe"
+	Rows          int    `json:"rows,omitempty"`
+	Cols          int    `json:"cols,omitempty"`
+	Name          string `json:"name,omitempty"`
+	IdleTimeoutMS int64  `json:"idle_timeout_ms,omitempty"`
+}
+
+// ScriptDetails keeps what a script ran: its source and how it was built.
+type ScriptDetails struct {
+	Source       string   `json:"source"`
+	Path         string   `json:"path,omitempty"`
+	Args         []string `json:"args,omitempty"`
+	Dependencies []string `json:"dependencies,omitempty"`
+	Version      string   `json:"language_version,omitempty"`
+}
+
 // Job is one persisted job record. Every field is stored.
 type Job struct {
 	ID          string   // uuid
@@ -98,6 +123,8 @@ type Job struct {
 	// identity); only that server writes the job while it lives.
 	ServerID string
 	Usage    Usage // stored as JSON
+	// Details holds what only some kinds of job have; stored as JSON.
+	Details Details
 
 	CreatedAt, StartedAt, EndedAt time.Time // zero = not set (stored as NULL, except CreatedAt)
 
@@ -181,11 +208,33 @@ var migrations = []string{
 	// what a job used.
 	`ALTER TABLE jobs ADD COLUMN server_id TEXT NOT NULL DEFAULT '';
 	ALTER TABLE jobs ADD COLUMN usage TEXT NOT NULL DEFAULT '{}';`,
+	// 4: what only some kinds of job have (a session's terminal, a script's
+	// source), named persistent workspaces, and the agent-edited block list.
+	`ALTER TABLE jobs ADD COLUMN details TEXT NOT NULL DEFAULT '{}';
+	CREATE TABLE workspaces (
+		name          TEXT PRIMARY KEY NOT NULL,
+		language      TEXT NOT NULL DEFAULT '',
+		image         TEXT NOT NULL DEFAULT '',
+		container_id  TEXT NOT NULL DEFAULT '',
+		volume        TEXT NOT NULL DEFAULT '',
+		state         TEXT NOT NULL DEFAULT '',
+		limits        TEXT NOT NULL DEFAULT '{}',
+		server_id     TEXT NOT NULL DEFAULT '',
+		created_at    INTEGER NOT NULL,
+		last_used_at  INTEGER,
+		details       TEXT NOT NULL DEFAULT '{}'
+	) STRICT;
+	CREATE TABLE blocked_commands (
+		command   TEXT PRIMARY KEY NOT NULL,
+		reason    TEXT NOT NULL DEFAULT '',
+		added_by  TEXT NOT NULL DEFAULT '',
+		added_at  INTEGER NOT NULL
+	) STRICT;`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build
 // creates and understands; it equals len(migrations).
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 func init() {
 	if len(migrations) != SchemaVersion {
@@ -195,7 +244,7 @@ func init() {
 
 const jobColumns = `id, kind, status, reason, exit_code, signal, command, language, image,
 	workspace, cwd, env, limits, container_id, stdin_open, created_at, started_at, ended_at,
-	stdout_bytes, stderr_bytes, dropped_bytes, read_cursor, error, stdout_read_cursor, stderr_read_cursor, server_id, usage`
+	stdout_bytes, stderr_bytes, dropped_bytes, read_cursor, error, stdout_read_cursor, stderr_read_cursor, server_id, usage, details`
 
 // Open opens or creates the job database at path, creating the parent
 // directory (mode 0700) if needed.
@@ -537,6 +586,10 @@ func jobArgs(j *Job) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: encode usage: %w", err)
 	}
+	details, err := json.Marshal(j.Details)
+	if err != nil {
+		return nil, fmt.Errorf("store: encode details: %w", err)
+	}
 	var exit any
 	if j.ExitCode != nil {
 		exit = int64(*j.ExitCode)
@@ -551,7 +604,7 @@ func jobArgs(j *Job) ([]any, error) {
 		j.Workspace, j.Cwd, string(env), string(lim), j.ContainerID, stdin, created,
 		timeToDB(j.StartedAt), timeToDB(j.EndedAt),
 		j.StdoutBytes, j.StderrBytes, j.DroppedBytes, j.ReadCursor, j.Error,
-		j.StdoutReadCursor, j.StderrReadCursor, j.ServerID, string(usage),
+		j.StdoutReadCursor, j.StderrReadCursor, j.ServerID, string(usage), string(details),
 	}, nil
 }
 
@@ -562,6 +615,7 @@ func scanJob(sc scanner) (*Job, error) {
 		j              Job
 		exit           sql.NullInt64
 		env, lim, use  string
+		details        string
 		stdin          int64
 		created        int64
 		started, ended sql.NullInt64
@@ -569,7 +623,7 @@ func scanJob(sc scanner) (*Job, error) {
 	err := sc.Scan(&j.ID, &j.Kind, &j.Status, &j.Reason, &exit, &j.Signal, &j.Command, &j.Language,
 		&j.Image, &j.Workspace, &j.Cwd, &env, &lim, &j.ContainerID, &stdin, &created, &started, &ended,
 		&j.StdoutBytes, &j.StderrBytes, &j.DroppedBytes, &j.ReadCursor, &j.Error,
-		&j.StdoutReadCursor, &j.StderrReadCursor, &j.ServerID, &use)
+		&j.StdoutReadCursor, &j.StderrReadCursor, &j.ServerID, &use, &details)
 	if err != nil {
 		return nil, err
 	}
@@ -585,6 +639,9 @@ func scanJob(sc scanner) (*Job, error) {
 	}
 	if err := json.Unmarshal([]byte(use), &j.Usage); err != nil {
 		return nil, fmt.Errorf("store: job %s: decode usage: %w", j.ID, err)
+	}
+	if err := json.Unmarshal([]byte(details), &j.Details); err != nil {
+		return nil, fmt.Errorf("store: job %s: decode details: %w", j.ID, err)
 	}
 	j.StdinOpen = stdin != 0
 	j.CreatedAt = time.Unix(0, created).UTC()
@@ -664,7 +721,7 @@ func (s *Store) UpdateJob(ctx context.Context, j *Job) error {
 		image = ?, workspace = ?, cwd = ?, env = ?, limits = ?, container_id = ?, stdin_open = ?,
 		created_at = COALESCE(?, created_at), started_at = ?, ended_at = ?, stdout_bytes = ?, stderr_bytes = ?,
 		dropped_bytes = ?, read_cursor = ?, error = ?, stdout_read_cursor = ?, stderr_read_cursor = ?,
-		server_id = ?, usage = ?
+		server_id = ?, usage = ?, details = ?
 		WHERE id = ?`, append(args[1:], args[0])...)
 	if err != nil {
 		return fmt.Errorf("store: update job %s: %w", j.ID, err)

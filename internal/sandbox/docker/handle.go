@@ -46,6 +46,7 @@ type handle struct {
 	// without an engine log), so frames are found by Resync.
 	joinMidStream bool
 	hasStdin      bool // the job reads frames' Data (stdin "pipe")
+	tty           bool // the job runs on a terminal (Resize works)
 
 	writeMu sync.Mutex    // one frame at a time on conn
 	turn    chan struct{} // one stdin writer (or closer) at a time
@@ -228,6 +229,9 @@ func (h *handle) Signal(ctx context.Context, signal string) error {
 
 // Resize changes a TTY job's terminal size.
 func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
+	if !h.tty {
+		return sandbox.ErrNoTTY
+	}
 	payload, _ := json.Marshal(proto.TTYSpec{Rows: rows, Cols: cols})
 	return h.writeFrame(ctx, proto.TypeResize, payload)
 }

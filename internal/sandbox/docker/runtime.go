@@ -316,6 +316,7 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	}
 	if spec.TTY != nil {
 		ps.TTY = &proto.TTYSpec{Rows: spec.TTY.Rows, Cols: spec.TTY.Cols}
+		h.tty = true
 	}
 	if err := ps.Validate(); err != nil {
 		return nil, err

@@ -95,6 +95,9 @@ func (h *handle) Signal(ctx context.Context, signal string) error {
 }
 
 // Destroy removes the container, which kills its process; idempotent.
+// Resize: the fake has no terminals.
+func (h *handle) Resize(context.Context, uint16, uint16) error { return sandbox.ErrNoTTY }
+
 func (h *handle) Destroy(ctx context.Context) error {
 	h.destroyMu.Do(func() { close(h.destroyed) })
 	_, err := h.eng.remove(ctx, h.c.info.ID, true)
