@@ -540,3 +540,81 @@ func TestMachineRecover(t *testing.T) {
 		t.Error("adopted job's container left")
 	}
 }
+
+// peers is a fixed answer to "which servers are alive".
+type peers map[string]bool
+
+func (p peers) Alive(id string) bool { return p[id] }
+func (p peers) Stale() []string      { return nil }
+func (p peers) Forget(string)        {}
+
+// TestMachineSharedStateDir: with several servers on one state directory, a
+// server's recovery pass leaves a live server's jobs and containers alone,
+// claims a dead server's, and sweeps the dead server's probes and warm
+// sandboxes — never its own.
+func TestMachineSharedStateDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	eng := fake.NewEngine()
+	st, err := store.Open(filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pol := policy.Default()
+	alive := peers{"live": true, "me": true}
+	m, err := New(eng.Runtime("machine", "me"), st, pol, dir, zerolog.Nop(), WithServer("me", alive))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	ctx := context.Background()
+	live, dead, me := eng.Runtime("machine", "live"), eng.Runtime("machine", "dead"), eng.Runtime("machine", "me")
+	sleepSpec := func(id, kind string) sandbox.Spec {
+		return sandbox.Spec{JobID: id, Kind: kind, Image: fakeImage, Cmd: []string{"bash", "-c", "sleep 60"}}
+	}
+	liveJob := uuid.NewString()
+	liveCID, _ := live.StartDetached(sleepSpec(liveJob, KindCommand))
+	liveProbe, _ := live.StartDetached(sleepSpec("probe-1", KindProbe))
+	deadProbe, _ := dead.StartDetached(sleepSpec("probe-2", KindProbe))
+	deadWarm, _ := dead.StartDetached(sleepSpec("", sandbox.KindPool))
+	myProbe, _ := me.StartDetached(sleepSpec("probe-3", KindProbe))
+	deadJob := uuid.NewString()
+	deadCID, _ := dead.StartDetached(sleepSpec(deadJob, KindCommand))
+	now := time.Now()
+	for _, rec := range []*store.Job{
+		{ID: liveJob, ServerID: "live", Kind: KindCommand, Status: StatusRunning, Image: fakeImage, ContainerID: liveCID, CreatedAt: now, StartedAt: now, Limits: store.Limits{TimeoutMS: 60000}},
+		{ID: deadJob, ServerID: "dead", Kind: KindCommand, Status: StatusRunning, Image: fakeImage, ContainerID: deadCID, CreatedAt: now, StartedAt: now, Limits: store.Limits{TimeoutMS: 60000}},
+	} {
+		if err := st.CreateJob(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pass := 0; pass < 3; pass++ { // every cleanup interval, again and again
+		if err := m.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, id := range map[string]string{"live server's job": liveCID, "live server's probe": liveProbe, "own probe": myProbe, "adopted job": deadCID} {
+		if !eng.Exists(id) {
+			t.Errorf("%s's container was removed", name)
+		}
+	}
+	for name, id := range map[string]string{"dead server's probe": deadProbe, "dead server's warm sandbox": deadWarm} {
+		if eng.Exists(id) {
+			t.Errorf("%s was not swept", name)
+		}
+	}
+	if got, _ := m.Get(ctx, liveJob); got.Status != StatusRunning || got.ServerID != "live" {
+		t.Errorf("live server's job after recovery: %s on %s", got.Status, got.ServerID)
+	}
+	if got, _ := m.Get(ctx, deadJob); got.ServerID != "me" || got.Status != StatusRunning {
+		t.Errorf("dead server's job not adopted: %s on %s", got.Status, got.ServerID)
+	}
+	if _, err := m.Kill(ctx, liveJob, "KILL", 0, ReasonRequested); !errors.Is(err, ErrOtherServer) {
+		t.Errorf("kill of a live server's job: %v, want ErrOtherServer", err)
+	}
+	for _, id := range []string{liveCID, liveProbe, myProbe} {
+		_ = me.Remove(ctx, id)
+	}
+}
