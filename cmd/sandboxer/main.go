@@ -153,6 +153,7 @@ func serve(args []string) error {
 	if warm != nil {
 		warm.Drain(shutdownCtx)
 	}
+	jobs.SweepOwn(shutdownCtx)
 	log.Info().Msg("stopped")
 	if serveErr != nil && !errors.Is(serveErr, context.Canceled) {
 		return serveErr

@@ -113,8 +113,8 @@ func (m *Manager) removeOrphans(ctx context.Context, containers []sandbox.Contai
 		if o == claimedElsewhere || m.othersAlive(o) {
 			continue
 		}
-		if o == m.server && c.Kind != KindCommand && c.Kind != KindScript && c.Kind != KindSession {
-			continue
+		if o == m.server && c.Running && c.Kind != KindCommand && c.Kind != KindScript && c.Kind != KindSession {
+			continue // a probe or a warm sandbox of this server, managed by its owner
 		}
 		m.log.Info().Str("container", shortID(c.ID)).Str("job", c.JobID).Str("kind", c.Kind).Msg("removing orphaned sandbox")
 		if err := m.rt.Remove(ctx, c.ID); err != nil {
@@ -232,6 +232,26 @@ func (m *Manager) forgetPeers(owner map[string]string, containers []sandbox.Cont
 	for _, id := range m.peers.Stale() {
 		if !used[id] {
 			m.peers.Forget(id)
+		}
+	}
+}
+
+// SweepOwn removes every sandbox this server made that runs no live job: at
+// exit, after Shutdown, it catches what a failed removal left (the engine
+// was down when a job or a warm sandbox ended), so a server leaves nothing
+// behind. Bounded by ctx.
+func (m *Manager) SweepOwn(ctx context.Context) {
+	containers, err := m.rt.List(ctx)
+	if err != nil {
+		m.log.Warn().Err(err).Msg("final sweep: cannot list sandboxes")
+		return
+	}
+	for _, c := range containers {
+		if c.Server != m.server || m.liveJob(c.JobID) != nil || m.liveContainer(c.ID) {
+			continue
+		}
+		if err := m.rt.Remove(ctx, c.ID); err != nil {
+			m.log.Warn().Err(err).Str("container", shortID(c.ID)).Msg("final sweep: remove")
 		}
 	}
 }

@@ -62,9 +62,10 @@ type handle struct {
 	hello     chan struct{} // closed once Hello arrived (or the stream ended)
 	helloOnce func()
 	helloErr  error
-	exit      *proto.Exit // the supervisor's report, once it came
-	consumed  int64       // bytes of the supervisor's stdout parsed so far
-	diag      tailBuffer  // the supervisor's stderr
+	exit      *proto.Exit   // the supervisor's report, once it came
+	exited    chan struct{} // closed when the report came
+	consumed  int64         // bytes of the supervisor's stdout parsed so far
+	diag      tailBuffer    // the supervisor's stderr
 
 	drained   chan struct{} // closed when the output stream ended
 	done      chan struct{}
@@ -81,6 +82,7 @@ func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
 		launched:  make(chan struct{}),
 		hello:     make(chan struct{}),
 		drained:   make(chan struct{}),
+		exited:    make(chan struct{}),
 		done:      make(chan struct{}),
 		destroyed: make(chan struct{}),
 	}
@@ -103,6 +105,8 @@ func (h *handle) Status() sandbox.ExitStatus {
 func (h *handle) ended() bool {
 	select {
 	case <-h.drained:
+		return true
+	case <-h.exited:
 		return true
 	default:
 		return false
@@ -360,8 +364,10 @@ func (h *handle) parse(src io.Reader) {
 			}
 		case proto.TypeExit:
 			var e proto.Exit
-			if json.Unmarshal(p, &e) == nil {
+			if json.Unmarshal(p, &e) == nil && h.exit == nil {
 				h.exit = &e
+				// The last frame: every output frame came before it.
+				close(h.exited)
 			}
 		}
 	}
@@ -376,6 +382,10 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	waitCode := int64(-1)
 	waited := false
 	select {
+	case <-h.exited:
+		// The supervisor's report: the job and every process of it have
+		// ended and all its output has been handed on. The container's own
+		// teardown (tens of milliseconds) is not the job's business.
 	case <-h.drained:
 		// The supervisor's stream ended: with its Exit report, that is the
 		// end; without one, the engine has the last word.

@@ -333,17 +333,24 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if resize && spec.JobID != "" {
 		// A warm container's labels were written before its job existed: its
 		// name says whose it is now (List reads it), off the job's path.
-		go func() {
+		time.AfterFunc(renameDelay, func() {
+			if h.ended() {
+				return // a short job: its container is going anyway
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 			defer cancel()
 			_, _ = h.rt.cli.ContainerRename(ctx, h.id, client.ContainerRenameOptions{NewName: jobNamePrefix + spec.JobID})
-		}()
+		})
 	}
 	return h, nil
 }
 
 // jobNamePrefix names a pooled container once it runs a job: sandboxer-job-<job id>.
 const jobNamePrefix = "sandboxer-job-"
+
+// renameDelay: a claimed container is renamed only if its job still runs
+// then, so the rename never competes with a short job.
+const renameDelay = 200 * time.Millisecond
 
 // warm is a prepared sandbox waiting in a pool.
 type warm struct{ h *handle }

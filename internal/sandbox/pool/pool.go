@@ -24,6 +24,9 @@ const (
 	prepareTimeout = 60 * time.Second
 	// discardTimeout bounds removing one.
 	discardTimeout = 30 * time.Second
+	// refillDelay is how long after a job takes a warm sandbox its
+	// replacement starts.
+	refillDelay = 100 * time.Millisecond
 	// Backoff after a failed start, doubling up to the maximum.
 	minBackoff = time.Second
 	maxBackoff = time.Minute
@@ -144,7 +147,9 @@ func (p *Pool) take(key string) sandbox.Warm {
 		default:
 		}
 		t.served++
-		p.signal()
+		// Refill a moment later: a short job then ends before its
+		// replacement competes with it for the engine and the CPUs.
+		time.AfterFunc(refillDelay, p.signal)
 		return w
 	}
 	t.missed++
