@@ -319,6 +319,14 @@ type warmCase struct {
 // phases split a call by the job's own timestamps (same host clock).
 type phases struct {
 	toCreated, toStarted, running, toReturn time.Duration
+	// For -trace's engine view (filled in from docker events afterwards).
+	container        string
+	started, ended   time.Time
+	wall             time.Duration // usage.wall_ms: the job's own run time, measured inside the sandbox
+	startedToDie     time.Duration // job started -> engine's die event of its container
+	dieToEnded       time.Duration // die event -> job ended (stream closed, exit recorded)
+	startedToRename  time.Duration // job started -> rename event (the claim's relabel)
+	haveDie, haveRen bool
 }
 
 func (s *server) measureWarm(ctx context.Context, o options, poolSize int, claimed map[string]bool, args map[string]any) (*warmCase, error) {
@@ -363,10 +371,56 @@ func phasesOf(sent, got time.Time, rec map[string]any) phases {
 		return ts
 	}
 	created, started, ended := t("created_at"), t("started_at"), t("ended_at")
-	return phases{
+	p := phases{
 		toCreated: created.Sub(sent), toStarted: started.Sub(created),
 		running: ended.Sub(started), toReturn: got.Sub(ended),
+		started: started, ended: ended,
 	}
+	p.container, _ = rec["container_id"].(string)
+	if u, ok := rec["usage"].(map[string]any); ok {
+		w, _ := u["wall_ms"].(float64)
+		p.wall = time.Duration(w * float64(time.Millisecond))
+	}
+	return p
+}
+
+// engineEvents reads the engine's events of the instance's containers since
+// began and places each warm job's die and rename events on its timeline.
+func engineEvents(ctx context.Context, s *server, began time.Time, cases ...*warmCase) error {
+	out, err := exec.CommandContext(ctx, "docker", "events",
+		"--since", strconv.FormatInt(began.Add(-time.Second).Unix(), 10),
+		"--until", strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10),
+		"--filter", "type=container",
+		"--filter", "label="+sandbox.LabelInstance+"="+(&config.Config{StateDir: s.stateDir}).Instance(),
+		"--format", "{{.Actor.ID}} {{.Action}} {{.TimeNano}}").Output()
+	if err != nil {
+		return err
+	}
+	type key struct{ id, action string }
+	at := map[key]time.Time{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			continue
+		}
+		at[key{f[0], f[1]}] = time.Unix(0, ns)
+	}
+	for _, c := range cases {
+		for i := range c.phases {
+			p := &c.phases[i]
+			if t, ok := at[key{p.container, "die"}]; ok {
+				p.startedToDie, p.dieToEnded, p.haveDie = t.Sub(p.started), p.ended.Sub(t), true
+			}
+			if t, ok := at[key{p.container, "rename"}]; ok {
+				p.startedToRename, p.haveRen = t.Sub(p.started), true
+			}
+		}
+	}
+	return nil
 }
 
 // throughput runs n trivial jobs from callers goroutines sharing the one
@@ -475,6 +529,7 @@ func poolOn(ctx context.Context, o options, r *report) error {
 	if _, err := s.poolFull(ctx, r.poolSize, claimed); err != nil {
 		return err
 	}
+	began := time.Now()
 	progress("warm: run_command true x%d (pool refilled before each)", o.runs)
 	if r.warmTrue, err = s.measureWarm(ctx, o, r.poolSize, claimed, map[string]any{"command": "true"}); err != nil {
 		return err
@@ -486,6 +541,12 @@ func poolOn(ctx context.Context, o options, r *report) error {
 	progress("warm: python3 -c 'print(1)' x%d", o.runs)
 	if r.warmPy, err = s.measureWarm(ctx, o, r.poolSize, claimed, map[string]any{"command": "python3 -c 'print(1)'", "language": "python"}); err != nil {
 		return err
+	}
+
+	if o.trace {
+		if err := engineEvents(ctx, s, began, r.warmTrue, r.warmEcho, r.warmPy); err != nil {
+			progress("trace: docker events: %v", err)
+		}
 	}
 
 	progress("memory: idle with a full pool")
@@ -687,17 +748,34 @@ func printReport(o options, r *report) {
 		yes(ms(r.warmTrue.lat.p50()) <= 15), yes(ms(r.warmTrue.lat.p95()) <= 40), yes(r.rssIdle <= 30<<20))
 
 	if o.trace {
-		fmt.Printf("\nwhere a warm call's time goes (p50 of each phase, ms; from the job's created/started/ended stamps)\n")
-		fmt.Printf("  %-28s %10s %10s %10s %10s\n", "case", "to created", "to started", "running", "to answer")
-		for _, c := range []struct {
+		fmt.Printf("\nwhere a warm call's time goes (p50 of each phase, ms)\n")
+		fmt.Printf("  from the client's clock and the job's created/started/ended stamps:\n")
+		fmt.Printf("  %-10s %10s %10s %10s %10s %12s\n", "case", "to created", "to started", "running", "to answer", "(in sandbox)")
+		type col struct {
 			name string
 			wc   *warmCase
-		}{{"true", r.warmTrue}, {"echo hi", r.warmEcho}, {"python3", r.warmPy}} {
-			var a, b, cc, d stats
+		}
+		cols := []col{{"true", r.warmTrue}, {"echo hi", r.warmEcho}, {"python3", r.warmPy}}
+		for _, c := range cols {
+			var a, b, cc, d, w stats
 			for _, p := range c.wc.phases {
-				a, b, cc, d = append(a, p.toCreated), append(b, p.toStarted), append(cc, p.running), append(d, p.toReturn)
+				a, b, cc, d, w = append(a, p.toCreated), append(b, p.toStarted), append(cc, p.running), append(d, p.toReturn), append(w, p.wall)
 			}
-			fmt.Printf("  %-28s %10.2f %10.2f %10.2f %10.2f\n", c.name, ms(a.p50()), ms(b.p50()), ms(cc.p50()), ms(d.p50()))
+			fmt.Printf("  %-10s %10.2f %10.2f %10.2f %10.2f %12.2f\n", c.name, ms(a.p50()), ms(b.p50()), ms(cc.p50()), ms(d.p50()), ms(w.p50()))
+		}
+		fmt.Printf("  \"running\" split by the engine's events of the container (docker events):\n")
+		fmt.Printf("  %-10s %16s %16s %18s\n", "case", "started->die", "die->ended", "started->rename")
+		for _, c := range cols {
+			var a, b, rn stats
+			for _, p := range c.wc.phases {
+				if p.haveDie {
+					a, b = append(a, p.startedToDie), append(b, p.dieToEnded)
+				}
+				if p.haveRen {
+					rn = append(rn, p.startedToRename)
+				}
+			}
+			fmt.Printf("  %-10s %16.2f %16.2f %18.2f\n", c.name, ms(a.p50()), ms(b.p50()), ms(rn.p50()))
 		}
 	}
 }
