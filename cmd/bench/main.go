@@ -63,8 +63,8 @@ func main() {
 	flag.IntVar(&o.seq, "seq", 200, "sequential trivial jobs, pool on")
 	flag.IntVar(&o.conc, "conc", 100, "trivial jobs from concurrent callers, pool on")
 	flag.IntVar(&o.callers, "callers", 8, "concurrent callers")
-	flag.IntVar(&o.seqOff, "seq-off", 30, "sequential trivial jobs, pool off (0 = skip)")
-	flag.IntVar(&o.concOff, "conc-off", 30, "trivial jobs from concurrent callers, pool off (0 = skip)")
+	flag.IntVar(&o.seqOff, "seq-off", 50, "sequential trivial jobs, pool off (0 = skip)")
+	flag.IntVar(&o.concOff, "conc-off", 50, "trivial jobs from concurrent callers, pool off (0 = skip)")
 	flag.IntVar(&o.maxJobs, "max-jobs", 8, "jobs.max_concurrent of both servers (SANDBOXER_MAX_JOBS), so 8 jobs can run at once")
 	flag.DurationVar(&o.settle, "settle", 50*time.Millisecond, "pause once the pool is full before a measured warm call")
 	flag.BoolVar(&o.trace, "trace", false, "also print where the time of a warm call goes (from the job's timestamps)")
@@ -384,43 +384,69 @@ func phasesOf(sent, got time.Time, rec map[string]any) phases {
 	return p
 }
 
-// engineEvents reads the engine's events of the instance's containers since
-// began and places each warm job's die and rename events on its timeline.
-func engineEvents(ctx context.Context, s *server, began time.Time, cases ...*warmCase) error {
-	out, err := exec.CommandContext(ctx, "docker", "events",
-		"--since", strconv.FormatInt(began.Add(-time.Second).Unix(), 10),
-		"--until", strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10),
+// eventLog follows the engine's container events of one instance while it
+// runs (the engine keeps only its last few hundred events, so they are read
+// as they happen rather than asked for afterwards).
+type eventLog struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	at   map[eventKey]time.Time
+}
+
+type eventKey struct{ id, action string }
+
+func followEvents(s *server) (*eventLog, error) {
+	cmd := exec.Command("docker", "events",
 		"--filter", "type=container",
 		"--filter", "label="+sandbox.LabelInstance+"="+(&config.Config{StateDir: s.stateDir}).Instance(),
-		"--format", "{{.Actor.ID}} {{.Action}} {{.TimeNano}}").Output()
+		"--format", "{{.Actor.ID}} {{.Action}} {{.TimeNano}}")
+	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	type key struct{ id, action string }
-	at := map[key]time.Time{}
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(l)
-		if len(f) != 3 {
-			continue
-		}
-		ns, err := strconv.ParseInt(f[2], 10, 64)
-		if err != nil {
-			continue
-		}
-		at[key{f[0], f[1]}] = time.Unix(0, ns)
+	if err := cmd.Start(); err != nil {
+		return nil, err
 	}
+	e := &eventLog{cmd: cmd, done: make(chan struct{}), at: map[eventKey]time.Time{}}
+	go func() {
+		defer close(e.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) != 3 {
+				continue
+			}
+			ns, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				continue
+			}
+			e.mu.Lock()
+			e.at[eventKey{f[0], f[1]}] = time.Unix(0, ns)
+			e.mu.Unlock()
+		}
+	}()
+	return e, nil
+}
+
+// stop ends the docker events process this bench started, and places each
+// warm job's die and rename events on its timeline.
+func (e *eventLog) stop(cases ...*warmCase) {
+	time.Sleep(200 * time.Millisecond) // the last events in flight
+	_ = e.cmd.Process.Kill()
+	<-e.done
+	_ = e.cmd.Wait()
 	for _, c := range cases {
 		for i := range c.phases {
 			p := &c.phases[i]
-			if t, ok := at[key{p.container, "die"}]; ok {
+			if t, ok := e.at[eventKey{p.container, "die"}]; ok {
 				p.startedToDie, p.dieToEnded, p.haveDie = t.Sub(p.started), p.ended.Sub(t), true
 			}
-			if t, ok := at[key{p.container, "rename"}]; ok {
+			if t, ok := e.at[eventKey{p.container, "rename"}]; ok {
 				p.startedToRename, p.haveRen = t.Sub(p.started), true
 			}
 		}
 	}
-	return nil
 }
 
 // throughput runs n trivial jobs from callers goroutines sharing the one
@@ -529,7 +555,17 @@ func poolOn(ctx context.Context, o options, r *report) error {
 	if _, err := s.poolFull(ctx, r.poolSize, claimed); err != nil {
 		return err
 	}
-	began := time.Now()
+	var events *eventLog
+	if o.trace {
+		if events, err = followEvents(s); err != nil {
+			return fmt.Errorf("docker events: %w", err)
+		}
+		defer func() {
+			if events.cmd.ProcessState == nil {
+				events.stop()
+			}
+		}()
+	}
 	progress("warm: run_command true x%d (pool refilled before each)", o.runs)
 	if r.warmTrue, err = s.measureWarm(ctx, o, r.poolSize, claimed, map[string]any{"command": "true"}); err != nil {
 		return err
@@ -543,10 +579,8 @@ func poolOn(ctx context.Context, o options, r *report) error {
 		return err
 	}
 
-	if o.trace {
-		if err := engineEvents(ctx, s, began, r.warmTrue, r.warmEcho, r.warmPy); err != nil {
-			progress("trace: docker events: %v", err)
-		}
+	if events != nil {
+		events.stop(r.warmTrue, r.warmEcho, r.warmPy)
 	}
 
 	progress("memory: idle with a full pool")
@@ -734,16 +768,17 @@ func printReport(o options, r *report) {
 	fmt.Printf("  %-60s %8.1fx\n", "  i.e. warm is this many times faster than docker run", dr/w)
 	ratio("pool off p50 / docker run p50 (true)", float64(r.coldTrue.p50())/dr, "<= 1.1", float64(r.coldTrue.p50())/dr <= 1.1)
 	ratio("pool off p50 / docker run p50 (echo hi)", float64(r.coldEcho.p50())/dr, "<= 1.1", float64(r.coldEcho.p50())/dr <= 1.1)
-	ratio("warm p50 / docker exec p50 (true)", w/float64(r.dockerExec.p50()), "-", true)
+	info := func(name string, v float64) { fmt.Printf("  %-60s %8.3f\n", name, v) }
+	info("warm p50 / docker exec p50 (true)", w/float64(r.dockerExec.p50()))
 	ratio("sequential jobs/s, pool on / serial docker run", r.seqOn/r.dockerRunJPS, ">= 1.5", r.seqOn/r.dockerRunJPS >= 1.5)
 	ratio(fmt.Sprintf("%d-caller jobs/s, pool on / serial docker run", r.callers), r.concOn/r.dockerRunJPS, ">= 1.5", r.concOn/r.dockerRunJPS >= 1.5)
 	if r.seqOff > 0 {
-		ratio("sequential jobs/s, pool off / serial docker run", r.seqOff/r.dockerRunJPS, "-", true)
+		info("sequential jobs/s, pool off / serial docker run", r.seqOff/r.dockerRunJPS)
 	}
 	if r.concOff > 0 {
-		ratio(fmt.Sprintf("%d-caller jobs/s, pool off / serial docker run", r.callers), r.concOff/r.dockerRunJPS, "-", true)
+		info(fmt.Sprintf("%d-caller jobs/s, pool off / serial docker run", r.callers), r.concOff/r.dockerRunJPS)
 	}
-	ratio("get_job flooded / idle (p50)", float64(r.getJobFlood.p50())/float64(r.getJobIdle.p50()), "-", true)
+	info("get_job flooded / idle (p50)", float64(r.getJobFlood.p50())/float64(r.getJobIdle.p50()))
 	fmt.Printf("  goals (not asserted): warm p50 <= 15 ms: %v; p95 <= 40 ms: %v; idle RSS <= 30 MiB: %v\n",
 		yes(ms(r.warmTrue.lat.p50()) <= 15), yes(ms(r.warmTrue.lat.p95()) <= 40), yes(r.rssIdle <= 30<<20))
 
