@@ -38,3 +38,23 @@ func TestBadPolicyStopsServerAtStart(t *testing.T) {
 		t.Fatalf("bad policy: err %v, output:\n%s", err, out)
 	}
 }
+
+// doctor reports the warm pool: what the policy asks, and how many warm
+// sandboxes of the state directory's servers wait now.
+func TestDoctorReportsPool(t *testing.T) {
+	s := startServer(t)
+	s.waitWarm(3)
+	out, err := exec.Command(binPath, "doctor", "--state-dir", s.stateDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("doctor: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "warm pool") || !strings.Contains(string(out), "bash 2, python 1") ||
+		!strings.Contains(string(out), "3 warm sandboxes waiting now") {
+		t.Errorf("doctor does not report the pool:\n%s", out)
+	}
+	off := writePolicy(t, "pool:\n  enabled: false\n")
+	out, _ = exec.Command(binPath, "doctor", "--state-dir", t.TempDir(), "--policy", off).CombinedOutput()
+	if !strings.Contains(string(out), "warm pool") || !strings.Contains(string(out), "off") {
+		t.Errorf("doctor with the pool off:\n%s", out)
+	}
+}
