@@ -224,8 +224,6 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 		return res, "", err
 	}
 	res.NextCursor = in.Cursor
-	var b strings.Builder
-	b.WriteString(statusLine(rec))
 	streams := []struct {
 		name    string
 		data    []byte
@@ -244,8 +242,17 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 			res.OmittedRanges = append(res.OmittedRanges, OmittedRange{Stream: s.name, Start: s.omitted.Start, End: s.omitted.End})
 		}
 		res.Lossy = res.Lossy || lossy
-		if text != "" {
-			fmt.Fprintf(&b, "\n--- %s ---\n%s", s.name, text)
+	}
+	return res, runText(rec, res), nil
+}
+
+// runText is the human-readable text of a run result.
+func runText(rec *job.Job, res RunResult) string {
+	var b strings.Builder
+	b.WriteString(statusLine(rec))
+	for _, s := range []struct{ name, text string }{{"stdout", res.Stdout}, {"stderr", res.Stderr}} {
+		if s.text != "" {
+			fmt.Fprintf(&b, "\n--- %s ---\n%s", s.name, s.text)
 		}
 	}
 	if !job.Finished(rec.Status) {
@@ -254,7 +261,7 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 	for _, r := range res.OmittedRanges {
 		fmt.Fprintf(&b, "\n(%s bytes %d to %d left out: read_output with stream %q and cursor %d returns them)", r.Stream, r.Start, r.End, r.Stream, r.Start)
 	}
-	return res, b.String(), nil
+	return b.String()
 }
 
 func truncate(s string, n int) string {
