@@ -40,7 +40,7 @@ type RunCommandArgs struct {
 type RunResult struct {
 	JobID         string         `json:"job_id" jsonschema:"the job's id, for read_output, get_job, send_input and kill_job"`
 	Status        string         `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
-	Reason        string         `json:"reason,omitempty" jsonschema:"why it ended: exit_code, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
+	Reason        string         `json:"reason,omitempty" jsonschema:"why it ended: exit_code, compile_error, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
 	ExitCode      *int           `json:"exit_code,omitempty" jsonschema:"the command's exit code, once it ended"`
 	Error         string         `json:"error,omitempty" jsonschema:"what went wrong starting or running the sandbox"`
 	Stdout        string         `json:"stdout" jsonschema:"standard output so far (head and tail when truncated)"`

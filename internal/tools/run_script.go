@@ -365,11 +365,12 @@ func (d Deps) scriptResult(ctx context.Context, rec *job.Job, which, version str
 		return RunScriptResult{}, "", err
 	}
 	out := RunScriptResult{RunResult: res, LanguageVersion: version}
-	if c, blockLen, ok := d.compileOf(ctx, rec.ID); ok {
+	if c, block, ok := d.compileOf(ctx, rec.ID); ok {
 		out.Compile = c
 		// The block starts stderr; it is shown as compile, not twice.
-		if blockLen > 0 && strings.HasPrefix(out.Stderr, "\x1esandboxer-compile ") && len(out.Stderr) >= blockLen && !omitted(res, "stderr", blockLen) {
-			out.Stderr = out.Stderr[blockLen:]
+		shown, _ := output.ToText(output.StripANSI(block))
+		if len(block) > 0 && strings.HasPrefix(out.Stderr, shown) && !omitted(res, "stderr", len(block)) {
+			out.Stderr = out.Stderr[len(shown):]
 		}
 		text = runText(rec, out.RunResult)
 	}
@@ -398,15 +399,15 @@ func omitted(res RunResult, stream string, n int) bool {
 }
 
 // compileOf reads a script job's compile block from the start of its stderr.
-func (d Deps) compileOf(ctx context.Context, id string) (*CompileResult, int, bool) {
+func (d Deps) compileOf(ctx context.Context, id string) (*CompileResult, []byte, bool) {
 	zero := int64(0)
 	head, err := d.Jobs.Read(ctx, id, job.ReadRequest{Stream: output.StderrOnly, Cursor: &zero, MaxBytes: script.MaxHeaderBytes, Peek: true})
 	if err != nil {
-		return nil, 0, false
+		return nil, nil, false
 	}
 	_, _, blockLen, ok := script.HeaderSize(head.Data)
 	if !ok {
-		return nil, 0, false
+		return nil, nil, false
 	}
 	limit := blockLen
 	if limit > 2*maxCompileBytes+1024 {
@@ -414,21 +415,21 @@ func (d Deps) compileOf(ctx context.Context, id string) (*CompileResult, int, bo
 	}
 	whole, err := d.Jobs.Read(ctx, id, job.ReadRequest{Stream: output.StderrOnly, Cursor: &zero, MaxBytes: int(limit), Peek: true})
 	if err != nil {
-		return nil, 0, false
+		return nil, nil, false
 	}
 	c, n, ok := script.ParseCompile(whole.Data)
 	if !ok {
 		// Too long to carry whole: the header's figures, the messages by cursor.
 		h, _, _, _ := script.HeaderSize(head.Data)
 		return &CompileResult{ExitCode: h.ExitCode, DurationMS: h.DurationMS, Truncated: true,
-			Stderr: "(the compiler's output is longer than 128 KiB: read_output with stream stderr from cursor 0 returns it)"}, 0, true
+			Stderr: "(the compiler's output is longer than 128 KiB: read_output with stream stderr from cursor 0 returns it)"}, nil, true
 	}
 	cr := &CompileResult{ExitCode: c.ExitCode, DurationMS: c.DurationMS}
 	cr.Stdout, cr.Truncated = capText(c.Stdout, maxCompileBytes)
 	var t bool
 	cr.Stderr, t = capText(c.Stderr, maxCompileBytes)
 	cr.Truncated = cr.Truncated || t
-	return cr, n, true
+	return cr, whole.Data[:n], true
 }
 
 func capText(s string, n int) (string, bool) {
