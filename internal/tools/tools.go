@@ -73,6 +73,7 @@ func All(d Deps) []Tool {
 		PruneJobs(d),
 		ListLanguages(d),
 		RunScript(d),
+		BenchmarkScript(d),
 	}
 }
 

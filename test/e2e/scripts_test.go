@@ -156,3 +156,22 @@ func (s *server) readResource(uri string) string {
 	tc, _ := res.Contents[0].(mcp.TextResourceContents)
 	return tc.Text
 }
+
+func TestScriptBenchmark(t *testing.T) {
+	s := startServer(t)
+	r := s.ok("benchmark_script", map[string]any{"language": "python", "code": "print(sum(range(100000)))", "runs": 3})
+	runs, _ := r["runs"].([]any)
+	if len(runs) != 3 {
+		t.Fatalf("benchmark_script runs 3: got %v", r)
+	}
+	for _, f := range []string{"wall_ms", "cpu_ms", "peak_memory_bytes"} {
+		st, _ := r[f].(map[string]any)
+		if st == nil || !(num(t, st, "min") <= num(t, st, "median") && num(t, st, "median") <= num(t, st, "max")) || num(t, st, "max") <= 0 {
+			t.Errorf("benchmark_script %s: want 0 < min <= median <= max, got %v", f, st)
+		}
+	}
+	msg := s.toolErr("benchmark_script", map[string]any{"language": "python", "code": "import sys; sys.exit(3)", "runs": 2, "warmup": 0})
+	if !strings.Contains(msg, "measured run 1") || !strings.Contains(msg, "exit code 3") {
+		t.Errorf("failing benchmark: %q", msg)
+	}
+}
