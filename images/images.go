@@ -33,7 +33,7 @@ import (
 	"time"
 )
 
-//go:embed all:base all:python all:javascript all:go all:rust
+//go:embed all:base all:python all:javascript all:go all:rust all:solidity
 var contexts embed.FS
 
 // supervisorDir holds images/supervisor/: a README (so the pattern always
@@ -94,6 +94,7 @@ var all = []Image{
 	{Name: "javascript", Base: "base"},
 	{Name: "go", Base: "base"},
 	{Name: "rust", Base: "base"},
+	{Name: "solidity", Base: "javascript"},
 }
 
 // All returns every image in build order (base first).

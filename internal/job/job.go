@@ -38,6 +38,8 @@ const (
 	ReasonCancelled  = "cancelled"
 	ReasonShutdown   = "server_shutdown"
 	ReasonTimeout    = "timeout"
+	// ReasonCompileError: a script's compile step failed; its program never ran.
+	ReasonCompileError = "compile_error"
 )
 
 // Finished says whether a status is final.
@@ -75,7 +77,16 @@ type Request struct {
 	TTY *sandbox.TTY
 	// Details are kept with the job's record (a session's terminal, a script's source).
 	Details store.Details
+	// ExitReason, when set, names the reason of a non-zero exit the process
+	// made on its own, from the first ExitReasonHeadBytes of its stderr
+	// (e.g. compile_error from a script driver's compile block); "" keeps
+	// exit_code. It lives in memory only: a job adopted after a restart ends
+	// with exit_code.
+	ExitReason func(stderrHead []byte) string
 }
+
+// ExitReasonHeadBytes is how much of stderr Request.ExitReason sees.
+const ExitReasonHeadBytes = 256
 
 // SandboxLimits turns resolved policy limits into a sandbox's hard ceilings;
 // logBytes caps the engine's own log of the container.

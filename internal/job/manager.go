@@ -385,6 +385,13 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 		rec.Status, rec.Reason = StatusCompleted, ""
 	default:
 		rec.Status, rec.Reason = StatusFailed, ReasonExitCode
+		if j.req.ExitReason != nil {
+			if head, _, err := j.capture.Read(output.StderrOnly, 0, ExitReasonHeadBytes); err == nil {
+				if r := j.req.ExitReason(head); r != "" {
+					rec.Reason = r
+				}
+			}
+		}
 	}
 	// ExitCode < 0 is the runtime's "unknown" (the container was already gone).
 	if j.handle != nil && st.Err == nil && !st.Gone && st.ExitCode >= 0 {

@@ -24,11 +24,12 @@ const DefaultLanguage = "bash"
 
 var builtins = []Language{
 	{Name: "bash", ImageName: "base", Description: "bash with coreutils and procps", VersionCmd: "bash --version | head -n1"},
-	{Name: "python", ImageName: "python", Description: "python3 with venv and pip", VersionCmd: "python3 --version"},
-	{Name: "javascript", ImageName: "javascript", Description: "node and npm", VersionCmd: "node --version"},
-	{Name: "typescript", ImageName: "javascript", Description: "tsc on node", VersionCmd: "tsc --version"},
-	{Name: "go", ImageName: "go", Description: "the Go toolchain", VersionCmd: "go version"},
-	{Name: "rust", ImageName: "rust", Description: "rustc and cargo", VersionCmd: "rustc --version"},
+	{Name: "python", ImageName: "python", Description: "Debian's python3 with venv and pip", VersionCmd: "python3 --version"},
+	{Name: "javascript", ImageName: "javascript", Description: "Node.js and npm from the npm registry", VersionCmd: "echo \"node $(node --version)\""},
+	{Name: "typescript", ImageName: "javascript", Description: "TypeScript on Node.js: run_script transpiles with esbuild (tsx's); tsc and tsx are installed", VersionCmd: "echo \"esbuild $(esbuild --version), node $(node --version), tsc $(tsc --version | sed 's/^Version //')\""},
+	{Name: "go", ImageName: "go", Description: "the Go toolchain from the Go module proxy", VersionCmd: "go version"},
+	{Name: "rust", ImageName: "rust", Description: "Debian's rustc and cargo", VersionCmd: "rustc --version"},
+	{Name: "solidity", ImageName: "solidity", Description: "solc (npm, WebAssembly) and an in-memory EVM (@ethereumjs/evm) on Node.js", VersionCmd: "solidity-run version"},
 }
 
 // Registry resolves languages under a policy.

@@ -48,6 +48,10 @@ func (s *Server) addResources(hooks *server.Hooks) {
 	// is not fixed, so the URI decides.
 	s.mcp.AddResourceTemplate(recordTmpl, s.readJobResource)
 	s.mcp.AddResourceTemplate(outputTmpl, s.readJobResource)
+	sourceTmpl := mcp.NewResourceTemplate("job://{job_id}/source", "script source",
+		mcp.WithTemplateDescription("A script job's source code, as run_script received it"),
+		mcp.WithTemplateMIMEType("text/plain"))
+	s.mcp.AddResourceTemplate(sourceTmpl, s.readJobResource)
 
 	hooks.AddOnError(func(ctx context.Context, id any, method mcp.MCPMethod, message any, err error) {
 		if method != mcp.MethodResourcesRead {
@@ -103,7 +107,7 @@ func jobResource(rec *job.Job) mcp.Resource {
 }
 
 func notAJobURI(uri string) string {
-	return fmt.Sprintf("%q is not a job resource: use job://{job_id} or job://{job_id}/output with a job_id from list_jobs or resources/list", truncate(uri, 200))
+	return fmt.Sprintf("%q is not a job resource: use job://{job_id}, job://{job_id}/output or job://{job_id}/source with a job_id from list_jobs or resources/list", truncate(uri, 200))
 }
 
 // readJobResource serves job://{job_id} (the record as JSON) and
@@ -111,12 +115,26 @@ func notAJobURI(uri string) string {
 func (s *Server) readJobResource(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 	uri := req.Params.URI
 	rest, ok := strings.CutPrefix(uri, "job://")
-	id, wantOutput := strings.CutSuffix(rest, "/output")
+	id, wantSource := strings.CutSuffix(rest, "/source")
+	id, wantOutput := strings.CutSuffix(id, "/output")
 	if !ok || id == "" || strings.ContainsAny(id, "/?#") {
 		return nil, &resourceNotFound{notAJobURI(uri)}
 	}
 	unknown := func() error {
 		return &resourceNotFound{fmt.Sprintf("no job %q: list_jobs or resources/list shows the known ones", truncate(id, 100))}
+	}
+	if wantSource {
+		rec, err := s.deps.Jobs.Get(ctx, id)
+		if errors.Is(err, job.ErrNotFound) {
+			return nil, unknown()
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rec.Details.Script == nil {
+			return nil, &resourceNotFound{fmt.Sprintf("job %s is a %s job, not a script: it has no source", rec.ID, rec.Kind)}
+		}
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: "text/plain", Text: rec.Details.Script.Source}}, nil
 	}
 	if !wantOutput {
 		rec, err := s.deps.Jobs.Get(ctx, id)

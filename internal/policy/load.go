@@ -95,6 +95,9 @@ func parse(data []byte) (*Policy, error) {
 	if p.Pool.Size == nil {
 		p.Pool.Size = map[string]int{}
 	}
+	if p.Scripts.EnvFileDirs == nil {
+		p.Scripts.EnvFileDirs = []string{}
+	}
 	return p, nil
 }
 
@@ -164,6 +167,17 @@ func check(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
 				continue
 			}
 			check(v, f.Type, key, errs)
+		}
+	case reflect.Slice:
+		if isNull(n) {
+			return
+		}
+		if n.Kind != yaml.SequenceNode {
+			*errs = append(*errs, nodeErr(n, path, "must be a list, got %s", describe(n)))
+			return
+		}
+		for i, v := range n.Content {
+			check(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), errs)
 		}
 	default:
 		if n.Kind != yaml.ScalarNode {

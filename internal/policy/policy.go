@@ -32,6 +32,16 @@ type Policy struct {
 	Languages map[string]Language `yaml:"languages"`
 	// Pool keeps sandboxes started before their jobs, so jobs start in milliseconds.
 	Pool Pool `yaml:"pool"`
+	// Scripts configures run_script and benchmark_script.
+	Scripts Scripts `yaml:"scripts"`
+}
+
+// Scripts configures run_script and benchmark_script.
+type Scripts struct {
+	// EnvFileDirs are the host directories (absolute) under which env_file may
+	// name a file; none by default, so env_file host paths are refused.
+	// Never nil after Default() or Load().
+	EnvFileDirs []string `yaml:"env_file_dirs"`
 }
 
 // Pool is the warm pool: per language, how many fresh sandboxes (with the
@@ -134,6 +144,7 @@ func Default() *Policy {
 		Runtime:   "",
 		Languages: map[string]Language{},
 		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2},
+		Scripts:   Scripts{EnvFileDirs: []string{}},
 	}
 }
 

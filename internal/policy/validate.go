@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"regexp"
 	"sort"
 )
@@ -174,6 +175,12 @@ func (p *Policy) Validate() error {
 		ps.intIn("pool.size."+name, int64(p.Pool.Size[name]), 0, maxPoolSize)
 	}
 	ps.intIn("pool.parallel", int64(p.Pool.Parallel), 1, maxPoolParallel)
+
+	for i, dir := range p.Scripts.EnvFileDirs {
+		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" {
+			ps.add(fmt.Sprintf("scripts.env_file_dirs[%d]", i), "%q must be a clean absolute directory other than /", dir)
+		}
+	}
 
 	return errors.Join(ps...)
 }

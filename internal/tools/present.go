@@ -10,33 +10,56 @@ import (
 
 // JobRecord is a job as get_job and the job:// resource show it.
 type JobRecord struct {
-	JobID          string   `json:"job_id" jsonschema:"the job's id"`
-	Kind           string   `json:"kind" jsonschema:"command, script or session"`
-	Status         string   `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
-	Reason         string   `json:"reason,omitempty" jsonschema:"why it ended: exit_code, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
-	ExitCode       *int     `json:"exit_code,omitempty" jsonschema:"exit code, once it ended"`
-	Signal         string   `json:"signal,omitempty" jsonschema:"the signal that ended it, if one did"`
-	Error          string   `json:"error,omitempty" jsonschema:"what went wrong starting or running the sandbox"`
-	Command        string   `json:"command" jsonschema:"the command line"`
-	Language       string   `json:"language" jsonschema:"the language it runs in"`
-	Image          string   `json:"image" jsonschema:"the image it runs in"`
-	Cwd            string   `json:"cwd" jsonschema:"its working directory"`
-	EnvKeys        []string `json:"env_keys,omitempty" jsonschema:"the environment variables it was given (values are not shown)"`
-	StdinOpen      bool     `json:"stdin_open" jsonschema:"its stdin is open for send_input"`
-	CreatedAt      string   `json:"created_at" jsonschema:"when it was submitted (RFC 3339, UTC)"`
-	StartedAt      string   `json:"started_at,omitempty" jsonschema:"when its sandbox started"`
-	EndedAt        string   `json:"ended_at,omitempty" jsonschema:"when it ended"`
-	DurationMS     int64    `json:"duration_ms" jsonschema:"run time so far, or in all once it ended, in milliseconds"`
-	TimeoutMS      int64    `json:"timeout_ms" jsonschema:"its timeout in milliseconds"`
-	MemoryBytes    int64    `json:"memory_bytes" jsonschema:"its memory limit in bytes"`
-	CPUs           float64  `json:"cpus" jsonschema:"its CPU quota in cores"`
-	Pids           int64    `json:"pids" jsonschema:"its limit of processes and threads"`
-	StdoutBytes    int64    `json:"stdout_bytes" jsonschema:"bytes of standard output stored"`
-	StderrBytes    int64    `json:"stderr_bytes" jsonschema:"bytes of standard error stored"`
-	DroppedBytes   int64    `json:"dropped_bytes" jsonschema:"output bytes past the per-job cap, counted but not stored"`
-	ContainerID    string   `json:"container_id,omitempty" jsonschema:"its sandbox container, while it has one"`
-	OutputResource string   `json:"output_resource" jsonschema:"the resource URI of its output"`
-	Usage          *Usage   `json:"usage,omitempty" jsonschema:"what its whole process tree used, once it ended"`
+	JobID          string      `json:"job_id" jsonschema:"the job's id"`
+	Kind           string      `json:"kind" jsonschema:"command, script or session"`
+	Status         string      `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
+	Reason         string      `json:"reason,omitempty" jsonschema:"why it ended: exit_code, compile_error, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
+	ExitCode       *int        `json:"exit_code,omitempty" jsonschema:"exit code, once it ended"`
+	Signal         string      `json:"signal,omitempty" jsonschema:"the signal that ended it, if one did"`
+	Error          string      `json:"error,omitempty" jsonschema:"what went wrong starting or running the sandbox"`
+	Command        string      `json:"command" jsonschema:"the command line"`
+	Language       string      `json:"language" jsonschema:"the language it runs in"`
+	Image          string      `json:"image" jsonschema:"the image it runs in"`
+	Cwd            string      `json:"cwd" jsonschema:"its working directory"`
+	EnvKeys        []string    `json:"env_keys,omitempty" jsonschema:"the environment variables it was given (values are not shown)"`
+	StdinOpen      bool        `json:"stdin_open" jsonschema:"its stdin is open for send_input"`
+	CreatedAt      string      `json:"created_at" jsonschema:"when it was submitted (RFC 3339, UTC)"`
+	StartedAt      string      `json:"started_at,omitempty" jsonschema:"when its sandbox started"`
+	EndedAt        string      `json:"ended_at,omitempty" jsonschema:"when it ended"`
+	DurationMS     int64       `json:"duration_ms" jsonschema:"run time so far, or in all once it ended, in milliseconds"`
+	TimeoutMS      int64       `json:"timeout_ms" jsonschema:"its timeout in milliseconds"`
+	MemoryBytes    int64       `json:"memory_bytes" jsonschema:"its memory limit in bytes"`
+	CPUs           float64     `json:"cpus" jsonschema:"its CPU quota in cores"`
+	Pids           int64       `json:"pids" jsonschema:"its limit of processes and threads"`
+	StdoutBytes    int64       `json:"stdout_bytes" jsonschema:"bytes of standard output stored"`
+	StderrBytes    int64       `json:"stderr_bytes" jsonschema:"bytes of standard error stored"`
+	DroppedBytes   int64       `json:"dropped_bytes" jsonschema:"output bytes past the per-job cap, counted but not stored"`
+	ContainerID    string      `json:"container_id,omitempty" jsonschema:"its sandbox container, while it has one"`
+	OutputResource string      `json:"output_resource" jsonschema:"the resource URI of its output"`
+	Usage          *Usage      `json:"usage,omitempty" jsonschema:"what its whole process tree used, once it ended"`
+	Script         *ScriptInfo `json:"script,omitempty" jsonschema:"a script job's source, args, dependencies and language version"`
+}
+
+// ScriptInfo is what a script job ran.
+type ScriptInfo struct {
+	Source          string   `json:"source" jsonschema:"the source (its first 16 KiB; job://{job_id}/source has all of it)"`
+	SourceTruncated bool     `json:"source_truncated,omitempty" jsonschema:"the source is longer than shown"`
+	SourceBytes     int      `json:"source_bytes" jsonschema:"the source's size in bytes"`
+	SourceResource  string   `json:"source_resource" jsonschema:"the resource URI of the whole source"`
+	Path            string   `json:"path,omitempty" jsonschema:"the workspace file it came from"`
+	Args            []string `json:"args,omitempty" jsonschema:"the program's arguments"`
+	Dependencies    []string `json:"dependencies,omitempty" jsonschema:"the packages it asked for"`
+	LanguageVersion string   `json:"language_version,omitempty" jsonschema:"the interpreter or compiler that ran it"`
+}
+
+func scriptInfoOf(rec *job.Job) *ScriptInfo {
+	sd := rec.Details.Script
+	if sd == nil {
+		return nil
+	}
+	src, cut := capText(sd.Source, maxSourceShown)
+	return &ScriptInfo{Source: src, SourceTruncated: cut, SourceBytes: len(sd.Source), SourceResource: "job://" + rec.ID + "/source",
+		Path: sd.Path, Args: sd.Args, Dependencies: sd.Dependencies, LanguageVersion: sd.Version}
 }
 
 // Usage is what a job's whole process tree used.
@@ -85,7 +108,7 @@ func RecordOf(rec *job.Job) JobRecord {
 		CPUs: float64(rec.Limits.NanoCPUs) / 1e9, Pids: rec.Limits.Pids,
 		StdoutBytes: rec.StdoutBytes, StderrBytes: rec.StderrBytes, DroppedBytes: rec.DroppedBytes,
 		ContainerID: rec.ContainerID, OutputResource: "job://" + rec.ID + "/output",
-		Usage: usageOf(rec),
+		Usage: usageOf(rec), Script: scriptInfoOf(rec),
 	}
 }
 

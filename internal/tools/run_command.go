@@ -40,7 +40,7 @@ type RunCommandArgs struct {
 type RunResult struct {
 	JobID         string         `json:"job_id" jsonschema:"the job's id, for read_output, get_job, send_input and kill_job"`
 	Status        string         `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
-	Reason        string         `json:"reason,omitempty" jsonschema:"why it ended: exit_code, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
+	Reason        string         `json:"reason,omitempty" jsonschema:"why it ended: exit_code, compile_error, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
 	ExitCode      *int           `json:"exit_code,omitempty" jsonschema:"the command's exit code, once it ended"`
 	Error         string         `json:"error,omitempty" jsonschema:"what went wrong starting or running the sandbox"`
 	Stdout        string         `json:"stdout" jsonschema:"standard output so far (head and tail when truncated)"`
@@ -224,8 +224,6 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 		return res, "", err
 	}
 	res.NextCursor = in.Cursor
-	var b strings.Builder
-	b.WriteString(statusLine(rec))
 	streams := []struct {
 		name    string
 		data    []byte
@@ -244,8 +242,17 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 			res.OmittedRanges = append(res.OmittedRanges, OmittedRange{Stream: s.name, Start: s.omitted.Start, End: s.omitted.End})
 		}
 		res.Lossy = res.Lossy || lossy
-		if text != "" {
-			fmt.Fprintf(&b, "\n--- %s ---\n%s", s.name, text)
+	}
+	return res, runText(rec, res), nil
+}
+
+// runText is the human-readable text of a run result.
+func runText(rec *job.Job, res RunResult) string {
+	var b strings.Builder
+	b.WriteString(statusLine(rec))
+	for _, s := range []struct{ name, text string }{{"stdout", res.Stdout}, {"stderr", res.Stderr}} {
+		if s.text != "" {
+			fmt.Fprintf(&b, "\n--- %s ---\n%s", s.name, s.text)
 		}
 	}
 	if !job.Finished(rec.Status) {
@@ -254,7 +261,7 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 	for _, r := range res.OmittedRanges {
 		fmt.Fprintf(&b, "\n(%s bytes %d to %d left out: read_output with stream %q and cursor %d returns them)", r.Stream, r.Start, r.End, r.Stream, r.Start)
 	}
-	return res, b.String(), nil
+	return b.String()
 }
 
 func truncate(s string, n int) string {

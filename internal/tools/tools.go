@@ -48,6 +48,8 @@ type Deps struct {
 	Runtime   sandbox.Runtime
 	Pool      *pool.Pool // nil when the policy turns the warm pool off
 	Notifier  Notifier
+	// Scripts are run_script's seams for features wired in later (block list).
+	Scripts ScriptHooks
 }
 
 // Tool is a definition with its handler and toolset.
@@ -70,6 +72,8 @@ func All(d Deps) []Tool {
 		KillJob(d),
 		PruneJobs(d),
 		ListLanguages(d),
+		RunScript(d),
+		BenchmarkScript(d),
 	}
 }
 

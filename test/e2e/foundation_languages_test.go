@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-var fLanguages = []string{"bash", "python", "javascript", "typescript", "go", "rust"}
+var fLanguages = []string{"bash", "python", "javascript", "typescript", "go", "rust", "solidity"}
 
 func TestFoundationListLanguages(t *testing.T) {
 	s := startServer(t)
@@ -31,7 +31,7 @@ func TestFoundationListLanguages(t *testing.T) {
 			t.Errorf("list_languages: %s maps to image %q, want sandboxer/...", name, str(m, "image"))
 		}
 	}
-	wantVersion := map[string]string{"bash": "GNU bash", "python": "Python 3.", "javascript": "v", "typescript": "Version", "go": "go version go1.", "rust": "rustc 1."}
+	wantVersion := map[string]string{"bash": "GNU bash", "python": "Python 3.", "javascript": "node v", "typescript": "esbuild ", "go": "go version go1.", "rust": "rustc 1.", "solidity": "solc 0.8."}
 	for name, prefix := range wantVersion {
 		if v := str(got[name], "version"); !strings.HasPrefix(v, prefix) {
 			t.Errorf("list_languages: %s version %q, want it to start with %q", name, v, prefix)

@@ -377,8 +377,20 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 		return nil, fmt.Errorf("base image %s is not present locally and images are never pulled: run scripts/base-image.sh (it pulls or debootstraps it), then retry", images.BaseRef)
 	}
 
+	extraCA, err := buildExtraCA()
+	if err != nil {
+		return nil, err
+	}
 	var built []string
 	for _, b := range builds {
+		if extraCA != "" && !b.Final {
+			args := make(map[string]string, len(b.BuildArgs)+1)
+			for k, v := range b.BuildArgs {
+				args[k] = v
+			}
+			args[ExtraCABuildArg] = extraCA
+			b.BuildArgs = args
+		}
 		if !force {
 			present, err := ImagePresent(ctx, cli, b.Tag)
 			if err != nil {
@@ -398,4 +410,29 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 		built = append(built, b.Tag)
 	}
 	return built, nil
+}
+
+// ExtraCABuildArg is the build argument through which core image builds that
+// download from registries (npm, the Go module proxy) receive an extra CA
+// bundle (PEM): on hosts whose egress intercepts TLS with its own CA.
+const ExtraCABuildArg = "SANDBOXER_EXTRA_CA"
+
+// BuildCAFileEnv names the environment variable holding the path of that PEM
+// bundle on the server's host; unset means none. The file's content, not its
+// path, reaches the build, so this works with a remote engine too.
+const BuildCAFileEnv = "SANDBOXER_BUILD_CA_FILE"
+
+func buildExtraCA() (string, error) {
+	path := os.Getenv(BuildCAFileEnv)
+	if path == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", BuildCAFileEnv, err)
+	}
+	if len(data) > 1<<20 || !bytes.Contains(data, []byte("-----BEGIN CERTIFICATE-----")) {
+		return "", fmt.Errorf("%s: %s is not a PEM certificate bundle of at most 1 MiB", BuildCAFileEnv, path)
+	}
+	return strings.TrimSpace(string(data)), nil
 }

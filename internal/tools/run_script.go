@@ -1,0 +1,442 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/joho/godotenv"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/script"
+	"github.com/sandboxer/sandboxer/internal/store"
+)
+
+// Script input bounds.
+const (
+	maxScriptArgs     = 256
+	maxScriptArgBytes = 32 << 10
+	maxEnvFileBytes   = 256 << 10
+	// maxCompileBytes caps what a result carries of each compile stream.
+	maxCompileBytes = 64 << 10
+	// maxSourceShown caps the source get_job shows (job://{id}/source has all).
+	maxSourceShown = 16 << 10
+)
+
+// RunScriptArgs are run_script's arguments.
+type RunScriptArgs struct {
+	Code          string            `json:"code" jsonschema:"the program's source code (at most 512 KiB, UTF-8, no NUL bytes)"`
+	Language      string            `json:"language"`
+	Args          []string          `json:"args,omitempty" jsonschema:"command-line arguments for the program (at most 256, each at most 32 KiB); for solidity: a contract name and calls such as inc() or set(5)"`
+	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text written to the program's stdin, which is then closed (at most 1 MiB)"`
+	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables, name to value (at most 64; LD_*, PATH and other loader or shell names refused); override env_file and the image"`
+	EnvFile       string            `json:"env_file,omitempty" jsonschema:"host path of a dotenv file (comments, quotes, export, multi-line quoted values) under a directory the policy lists in scripts.env_file_dirs; its variables override the image's, env overrides them"`
+	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input after stdin; default true with background, else false"`
+	TimeoutS      *float64          `json:"timeout_s,omitempty"`
+	WaitS         *float64          `json:"wait_s,omitempty"`
+	Background    bool              `json:"background,omitempty" jsonschema:"return at once with the job_id (status running or queued); default false"`
+	Output        string            `json:"output,omitempty"`
+	MemoryMB      *int64            `json:"memory_mb,omitempty"`
+	CPUs          *float64          `json:"cpus,omitempty"`
+	Pids          *int64            `json:"pids,omitempty"`
+}
+
+// RunScriptResult is run_script's result: run_command's plus the script's parts.
+type RunScriptResult struct {
+	RunResult
+	LanguageVersion string         `json:"language_version,omitempty" jsonschema:"the interpreter or compiler that ran it"`
+	Compile         *CompileResult `json:"compile,omitempty" jsonschema:"the compile step of a compiled language (go, rust, typescript, solidity), once it ran; a failed one ends the job failed with reason compile_error"`
+}
+
+// CompileResult is a script's compile step.
+type CompileResult struct {
+	Stdout     string `json:"stdout" jsonschema:"the compiler's standard output (at most 64 KiB)"`
+	Stderr     string `json:"stderr" jsonschema:"the compiler's messages (at most 64 KiB)"`
+	ExitCode   int    `json:"exit_code" jsonschema:"the compiler's exit code"`
+	DurationMS int64  `json:"duration_ms" jsonschema:"how long the compile step took, in milliseconds"`
+	Truncated  bool   `json:"truncated,omitempty" jsonschema:"the compiler's output was longer than shown"`
+}
+
+// ScriptHooks are seams filled in by features built elsewhere.
+type ScriptHooks struct {
+	// CheckBash, when set, checks a bash script's source against the command
+	// block list before anything runs; its error is shown to the caller.
+	CheckBash func(ctx context.Context, source string) error
+}
+
+// languageVersions remembers each image's runtime version: a tag names fixed content.
+var languageVersions = &versionCache{v: map[string]string{}}
+
+// scriptRun is a validated script ready to submit.
+type scriptRun struct {
+	req     job.Request
+	wait    time.Duration
+	version string
+}
+
+func scriptLanguageNames() []string { return script.Names() }
+
+// scriptRequest validates a script's arguments into a job request, reusing
+// run_command's request building for everything they share.
+func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun, *mcp.CallToolResult) {
+	if args.Language == "" {
+		return nil, errorResult("language is required: one of %s", strings.Join(script.Names(), ", "))
+	}
+	sl, ok := script.Lookup(args.Language)
+	if !ok {
+		return nil, errorResult("language %q is not one run_script knows: use one of %s", truncate(args.Language, 64), strings.Join(script.Names(), ", "))
+	}
+	if strings.TrimSpace(args.Code) == "" {
+		return nil, errorResult("code is empty: give the program's source")
+	}
+	if err := checkText("code", args.Code, script.MaxSourceBytes); err != nil {
+		return nil, errorResult("%v", err)
+	}
+	if len(args.Args) > maxScriptArgs {
+		return nil, errorResult("args has %d entries; the limit is %d", len(args.Args), maxScriptArgs)
+	}
+	for i, a := range args.Args {
+		if err := checkText(fmt.Sprintf("args[%d]", i), a, maxScriptArgBytes); err != nil {
+			return nil, errorResult("%v", err)
+		}
+	}
+	if sl.Name == "bash" && d.Scripts.CheckBash != nil {
+		if err := d.Scripts.CheckBash(ctx, args.Code); err != nil {
+			return nil, errorResult("%v", err)
+		}
+	}
+	env, problem := d.scriptEnv(args.Env, args.EnvFile)
+	if problem != nil {
+		return nil, problem
+	}
+	if args.Stdin != nil && len(*args.Stdin) > maxStdinBytes {
+		return nil, errorResult("stdin is %d bytes; the limit is %d", len(*args.Stdin), maxStdinBytes)
+	}
+	driver := sl.Driver("")
+	jr, wait, problem := d.commandRequest(RunCommandArgs{
+		Command: driver, Language: sl.Name, Env: env, KeepStdinOpen: args.KeepStdinOpen,
+		TimeoutS: args.TimeoutS, WaitS: args.WaitS, Background: args.Background, Output: args.Output,
+		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids,
+	})
+	if problem != nil {
+		return nil, problem
+	}
+	// The source travels on stdin, ahead of the program's own input: the
+	// spec frame stays small however large the source is.
+	stdin := make([]byte, 0, len(args.Code)+len(derefString(args.Stdin)))
+	stdin = append(append(stdin, args.Code...), derefString(args.Stdin)...)
+	jr.Kind = job.KindScript
+	jr.Command = scriptCommand(sl.Name, args.Args)
+	jr.Cmd = append([]string{"bash", "-c", driver, "sandboxer-script"}, args.Args...)
+	jr.Env = append(jr.Env, fmt.Sprintf("%s=%d", script.SourceBytesEnv, len(args.Code)))
+	jr.Stdin = stdin
+	if sl.Compiled() {
+		jr.ExitReason = func(head []byte) string {
+			if script.CompileFailed(head) {
+				return job.ReasonCompileError
+			}
+			return ""
+		}
+	}
+	version := d.languageVersion(ctx, sl.Name, jr.Image)
+	jr.Details = store.Details{Script: &store.ScriptDetails{
+		Source: args.Code, Args: args.Args, Version: version,
+	}}
+	return &scriptRun{req: jr, wait: wait, version: version}, nil
+}
+
+func derefString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// scriptCommand is what a script job records as its command.
+func scriptCommand(language string, args []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run_script %s", language)
+	for _, a := range args {
+		b.WriteString(" " + shellQuote(truncate(a, 256)))
+	}
+	return truncate(b.String(), 4096)
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%()", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// languageVersion asks an image once for its runtime's version; "" when it
+// cannot be asked (the run then reports none).
+func (d Deps) languageVersion(ctx context.Context, language, image string) string {
+	l, _, ok := d.Languages.Lookup(language)
+	if !ok || l.VersionCmd == "" || d.Jobs == nil {
+		return ""
+	}
+	key := image + " " + l.VersionCmd
+	if v, ok := languageVersions.get(key); ok {
+		return v
+	}
+	v, err := d.Jobs.Probe(ctx, image, l.VersionCmd, versionTimeout)
+	if err != nil {
+		return ""
+	}
+	languageVersions.put(key, v)
+	return v
+}
+
+// scriptEnv merges env_file (read from an allowed host directory) under env;
+// the result is validated by run_command's rules.
+func (d Deps) scriptEnv(env map[string]string, envFile string) (map[string]string, *mcp.CallToolResult) {
+	for k := range env {
+		if strings.HasPrefix(k, "SANDBOXER_") {
+			return nil, errorResult("env key %q is not allowed (SANDBOXER_* names are the sandbox's own)", truncate(k, 64))
+		}
+	}
+	if envFile == "" {
+		return env, nil
+	}
+	vars, err := d.readEnvFile(envFile)
+	if err != nil {
+		return nil, errorResult("%v", err)
+	}
+	merged := make(map[string]string, len(vars)+len(env))
+	for k, v := range vars {
+		if strings.HasPrefix(k, "SANDBOXER_") {
+			return nil, errorResult("env_file sets %q, which is not allowed (SANDBOXER_* names are the sandbox's own)", truncate(k, 64))
+		}
+		merged[k] = v
+	}
+	for k, v := range env {
+		merged[k] = v
+	}
+	if _, err := validateEnv(merged); err != nil {
+		return nil, errorResult("env and env_file together: %v", err)
+	}
+	return merged, nil
+}
+
+// readEnvFile parses a dotenv file that lies under one of the policy's
+// scripts.env_file_dirs (symbolic links resolved before the check).
+func (d Deps) readEnvFile(p string) (map[string]string, error) {
+	if err := checkText("env_file", p, maxCwdBytes); err != nil {
+		return nil, err
+	}
+	dirs := d.Policy.Scripts.EnvFileDirs
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("env_file %q: this server allows no host env files (policy scripts.env_file_dirs is empty); pass the variables in env instead", truncate(p, 256))
+	}
+	if !filepath.IsAbs(p) {
+		return nil, fmt.Errorf("env_file %q must be an absolute path under one of: %s", truncate(p, 256), strings.Join(dirs, ", "))
+	}
+	real, err := filepath.EvalSymlinks(filepath.Clean(p))
+	if err != nil {
+		return nil, fmt.Errorf("env_file %q: %v", truncate(p, 256), cleanMessage(err.Error()))
+	}
+	allowed := false
+	for _, dir := range dirs {
+		rd, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(rd, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && rel != "." {
+			allowed = true
+			break
+		}
+	}
+	if !allowed {
+		return nil, fmt.Errorf("env_file %q is not under a directory the policy allows (scripts.env_file_dirs: %s)", truncate(p, 256), strings.Join(dirs, ", "))
+	}
+	f, err := os.Open(real)
+	if err != nil {
+		return nil, fmt.Errorf("env_file %q: %v", truncate(p, 256), cleanMessage(err.Error()))
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("env_file %q is not a regular file", truncate(p, 256))
+	}
+	if st.Size() > maxEnvFileBytes {
+		return nil, fmt.Errorf("env_file %q is %d bytes; the limit is %d", truncate(p, 256), st.Size(), maxEnvFileBytes)
+	}
+	vars, err := parseDotenv(f)
+	if err != nil {
+		return nil, fmt.Errorf("env_file %q: %v", truncate(p, 256), err)
+	}
+	return vars, nil
+}
+
+// parseDotenv parses dotenv text with godotenv (no variable expansion of the
+// server's own environment: a value naming $HOME stays as written).
+func parseDotenv(r interface{ Read([]byte) (int, error) }) (map[string]string, error) {
+	return godotenv.Parse(r)
+}
+
+func RunScript(d Deps) Tool {
+	pol := d.policyOrDefault()
+	l := pol.Limits
+	in := inputSchema[RunScriptArgs](map[string]param{
+		"language": oneOf(scriptLanguageNames()...).describe("the source's language; compiled ones (go, rust, typescript, solidity) report their compile step in compile"),
+		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
+			"kill the job (remove its sandbox) after this many seconds, compile included: status timed_out; default %d, at most %d", l.TimeoutS.Default, l.TimeoutS.Max),
+		"wait_s": waitParam(pol, "return a running handle with the output so far after this many seconds, if the script has not ended", float64(pol.Jobs.DefaultWaitS)),
+		"output": oneOf("both", "stdout", "stderr").describe("which streams to return inline: both (default), stdout or stderr"),
+		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
+			"memory limit in MiB, compile included (no swap on top); default %d, at most %d", l.MemoryMB.Default, l.MemoryMB.Max),
+		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
+			"CPU quota in cores, e.g. 0.5; default %s, at most %s", num(l.CPUs.Default), num(l.CPUs.Max)),
+		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
+			"most processes and threads at once; default %d, at most %d", l.Pids.Default, l.Pids.Max),
+	})
+	def := mcp.NewTool("run_script",
+		mcp.WithDescription("Run source code in a fresh, hardened sandbox (no network, non-root, capped CPU, memory and processes): bash, python, javascript, typescript, go, rust or solidity. "+
+			"Compiled languages are compiled first in the same sandbox; the compile step comes back in compile, and a failed one ends the job failed with reason compile_error. "+
+			"Solidity: with args naming a contract and calls (e.g. [\"Counter\", \"inc()\", \"get()\"]) the contract is deployed to an in-memory EVM and each call's return values and events are printed; without args, its ABI and bytecode sizes. "+
+			"Waits up to wait_s, then returns a running handle like run_command; the source, args and language version are kept with the job (get_job, job://{id}/source)."),
+		mcp.WithToolTitle("Run a script in a sandbox"),
+		annotations("Run a script in a sandbox", false, true, false, false),
+		withInput(in),
+		withOutput[RunScriptResult](),
+	)
+	return Tool{Toolset: ToolsetExec, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args RunScriptArgs
+		if err := in.bind(req, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		run, problem := d.scriptRequest(ctx, args)
+		if problem != nil {
+			return problem, nil
+		}
+		jr := run.req
+		if args.Background {
+			if problem := d.checkImage(ctx, jr.Image); problem != nil {
+				return problem, nil
+			}
+			jr.Detach = true
+		}
+		rec, err := d.Jobs.Submit(ctx, jr)
+		if err != nil {
+			if rec != nil {
+				return errorResult("job %s could not start: %s", rec.ID, cleanMessage(err.Error())), nil
+			}
+			return failure(err), nil
+		}
+		if !args.Background {
+			stop := d.startProgress(ctx, req, rec.ID)
+			rec, err = d.Jobs.Wait(ctx, rec.ID, run.wait)
+			stop()
+			if err != nil {
+				return failure(err), nil
+			}
+			if ctx.Err() != nil && !job.Finished(rec.Status) {
+				if reason, ok := CancelReason(ctx); ok && ClientTimedOut(reason) {
+					return errorResult("call cancelled by the client's request timeout (%s); job %s goes on: read_output, get_job or kill_job with its job_id", reason, rec.ID), nil
+				}
+				id := rec.ID
+				if _, err := d.Jobs.Kill(context.Background(), id, "KILL", 0, job.ReasonCancelled); err != nil {
+					return errorResult("call cancelled; killing job %s: %v", id, err), nil
+				}
+				return errorResult("call cancelled; job %s killed", id), nil
+			}
+		}
+		res, text, err := d.scriptResult(ctx, rec, args.Output, run.version)
+		if err != nil {
+			return failure(err), nil
+		}
+		return structured(res, text), nil
+	}}
+}
+
+// scriptResult is runResult plus the compile step, which is taken out of the
+// inline stderr (it starts there) and returned on its own.
+func (d Deps) scriptResult(ctx context.Context, rec *job.Job, which, version string) (RunScriptResult, string, error) {
+	res, text, err := d.runResult(ctx, rec, which)
+	if err != nil {
+		return RunScriptResult{}, "", err
+	}
+	out := RunScriptResult{RunResult: res, LanguageVersion: version}
+	if c, block, ok := d.compileOf(ctx, rec.ID); ok {
+		out.Compile = c
+		// The block starts stderr; it is shown as compile, not twice.
+		shown, _ := output.ToText(output.StripANSI(block))
+		if len(block) > 0 && strings.HasPrefix(out.Stderr, shown) && !omitted(res, "stderr", len(block)) {
+			out.Stderr = out.Stderr[len(shown):]
+		}
+		text = runText(rec, out.RunResult)
+	}
+	var b strings.Builder
+	b.WriteString(text)
+	if out.Compile != nil {
+		fmt.Fprintf(&b, "\n--- compile: exit code %d, %d ms ---", out.Compile.ExitCode, out.Compile.DurationMS)
+		if s := strings.TrimSpace(out.Compile.Stdout + out.Compile.Stderr); s != "" {
+			b.WriteString("\n" + s)
+		}
+	}
+	if version != "" {
+		fmt.Fprintf(&b, "\n(%s)", version)
+	}
+	return out, b.String(), nil
+}
+
+// omitted says whether part of stream's first n bytes was left out inline.
+func omitted(res RunResult, stream string, n int) bool {
+	for _, r := range res.OmittedRanges {
+		if r.Stream == stream && r.Start < int64(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// compileOf reads a script job's compile block from the start of its stderr.
+func (d Deps) compileOf(ctx context.Context, id string) (*CompileResult, []byte, bool) {
+	zero := int64(0)
+	head, err := d.Jobs.Read(ctx, id, job.ReadRequest{Stream: output.StderrOnly, Cursor: &zero, MaxBytes: script.MaxHeaderBytes, Peek: true})
+	if err != nil {
+		return nil, nil, false
+	}
+	_, _, blockLen, ok := script.HeaderSize(head.Data)
+	if !ok {
+		return nil, nil, false
+	}
+	limit := blockLen
+	if limit > 2*maxCompileBytes+1024 {
+		limit = 2*maxCompileBytes + 1024
+	}
+	whole, err := d.Jobs.Read(ctx, id, job.ReadRequest{Stream: output.StderrOnly, Cursor: &zero, MaxBytes: int(limit), Peek: true})
+	if err != nil {
+		return nil, nil, false
+	}
+	c, n, ok := script.ParseCompile(whole.Data)
+	if !ok {
+		// Too long to carry whole: the header's figures, the messages by cursor.
+		h, _, _, _ := script.HeaderSize(head.Data)
+		return &CompileResult{ExitCode: h.ExitCode, DurationMS: h.DurationMS, Truncated: true,
+			Stderr: "(the compiler's output is longer than 128 KiB: read_output with stream stderr from cursor 0 returns it)"}, nil, true
+	}
+	cr := &CompileResult{ExitCode: c.ExitCode, DurationMS: c.DurationMS}
+	cr.Stdout, cr.Truncated = capText(c.Stdout, maxCompileBytes)
+	var t bool
+	cr.Stderr, t = capText(c.Stderr, maxCompileBytes)
+	cr.Truncated = cr.Truncated || t
+	return cr, whole.Data[:n], true
+}
+
+func capText(s string, n int) (string, bool) {
+	if len(s) <= n {
+		text, _ := output.ToText([]byte(s))
+		return text, false
+	}
+	text, _ := output.ToText(output.TrimRunes([]byte(s[:n])))
+	return text, true
+}
