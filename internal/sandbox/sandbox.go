@@ -55,6 +55,10 @@ type Spec struct {
 	Timeout time.Duration
 	// TTY runs the process on a terminal of this size (sessions); nil = pipes.
 	TTY *TTY
+	// Workspace names the workspace the job runs in ("" = a fresh sandbox):
+	// a runtime that knows workspaces (see WorkspaceRuntime) runs it in that
+	// workspace's container instead of a new one.
+	Workspace string
 }
 
 // TTY is a terminal size.
