@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
 // Toolsets an operator can switch on and off.
@@ -48,6 +49,8 @@ type Deps struct {
 	Runtime   sandbox.Runtime
 	Pool      *pool.Pool // nil when the policy turns the warm pool off
 	Notifier  Notifier
+	// Workspaces manages named, persistent sandboxes; nil = none.
+	Workspaces *workspace.Manager
 }
 
 // Tool is a definition with its handler and toolset.
@@ -70,6 +73,9 @@ func All(d Deps) []Tool {
 		KillJob(d),
 		PruneJobs(d),
 		ListLanguages(d),
+		CreateWorkspace(d),
+		ListWorkspaces(d),
+		DeleteWorkspace(d),
 	}
 }
 
