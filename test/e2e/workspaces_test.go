@@ -213,3 +213,30 @@ func TestWorkspaceLocalhostSharedBetweenJobs(t *testing.T) {
 	s.ok("kill_job", map[string]any{"job_id": id})
 	s.ok("delete_workspace", map[string]any{"name": name})
 }
+
+func TestWorkspaceDiskQuotaStopsTheJob(t *testing.T) {
+	s := startServer(t, policyEnv(t, "workspaces:\n  disk_mb: 20\npool:\n  enabled: false\n"))
+	name := "e2e-quota"
+	s.createWS(name, nil)
+	other := "e2e-quota-other"
+	s.createWS(other, nil)
+	bystander := s.wsRun(other, "sleep 6; echo fine", "background", true, "timeout_s", 30)
+	start := time.Now()
+	r := s.wsRun(name, "dd if=/dev/zero of=big bs=1M count=40 2>/dev/null; sleep 60", "timeout_s", 90)
+	if str(r, "status") != "killed" || str(r, "reason") != "disk_quota" || !strings.Contains(str(r, "error"), "disk quota of 20 MiB") {
+		t.Fatalf("job past the quota: %v", r)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("quota enforced only after %v", d)
+	}
+	// The other workspace's job carries on.
+	b := s.waitJob(str(bystander, "job_id"), "", 30*time.Second)
+	if str(b, "status") != "completed" {
+		t.Fatalf("job in another workspace: %v", b)
+	}
+	if out := s.wsOut(name, "rm big; echo ok"); out != "ok\n" {
+		t.Fatalf("cleanup job: %q", out)
+	}
+	s.ok("delete_workspace", map[string]any{"name": name})
+	s.ok("delete_workspace", map[string]any{"name": other})
+}
