@@ -103,7 +103,7 @@ func TestArgumentRefusals(t *testing.T) {
 		{"get_job", map[string]any{"wait_s": 1},
 			[]string{"argument job_id is required"}, nil},
 		{"run_command", map[string]any{"command": "echo", "foo": 1},
-			[]string{`argument "foo" is not known; known: command, language, cwd, env, stdin`}, nil},
+			[]string{`argument "foo" is not known; known: command, language, workspace, cwd, env, stdin`}, nil},
 		{"run_command", map[string]any{"command": "echo", "foo": 1, "bar": 2},
 			[]string{`arguments "bar", "foo" are not known; known: command`}, nil},
 		{"list_jobs", map[string]any{"workspace": "../w"},
