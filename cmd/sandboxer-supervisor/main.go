@@ -284,6 +284,13 @@ loop:
 				frames = nil
 				continue
 			}
+			if f.err != nil && s.spec.KillOnDetach {
+				killed = true
+				s.event("server input ended (%v): killing the job (kill_on_detach)", f.err)
+				s.killAll()
+				frames = nil
+				continue
+			}
 			if f.err != nil {
 				if f.err == io.EOF {
 					s.event("server input ended; the job keeps running")

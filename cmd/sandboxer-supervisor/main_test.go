@@ -789,3 +789,25 @@ func TestContainerModeInPidNamespace(t *testing.T) {
 		})
 	}
 }
+
+// A workspace job (an exec nobody can re-join) is killed, its whole tree,
+// when the server's input ends.
+func TestKillOnDetach(t *testing.T) {
+	script, markers := escapeJob()
+	c := startSupervisor(t)
+	s := spec("sh", "-c", script)
+	s.KillOnDetach = true
+	c.sendJSON(proto.TypeSpec, s)
+	if !c.pump(func() bool { return strings.Contains(c.stdout.String(), "ready") }, 5*time.Second) {
+		t.Fatal("job not ready")
+	}
+	if len(alive(markers[0])) == 0 {
+		t.Fatal("the escaped processes were not running")
+	}
+	c.closeInput()
+	e := c.wait(5 * time.Second)
+	if !e.Killed || e.ExitCode != 137 {
+		t.Fatalf("exit %+v", e)
+	}
+	assertGone(t, markers...)
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/serverlock"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/tools"
+	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
 const usage = `usage: sandboxer <command> [flags]
@@ -119,6 +120,9 @@ func serve(args []string) error {
 		warm = pool.New(engine, targets, cfg.Policy.Pool.Parallel, log)
 		rt = warm
 	}
+	// Workspaces sit in front: a job naming one runs in its container.
+	workspaces := workspace.New(engine, st, cfg.Policy, lock.ID(), log)
+	rt = workspace.NewRuntime(rt, workspaces)
 	defer rt.Close() // removes the warm sandboxes, then waits for removals under way
 	jobs, err := job.New(rt, st, cfg.Policy, cfg.StateDir, log, job.WithServer(lock.ID(), serverlock.NewProber(cfg.StateDir)))
 	if err != nil {
@@ -136,9 +140,10 @@ func serve(args []string) error {
 	if warm != nil {
 		go warm.Run()
 	}
+	go workspaces.Run()
 
 	srv, err := mcpserver.New(tools.Deps{
-		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm,
+		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm, Workspaces: workspaces,
 	}, cfg.Toolsets)
 	if err != nil {
 		return err

@@ -107,6 +107,7 @@ func SandboxSpec(pol *policy.Policy, req Request) sandbox.Spec {
 		Limits:    SandboxLimits(req.Limits, pol.Output.MaxBytesPerJob),
 		Timeout:   req.Limits.Timeout,
 		TTY:       req.TTY,
+		Workspace: req.Workspace,
 	}
 }
 

@@ -366,6 +366,10 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	switch {
 	case j.endStatus != "" && !exitedFirst:
 		rec.Status, rec.Reason = j.endStatus, j.endReason
+	case st.Stopped != "":
+		// The runtime stopped it on its own (a workspace's disk quota).
+		rec.Status, rec.Reason = StatusKilled, st.Stopped
+		rec.Error = st.StoppedWhy
 	case st.StartErr != nil:
 		rec.Status, rec.Reason = StatusFailed, ReasonStartError
 		rec.Error = st.StartErr.Error()

@@ -31,7 +31,7 @@ const (
 )
 
 // Toolsets lists the toolsets that exist.
-var Toolsets = []string{tools.ToolsetExec, tools.ToolsetJobs, tools.ToolsetInfo}
+var Toolsets = []string{tools.ToolsetExec, tools.ToolsetJobs, tools.ToolsetInfo, tools.ToolsetWorkspaces}
 
 // Server is a configured MCP server.
 type Server struct {

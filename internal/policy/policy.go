@@ -34,6 +34,27 @@ type Policy struct {
 	Pool Pool `yaml:"pool"`
 	// Scripts configures run_script and benchmark_script.
 	Scripts Scripts `yaml:"scripts"`
+	// Workspaces are named, persistent sandboxes.
+	Workspaces Workspaces `yaml:"workspaces"`
+}
+
+// Workspaces are named, persistent sandboxes: a long-lived container with a
+// volume at /workspace, stopped when idle and started again on use.
+type Workspaces struct {
+	Enabled bool `yaml:"enabled"`
+	// Max is how many workspaces may exist at once.
+	Max int `yaml:"max"`
+	// IdleStopS stops a workspace's container after this many seconds
+	// without a job (its files and packages stay); 0 = never.
+	IdleStopS int64 `yaml:"idle_stop_s"`
+	// DiskMB is the most a workspace's files (under /workspace) may take,
+	// enforced by polling while jobs run: a job that fills past it is killed.
+	DiskMB int64 `yaml:"disk_mb"`
+	// InstallNetwork is the Docker network a workspace joins while
+	// install_packages runs; "none" forbids installs.
+	InstallNetwork string `yaml:"install_network"`
+	// PipIndexURL is the package index pip installs from ("" = pip's default, PyPI).
+	PipIndexURL string `yaml:"pip_index_url"`
 }
 
 // Scripts configures run_script and benchmark_script.
@@ -145,6 +166,8 @@ func Default() *Policy {
 		Languages: map[string]Language{},
 		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2},
 		Scripts:   Scripts{EnvFileDirs: []string{}},
+		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024,
+			InstallNetwork: NetworkBridge, PipIndexURL: ""},
 	}
 }
 

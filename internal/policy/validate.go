@@ -27,6 +27,7 @@ const (
 	maxBytes        = 1 << 40          // output.*: 1 TiB
 	maxPoolSize     = 64               // pool.size.<language>
 	maxPoolParallel = 16               // pool.parallel
+	maxWorkspaces   = 1024             // workspaces.max
 )
 
 var (
@@ -41,6 +42,10 @@ var (
 		`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?` + // tag
 		`(?:@sha256:[a-f0-9]{64})?$`) // digest
 	runtimePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	// networkNamePattern is a Docker network name (workspaces.install_network).
+	networkNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	// pipIndexPattern is workspaces.pip_index_url: http(s), no spaces or quotes.
+	pipIndexPattern = regexp.MustCompile(`^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]{1,1000}$`)
 )
 
 // problems collects validation errors, each prefixed "policy: <key>: ".
@@ -175,6 +180,15 @@ func (p *Policy) Validate() error {
 		ps.intIn("pool.size."+name, int64(p.Pool.Size[name]), 0, maxPoolSize)
 	}
 	ps.intIn("pool.parallel", int64(p.Pool.Parallel), 1, maxPoolParallel)
+	ps.intIn("workspaces.max", int64(p.Workspaces.Max), 0, maxWorkspaces)
+	ps.intIn("workspaces.idle_stop_s", p.Workspaces.IdleStopS, 0, maxSeconds)
+	ps.intIn("workspaces.disk_mb", p.Workspaces.DiskMB, 1, maxMB)
+	if !networkNamePattern.MatchString(p.Workspaces.InstallNetwork) || p.Workspaces.InstallNetwork == "host" {
+		ps.add("workspaces.install_network", "%q is not a Docker network name (bridge, a user-defined network, or none to forbid installs; host is refused)", p.Workspaces.InstallNetwork)
+	}
+	if u := p.Workspaces.PipIndexURL; u != "" && !pipIndexPattern.MatchString(u) {
+		ps.add("workspaces.pip_index_url", "%q is not an http(s) URL", u)
+	}
 
 	for i, dir := range p.Scripts.EnvFileDirs {
 		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" {

@@ -55,6 +55,10 @@ type Spec struct {
 	Timeout time.Duration
 	// TTY runs the process on a terminal of this size (sessions); nil = pipes.
 	TTY *TTY
+	// Workspace names the workspace the job runs in ("" = a fresh sandbox):
+	// a runtime that knows workspaces (see WorkspaceRuntime) runs it in that
+	// workspace's container instead of a new one.
+	Workspace string
 }
 
 // TTY is a terminal size.
@@ -92,13 +96,16 @@ type ExitStatus struct {
 	Usage      Usage // zero when the runtime could not measure it
 	TimedOut   bool  // the sandbox enforced the job's deadline itself
 	ExitCode   int
-	OOMKilled  bool      // from the engine, not guessed from exit 137
-	Gone       bool      // the container vanished (removed from outside) before its end was seen
-	Err        error     // the engine failed while waiting; the end is unknown
-	CleanupErr error     // removing the sandbox afterwards failed (the end above still holds)
-	StartErr   error     // the job never ran: the sandbox said why (e.g. its command not found)
-	StartedAt  time.Time // as the engine saw it (zero if unknown)
-	FinishedAt time.Time
+	OOMKilled  bool  // from the engine, not guessed from exit 137
+	Gone       bool  // the container vanished (removed from outside) before its end was seen
+	Err        error // the engine failed while waiting; the end is unknown
+	CleanupErr error // removing the sandbox afterwards failed (the end above still holds)
+	StartErr   error // the job never ran: the sandbox said why (e.g. its command not found)
+	// Stopped is set when the runtime itself stopped the job (e.g.
+	// "disk_quota": its workspace filled past its quota); StoppedWhy says so in a sentence.
+	Stopped, StoppedWhy string
+	StartedAt           time.Time // as the engine saw it (zero if unknown)
+	FinishedAt          time.Time
 }
 
 // Handle is one running sandbox.

@@ -10,14 +10,17 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
 // ListJobsArgs are list_jobs' arguments.
 type ListJobsArgs struct {
 	Status []string `json:"status,omitempty"`
 	Kind   string   `json:"kind,omitempty"`
-	Limit  int      `json:"limit,omitempty"`
-	Cursor string   `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page, unchanged; omit for the first page"`
+	// Workspace filters by workspace name.
+	Workspace string `json:"workspace,omitempty" jsonschema:"only jobs that ran in this workspace"`
+	Limit     int    `json:"limit,omitempty"`
+	Cursor    string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page, unchanged; omit for the first page"`
 }
 
 // JobSummary is one line of list_jobs.
@@ -29,6 +32,7 @@ type JobSummary struct {
 	ExitCode   *int   `json:"exit_code,omitempty" jsonschema:"exit code, once it ended"`
 	Command    string `json:"command" jsonschema:"first 200 bytes of the command"`
 	Language   string `json:"language" jsonschema:"the language it ran in"`
+	Workspace  string `json:"workspace,omitempty" jsonschema:"the workspace it ran in, if any"`
 	CreatedAt  string `json:"created_at" jsonschema:"when it was submitted (RFC 3339, UTC)"`
 	DurationMS int64  `json:"duration_ms" jsonschema:"run time so far, or in all, in milliseconds"`
 	Usage      *Usage `json:"usage,omitempty" jsonschema:"what its whole process tree used, once it ended"`
@@ -84,11 +88,16 @@ func ListJobs(d Deps) Tool {
 		if args.Kind != "" && !slices.Contains(knownKinds, args.Kind) {
 			return errorResult("kind %q is not one of %s", truncate(args.Kind, 32), strings.Join(knownKinds, ", ")), nil
 		}
+		if args.Workspace != "" {
+			if err := workspace.CheckName(args.Workspace); err != nil {
+				return errorResult("workspace: %v", err), nil
+			}
+		}
 		if args.Limit < 0 || args.Limit > store.MaxListLimit {
 			return errorResult("limit %d is out of range: 1 to %d", args.Limit, store.MaxListLimit), nil
 		}
 		jobs, next, err := d.Jobs.List(ctx, store.ListFilter{
-			Status: args.Status, Kind: args.Kind, Limit: args.Limit, Cursor: args.Cursor,
+			Status: args.Status, Kind: args.Kind, Workspace: args.Workspace, Limit: args.Limit, Cursor: args.Cursor,
 		})
 		if err != nil {
 			return failure(err), nil
@@ -99,7 +108,7 @@ func ListJobs(d Deps) Tool {
 		for _, j := range jobs {
 			res.Jobs = append(res.Jobs, JobSummary{
 				JobID: j.ID, Kind: j.Kind, Status: j.Status, Reason: j.Reason, ExitCode: j.ExitCode,
-				Command: truncate(j.Command, 200), Language: j.Language,
+				Command: truncate(j.Command, 200), Language: j.Language, Workspace: j.Workspace,
 				CreatedAt: stamp(j.CreatedAt), DurationMS: durationOf(j), Usage: usageOf(j),
 			})
 			fmt.Fprintf(&b, "\n%s %-9s %s", j.ID, j.Status, truncate(strings.ReplaceAll(j.Command, "\n", " "), 80))

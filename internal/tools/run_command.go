@@ -23,6 +23,7 @@ const timeoutSlack = 5 * time.Second
 type RunCommandArgs struct {
 	Command       string            `json:"command" jsonschema:"shell command line, run with bash -c inside a fresh sandbox (at most 128 KiB, no NUL bytes)"`
 	Language      string            `json:"language,omitempty"`
+	Workspace     string            `json:"workspace,omitempty" jsonschema:"run inside this workspace (create_workspace): its files at /workspace, its installed packages, its localhost; the workspace's language is used. Omit for a fresh sandbox"`
 	Cwd           string            `json:"cwd,omitempty" jsonschema:"working directory: /workspace (default) or a path below it; a relative path is taken from /workspace; .. is refused"`
 	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command, name to value (at most 64; names [A-Za-z_][A-Za-z0-9_]*; LD_* and DYLD_* refused)"`
 	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text written to the command's stdin, which is then closed (at most 1 MiB)"`
@@ -170,6 +171,14 @@ func (d Deps) commandRequest(args RunCommandArgs) (job.Request, time.Duration, *
 	if !ok {
 		return job.Request{}, 0, errorResult("unknown language %q: use one of %s (list_languages tells more)", truncate(name, 64), strings.Join(d.Languages.Names(), ", "))
 	}
+	var wsName string
+	if args.Workspace != "" {
+		w, problem := d.workspaceFor(args.Workspace, args.Language)
+		if problem != nil {
+			return job.Request{}, 0, problem
+		}
+		language.Name, image, wsName = w.Language, w.Image, w.Name
+	}
 	cwd, err := validateCwd(args.Cwd)
 	if err != nil {
 		return job.Request{}, 0, errorResult("%v", err)
@@ -204,7 +213,7 @@ func (d Deps) commandRequest(args RunCommandArgs) (job.Request, time.Duration, *
 	}
 	return job.Request{
 		Kind: job.KindCommand, Command: args.Command, Cmd: []string{"bash", "-c", args.Command},
-		Language: language.Name, Image: image, Cwd: cwd, Env: env,
+		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
 		Stdin: stdin, KeepStdinOpen: keepOpen,
 		Limits:  limits,
 		Network: d.Policy.Network,

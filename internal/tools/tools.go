@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
 // Toolsets an operator can switch on and off.
@@ -50,6 +51,8 @@ type Deps struct {
 	Notifier  Notifier
 	// Scripts are run_script's seams for features wired in later (block list).
 	Scripts ScriptHooks
+	// Workspaces manages named, persistent sandboxes; nil = none.
+	Workspaces *workspace.Manager
 }
 
 // Tool is a definition with its handler and toolset.
@@ -74,6 +77,9 @@ func All(d Deps) []Tool {
 		ListLanguages(d),
 		RunScript(d),
 		BenchmarkScript(d),
+		CreateWorkspace(d),
+		ListWorkspaces(d),
+		DeleteWorkspace(d),
 	}
 }
 

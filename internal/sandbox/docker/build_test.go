@@ -235,10 +235,11 @@ func TestBuildFromImages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		args := map[string]string{images.BaseImageArg: images.CoreTag("base")}
+		args := map[string]string{}
 		want := images.BaseRef
 		if im.Base != "" {
 			want = images.CoreTag(im.Base)
+			args[images.BaseImageArg] = want // each image is built FROM its parent's core
 		}
 		if got, err := fromImages(df, args); err != nil || len(got) != 1 || got[0] != want {
 			t.Errorf("%s: FROM images %v, %v; want [%s]", im.Name, got, err, want)

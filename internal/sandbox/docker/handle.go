@@ -46,7 +46,11 @@ type handle struct {
 	// without an engine log), so frames are found by Resync.
 	joinMidStream bool
 	hasStdin      bool // the job reads frames' Data (stdin "pipe")
-	tty           bool // the job runs on a terminal (Resize works)
+	// execID is set when the job runs as an exec of the supervisor in a
+	// workspace's container (kill mode "tree"): ending the job never
+	// touches the container.
+	execID string
+	tty    bool // the job runs on a terminal (Resize works)
 
 	writeMu sync.Mutex    // one frame at a time on conn
 	turn    chan struct{} // one stdin writer (or closer) at a time
@@ -222,7 +226,12 @@ func (h *handle) Signal(ctx context.Context, signal string) error {
 	if h.conn != nil && !h.ended() {
 		if err := h.writeFrame(ctx, proto.TypeSignal, []byte(signal)); err == nil {
 			return nil
+		} else if h.execID != "" {
+			return err
 		}
+	}
+	if h.execID != "" {
+		return nil // the exec has ended: nothing left to signal (never the shared container)
 	}
 	_, err := h.rt.cli.ContainerKill(ctx, h.id, client.ContainerKillOptions{Signal: signal})
 	if err != nil && (cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err)) {
@@ -240,9 +249,23 @@ func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
 	return h.writeFrame(ctx, proto.TypeResize, payload)
 }
 
-// Destroy removes the container, which kills every process in it.
+// Destroy removes the container, which kills every process in it. A job in a
+// workspace's container is killed by its supervisor (Kill frame: its whole
+// process tree, setsid'd descendants too); the container stays.
 func (h *handle) Destroy(ctx context.Context) error {
 	h.destroyMu.Do(func() { close(h.destroyed) })
+	if h.execID != "" {
+		if h.ended() {
+			return nil
+		}
+		if err := h.writeFrame(ctx, proto.TypeKill, nil); err != nil && !h.ended() {
+			// The supervisor's input is gone: it kills the job by itself
+			// (kill_on_detach); closing our end makes sure it sees that.
+			h.conn.Close()
+			return fmt.Errorf("kill the job in workspace container %.12s: %w", h.id, err)
+		}
+		return nil
+	}
 	return h.rt.Remove(ctx, h.id)
 }
 
@@ -422,7 +445,7 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 		if e.Error != "" {
 			h.status.StartErr = errors.New(e.Error)
 		}
-	} else {
+	} else if h.execID == "" {
 		if !waited {
 			select {
 			case res := <-wait.Result:
@@ -445,6 +468,14 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	}
 	if h.conn != nil {
 		h.conn.Close()
+	}
+	if h.execID != "" {
+		// A job in a workspace: the container is the workspace's, never removed here.
+		if h.exit == nil {
+			h.status = h.execVerdict(ctx)
+		}
+		close(h.done)
+		return
 	}
 	if h.exit != nil {
 		h.rt.removeLater(h.id) // counted before Done, so Flush after Done waits for it

@@ -307,6 +307,19 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir,
 		Stdin: proto.StdinClosed, TimeoutMS: backstop(spec.Timeout), KillMode: proto.KillContainer,
 	}
+	if h.execID != "" {
+		// A workspace's container is shared: kill the job's tree only, and
+		// the job itself when this server's stream to it goes (an exec
+		// cannot be re-joined after a restart).
+		ps.KillMode, ps.KillOnDetach = proto.KillTree, true
+		ps.Rlimits = map[string]uint64{}
+		if spec.Limits.OpenFiles > 0 {
+			ps.Rlimits["nofile"] = uint64(spec.Limits.OpenFiles)
+		}
+		if spec.Limits.FileSizeBytes > 0 {
+			ps.Rlimits["fsize"] = uint64(spec.Limits.FileSizeBytes)
+		}
+	}
 	if ps.Cwd == "" {
 		ps.Cwd = defaultWorkDir
 	}

@@ -55,7 +55,7 @@
 // not be executed) or 127 (executable not found).
 //
 // End of the supervisor's stdin (the server died or detached) does not stop
-// the job: it keeps running, its output keeps being written, and the deadline
+// the job (unless Spec.KillOnDetach: then it is killed as by a Kill frame): it keeps running, its output keeps being written, and the deadline
 // (Spec.TimeoutMS, measured from receipt of the Spec) is enforced by the
 // supervisor alone. A restarted server re-adopts the job by following the
 // container's output. Data that the job does not read is queued up to
@@ -308,6 +308,11 @@ type Spec struct {
 	TTY *TTYSpec `json:"tty,omitempty"`
 	// KillMode is KillContainer or KillTree; required.
 	KillMode string `json:"kill_mode"`
+	// KillOnDetach kills the job (as a Kill frame does) when the server's
+	// input ends, instead of letting it run on. A job run by `docker exec`
+	// in a shared workspace container sets it: no later server can re-join
+	// an exec's output, so a job nobody can watch must not linger.
+	KillOnDetach bool `json:"kill_on_detach,omitempty"`
 }
 
 // TTYSpec is a terminal size; also the payload of the 'R' (Resize) frame.

@@ -1,0 +1,303 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/google/uuid"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+var _ sandbox.WorkspaceRuntime = (*Runtime)(nil)
+
+// workspaceCaps are the capabilities a workspace container keeps in its
+// bounding set: only root processes (package installs, exec'd as root) can
+// have them; jobs run as uid 1000 under no-new-privileges and have none.
+// They are what dpkg and apt need: chown/chmod files of other owners, and
+// apt's switch to its _apt user for downloads.
+var workspaceCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID"}
+
+// workspaceNetwork is the network a workspace's container is created on and
+// at once disconnected from: a container made with network "none" can never
+// be connected to another network later (Engine 20.10 refuses), so installs
+// could not get one.
+const workspaceNetwork = "bridge"
+
+// CreateWorkspace creates a workspace's volume and its container (not started).
+func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec) (sandbox.WorkspaceRefs, error) {
+	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	name := "sandboxer-ws-" + ws.Name + "-" + suffix
+	labels := map[string]string{
+		sandbox.LabelManaged:   "true",
+		sandbox.LabelInstance:  r.instance,
+		sandbox.LabelServer:    r.server,
+		sandbox.LabelKind:      sandbox.KindWorkspace,
+		sandbox.LabelWorkspace: ws.Name,
+	}
+	vol, err := r.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: labels})
+	if err != nil {
+		return sandbox.WorkspaceRefs{}, r.engineErr(fmt.Errorf("create volume: %w", err))
+	}
+	refs := sandbox.WorkspaceRefs{Volume: vol.Volume.Name}
+	l := ws.Limits
+	init := true
+	pids := l.Pids
+	logBytes := l.LogBytes
+	if logBytes <= 0 {
+		logBytes = 1 << 20
+	}
+	tmp := l.TmpBytes
+	if tmp <= 0 {
+		tmp = 64 << 20
+	}
+	cfg := &container.Config{
+		Image: ws.Image,
+		// The main process only idles (under Docker's init, which reaps what
+		// jobs leave behind); every job is an exec of the supervisor.
+		Cmd:        []string{"sleep", "infinity"},
+		WorkingDir: defaultWorkDir,
+		User:       sandboxUser,
+		Labels:     labels,
+	}
+	host := &container.HostConfig{
+		LogConfig:   logConfig("local", logBytes),
+		NetworkMode: container.NetworkMode(workspaceNetwork),
+		CapDrop:     []string{"ALL"},
+		CapAdd:      workspaceCaps,
+		SecurityOpt: []string{"no-new-privileges"},
+		// Writable root (DESIGN §4): apt installs into it; it persists
+		// while the container exists (stopped included).
+		ReadonlyRootfs: false,
+		Tmpfs:          map[string]string{tmpPath: "rw,exec,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(tmp, 10)},
+		Mounts:         []mount.Mount{{Type: mount.TypeVolume, Source: refs.Volume, Target: defaultWorkDir}},
+		ShmSize:        shmSize,
+		IpcMode:        "private",
+		CgroupnsMode:   "private",
+		Init:           &init,
+		Runtime:        ws.Runtime,
+		OomScoreAdj:    500,
+		Resources: container.Resources{
+			Memory:     l.MemoryBytes,
+			MemorySwap: l.MemoryBytes,
+			NanoCPUs:   l.NanoCPUs,
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+	}
+	if l.OpenFiles > 0 {
+		host.Ulimits = append(host.Ulimits, &container.Ulimit{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles})
+	}
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: host})
+	if err != nil {
+		_ = r.RemoveWorkspace(context.WithoutCancel(ctx), refs)
+		if cerrdefs.IsNotFound(err) {
+			if ok, ierr := r.ImageExists(ctx, ws.Image); ierr == nil && !ok {
+				return sandbox.WorkspaceRefs{}, &sandbox.ImageError{Image: ws.Image}
+			}
+		}
+		return sandbox.WorkspaceRefs{}, r.engineErr(fmt.Errorf("create container: %w", err))
+	}
+	refs.ContainerID = created.ID
+	if err := r.SetNetwork(ctx, created.ID, workspaceNetwork, false); err != nil {
+		_ = r.RemoveWorkspace(context.WithoutCancel(ctx), refs)
+		return sandbox.WorkspaceRefs{}, err
+	}
+	return refs, nil
+}
+
+// StartWorkspace starts the container; a running one is left alone.
+func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
+	_, err := r.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return sandbox.ErrNotFound
+		}
+		return r.engineErr(fmt.Errorf("start workspace container: %w", err))
+	}
+	return nil
+}
+
+// StopWorkspace stops the container at once: its jobs are gone by then.
+func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
+	timeout := 1
+	_, err := r.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return r.engineErr(fmt.Errorf("stop workspace container: %w", err))
+	}
+	return nil
+}
+
+// WorkspaceRunning says whether the container runs; ErrNotFound when gone.
+func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error) {
+	info, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return false, sandbox.ErrNotFound
+		}
+		return false, r.engineErr(err)
+	}
+	st := info.Container.State
+	return st != nil && st.Running && !st.Restarting, nil
+}
+
+// RemoveWorkspace removes the container, then the volume; idempotent.
+func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRefs) error {
+	if refs.ContainerID != "" {
+		if err := r.Remove(ctx, refs.ContainerID); err != nil {
+			return err
+		}
+	}
+	if refs.Volume != "" {
+		_, err := r.cli.VolumeRemove(ctx, refs.Volume, client.VolumeRemoveOptions{Force: true})
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			return r.engineErr(fmt.Errorf("remove volume %s: %w", refs.Volume, err))
+		}
+	}
+	return nil
+}
+
+// SetNetwork connects or disconnects the container; idempotent.
+func (r *Runtime) SetNetwork(ctx context.Context, id, network string, connected bool) error {
+	var err error
+	if connected {
+		_, err = r.cli.NetworkConnect(ctx, network, client.NetworkConnectOptions{Container: id})
+		if err != nil && strings.Contains(err.Error(), "already exists") {
+			err = nil
+		}
+	} else {
+		_, err = r.cli.NetworkDisconnect(ctx, network, client.NetworkDisconnectOptions{Container: id, Force: true})
+		if err != nil && (strings.Contains(err.Error(), "is not connected") || cerrdefs.IsNotFound(err)) {
+			err = nil
+		}
+	}
+	if err != nil {
+		verb := "disconnect from"
+		if connected {
+			verb = "connect to"
+		}
+		return r.engineErr(fmt.Errorf("%s network %s: %w", verb, network, err))
+	}
+	return nil
+}
+
+// StartIn runs spec as a job in a running workspace container: an exec of
+// the supervisor, attached like a job container, which is handed the spec
+// with kill mode "tree".
+func (r *Runtime) StartIn(ctx context.Context, containerID string, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	ex, err := r.cli.ExecCreate(ctx, containerID, client.ExecCreateOptions{
+		User: sandboxUser, AttachStdin: true, AttachStdout: true, AttachStderr: true,
+		WorkingDir: defaultWorkDir, Cmd: []string{supervisorPath},
+	})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("workspace container %.12s: %w", containerID, sandbox.ErrNotFound)
+		}
+		return nil, r.engineErr(fmt.Errorf("create exec: %w", err))
+	}
+	attach, err := r.cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return nil, r.engineErr(fmt.Errorf("start exec: %w", err))
+	}
+	h := newHandle(r, containerID, func() {})
+	h.execID = ex.ID
+	h.conn = attach.Conn
+	h.prepared = spec
+	go h.readFrames(attach.Reader, attach.Close)
+	go h.waitForEnd(client.ContainerWaitResult{}) // an exec's end is its stream's
+	hh, err := h.launch(ctx, spec, out, false)
+	if err != nil {
+		attach.Close()
+		return nil, err
+	}
+	return hh, nil
+}
+
+// execVerdict is how an exec'd supervisor ended without its report: the
+// workspace's container stopped or went under it, or it failed.
+func (h *handle) execVerdict(ctx context.Context) sandbox.ExitStatus {
+	info, err := h.rt.cli.ExecInspect(ctx, h.execID, client.ExecInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return sandbox.ExitStatus{ExitCode: -1, Gone: true}
+		}
+		return sandbox.ExitStatus{ExitCode: -1, Err: h.rt.engineErr(err)}
+	}
+	if running, err := h.rt.WorkspaceRunning(ctx, h.id); errors.Is(err, sandbox.ErrNotFound) || err == nil && !running {
+		return sandbox.ExitStatus{ExitCode: -1, Gone: true}
+	}
+	st := sandbox.ExitStatus{ExitCode: info.ExitCode}
+	if d := h.diag.String(); d != "" && info.ExitCode != 0 {
+		st.StartErr = fmt.Errorf("the sandbox supervisor ended without a report: %s", d)
+	}
+	return st
+}
+
+// Exec runs a plain command in a running container until it ends (or ctx
+// does: then the exec's connection is closed and its process gets EOF and
+// SIGPIPE; callers use commands that end by themselves or have a deadline).
+func (r *Runtime) Exec(ctx context.Context, containerID string, o sandbox.ExecOptions) (int, error) {
+	user := o.User
+	if user == "" {
+		user = sandboxUser
+	}
+	ex, err := r.cli.ExecCreate(ctx, containerID, client.ExecCreateOptions{
+		User: user, AttachStdin: o.Stdin != nil, AttachStdout: true, AttachStderr: true,
+		WorkingDir: defaultWorkDir, Cmd: o.Cmd, Env: o.Env,
+	})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return -1, sandbox.ErrNotFound
+		}
+		return -1, r.engineErr(fmt.Errorf("create exec: %w", err))
+	}
+	attach, err := r.cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return -1, r.engineErr(fmt.Errorf("start exec: %w", err))
+	}
+	defer attach.Close()
+	stop := context.AfterFunc(ctx, func() { attach.Close() })
+	defer stop()
+	if o.Stdin != nil {
+		go func() {
+			_, _ = io.Copy(attach.Conn, o.Stdin)
+			_ = attach.CloseWrite()
+		}()
+	}
+	stdout, stderr := o.Stdout, o.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	if _, err := stdcopy.StdCopy(stdout, stderr, attach.Reader); err != nil && ctx.Err() == nil {
+		return -1, fmt.Errorf("read exec output: %w", err)
+	}
+	if ctx.Err() != nil {
+		return -1, ctx.Err()
+	}
+	// The stream can end a moment before the engine records the exit.
+	for i := 0; ; i++ {
+		info, err := r.cli.ExecInspect(context.WithoutCancel(ctx), ex.ID, client.ExecInspectOptions{})
+		if err != nil {
+			return -1, r.engineErr(err)
+		}
+		if !info.Running || i >= 100 {
+			return info.ExitCode, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,66 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+)
+
+// Labels and kinds of workspace containers and volumes.
+const (
+	// LabelWorkspace names the workspace a container or volume belongs to.
+	LabelWorkspace = "dev.sandboxer.workspace"
+	// KindWorkspace labels a workspace's long-lived container.
+	KindWorkspace = "workspace"
+)
+
+// WorkspaceSpec says how to make a workspace's container: a long-lived
+// container whose main process idles, with a volume at /workspace.
+type WorkspaceSpec struct {
+	Name    string // the workspace's name (already validated)
+	Image   string
+	Limits  Limits // memory, CPUs, pids, open files, /tmp size, engine log
+	Runtime string
+}
+
+// WorkspaceRefs are the engine objects of a workspace.
+type WorkspaceRefs struct {
+	ContainerID string
+	Volume      string
+}
+
+// ExecOptions is a plain command run in a workspace container (file
+// helpers, package installs, disk usage): not a job.
+type ExecOptions struct {
+	Cmd    []string
+	User   string // "" = the sandbox user (uid 1000); "0:0" = root
+	Env    []string
+	Stdin  io.Reader // nil = none
+	Stdout io.Writer // nil = discarded
+	Stderr io.Writer // nil = discarded
+}
+
+// WorkspaceRuntime is a Runtime that can keep workspaces: long-lived
+// containers with a volume, in which jobs run as execs of the supervisor
+// (kill mode "tree": a kill or timeout takes the job's process tree, never
+// the container or the other jobs in it).
+type WorkspaceRuntime interface {
+	// CreateWorkspace creates (not starts) a workspace's volume and container,
+	// with no network.
+	CreateWorkspace(ctx context.Context, spec WorkspaceSpec) (WorkspaceRefs, error)
+	// StartWorkspace starts a workspace's container; a running one is left alone.
+	StartWorkspace(ctx context.Context, containerID string) error
+	// StopWorkspace stops a workspace's container (files and packages stay).
+	StopWorkspace(ctx context.Context, containerID string) error
+	// WorkspaceRunning says whether the container runs; ErrNotFound when it is gone.
+	WorkspaceRunning(ctx context.Context, containerID string) (bool, error)
+	// RemoveWorkspace removes a workspace's container and volume; idempotent.
+	RemoveWorkspace(ctx context.Context, refs WorkspaceRefs) error
+	// SetNetwork connects (or disconnects) the container to the named
+	// network; idempotent.
+	SetNetwork(ctx context.Context, containerID, network string, connected bool) error
+	// StartIn runs spec as a job in a running workspace container.
+	StartIn(ctx context.Context, containerID string, spec Spec, out Output) (Handle, error)
+	// Exec runs a plain command in a running workspace container until it
+	// ends or ctx does, and returns its exit code.
+	Exec(ctx context.Context, containerID string, opts ExecOptions) (int, error)
+}

@@ -1,0 +1,235 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/lang"
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/workspace"
+)
+
+// ToolsetWorkspaces holds the workspace tools (named, persistent sandboxes and their files).
+const ToolsetWorkspaces = "workspaces"
+
+const workspaceNameDesc = "workspace name: 1 to 63 characters of a-z, 0-9, '_', '.', '-', starting with a letter or digit"
+
+// WorkspaceInfo is one workspace as the tools show it.
+type WorkspaceInfo struct {
+	Name       string  `json:"name" jsonschema:"the workspace's name"`
+	Language   string  `json:"language" jsonschema:"the language whose image it runs"`
+	Image      string  `json:"image" jsonschema:"the image its container was made from"`
+	State      string  `json:"state" jsonschema:"running, stopped (idle: the next job starts it again, files and packages intact) or creating"`
+	CreatedAt  string  `json:"created_at" jsonschema:"when it was made (RFC 3339, UTC)"`
+	LastUsedAt string  `json:"last_used_at,omitempty" jsonschema:"when a job last ran in it (RFC 3339, UTC)"`
+	MemoryMB   int64   `json:"memory_mb" jsonschema:"memory limit of its container in MiB, shared by its jobs"`
+	CPUs       float64 `json:"cpus" jsonschema:"CPU quota of its container, shared by its jobs"`
+	Pids       int64   `json:"pids" jsonschema:"most processes and threads in its container at once"`
+	DiskMB     int64   `json:"disk_mb" jsonschema:"the most its /workspace may hold, in MiB (checked by polling while jobs run)"`
+}
+
+func workspaceInfo(w *store.Workspace) WorkspaceInfo {
+	return WorkspaceInfo{
+		Name: w.Name, Language: w.Language, Image: w.Image, State: w.State,
+		CreatedAt: stamp(w.CreatedAt), LastUsedAt: stamp(w.LastUsedAt),
+		MemoryMB: w.Limits.MemoryBytes >> 20, CPUs: float64(w.Limits.NanoCPUs) / 1e9, Pids: w.Limits.Pids,
+		DiskMB: w.Limits.DiskBytes >> 20,
+	}
+}
+
+// workspaces returns the manager, or a tool error when workspaces are off.
+func (d Deps) workspaces() (*workspace.Manager, *mcp.CallToolResult) {
+	if d.Workspaces == nil {
+		return nil, errorResult("workspaces are not available in this server")
+	}
+	if !d.Workspaces.Enabled() {
+		return nil, errorResult("%v", workspace.ErrDisabled)
+	}
+	return d.Workspaces, nil
+}
+
+// workspaceFailure turns a workspace error into a tool error.
+func workspaceFailure(err error) *mcp.CallToolResult {
+	if errors.Is(err, store.ErrWorkspaceNotFound) {
+		return errorResult("no such workspace: list_workspaces shows those that exist")
+	}
+	return failure(err)
+}
+
+// CreateWorkspaceArgs are create_workspace's arguments.
+type CreateWorkspaceArgs struct {
+	Name     string   `json:"name"`
+	Language string   `json:"language,omitempty"`
+	MemoryMB *int64   `json:"memory_mb,omitempty"`
+	CPUs     *float64 `json:"cpus,omitempty"`
+	Pids     *int64   `json:"pids,omitempty"`
+}
+
+// WorkspaceResult is create_workspace's result.
+type WorkspaceResult struct {
+	Workspace WorkspaceInfo `json:"workspace" jsonschema:"the workspace"`
+}
+
+func CreateWorkspace(d Deps) Tool {
+	pol := d.policyOrDefault()
+	l := pol.Limits
+	in := inputSchema[CreateWorkspaceArgs](map[string]param{
+		"name": {desc: workspaceNameDesc},
+		"language": oneOf(d.languageNames()...).checkedByHandler().describe(
+			"the language whose image the workspace runs (its tools, package managers); default %s", lang.DefaultLanguage),
+		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
+			"memory limit of the workspace's container in MiB, shared by its jobs; default %d, at most %d", l.MemoryMB.Default, l.MemoryMB.Max),
+		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
+			"CPU quota of the workspace's container, shared by its jobs; default %s, at most %s", num(l.CPUs.Default), num(l.CPUs.Max)),
+		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
+			"most processes and threads in the workspace's container at once; default %d, at most %d", l.Pids.Default, l.Pids.Max),
+	})
+	def := mcp.NewTool("create_workspace",
+		mcp.WithDescription("Create a named, persistent workspace: a long-lived sandbox container (no network, non-root jobs) with a volume at /workspace. "+
+			"Jobs run with run_command's workspace argument share its files, installed packages and localhost; write_file, read_file and list_files "+
+			"reach its files; install_packages installs into it. It survives server restarts; idle, it is stopped and started again on its next use."),
+		mcp.WithToolTitle("Create a workspace"),
+		annotations("Create a workspace", false, false, false, false),
+		withInput(in),
+		withOutput[WorkspaceResult](),
+	)
+	return Tool{Toolset: ToolsetWorkspaces, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args CreateWorkspaceArgs
+		if err := in.bind(req, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		ws, problem := d.workspaces()
+		if problem != nil {
+			return problem, nil
+		}
+		if err := workspace.CheckName(args.Name); err != nil {
+			return errorResult("name: %v", err), nil
+		}
+		name := args.Language
+		if name == "" {
+			name = lang.DefaultLanguage
+		}
+		language, image, ok := d.Languages.Lookup(name)
+		if !ok {
+			return errorResult("unknown language %q: use one of %s (list_languages tells more)", truncate(name, 64), strings.Join(d.Languages.Names(), ", ")), nil
+		}
+		limits, err := d.Policy.Resolve(policy.Request{MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids})
+		if err != nil {
+			return failure(err), nil
+		}
+		if problem := d.checkImage(ctx, image); problem != nil {
+			return problem, nil
+		}
+		w, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Name, Image: image, Limits: limits})
+		if err != nil {
+			return workspaceFailure(err), nil
+		}
+		info := workspaceInfo(w)
+		return structured(WorkspaceResult{Workspace: info}, fmt.Sprintf("workspace %s created (%s, %s)", info.Name, info.Language, info.State)), nil
+	}}
+}
+
+// ListWorkspacesArgs are list_workspaces' arguments (none).
+type ListWorkspacesArgs struct{}
+
+// ListWorkspacesResult is list_workspaces' result.
+type ListWorkspacesResult struct {
+	Workspaces []WorkspaceInfo `json:"workspaces" jsonschema:"every workspace, by name"`
+	Max        int             `json:"max" jsonschema:"how many may exist at once (policy workspaces.max)"`
+}
+
+func ListWorkspaces(d Deps) Tool {
+	in := inputSchema[ListWorkspacesArgs](nil)
+	def := mcp.NewTool("list_workspaces",
+		mcp.WithDescription("List the workspaces: name, language, state (running or stopped), last use and limits."),
+		mcp.WithToolTitle("List workspaces"),
+		annotations("List workspaces", true, false, true, false),
+		withInput(in),
+		withOutput[ListWorkspacesResult](),
+	)
+	return Tool{Toolset: ToolsetWorkspaces, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args ListWorkspacesArgs
+		if err := in.bind(req, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		ws, problem := d.workspaces()
+		if problem != nil {
+			return problem, nil
+		}
+		list, err := ws.List(ctx)
+		if err != nil {
+			return failure(err), nil
+		}
+		res := ListWorkspacesResult{Workspaces: []WorkspaceInfo{}, Max: ws.Policy().Workspaces.Max}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d workspaces (at most %d)", len(list), res.Max)
+		for _, w := range list {
+			res.Workspaces = append(res.Workspaces, workspaceInfo(w))
+			fmt.Fprintf(&b, "\n%s %s %s", w.Name, w.Language, w.State)
+		}
+		return structured(res, b.String()), nil
+	}}
+}
+
+// DeleteWorkspaceArgs are delete_workspace's arguments.
+type DeleteWorkspaceArgs struct {
+	Name string `json:"name"`
+}
+
+// DeleteWorkspaceResult is delete_workspace's result.
+type DeleteWorkspaceResult struct {
+	Deleted string `json:"deleted" jsonschema:"the name of the workspace removed"`
+}
+
+func DeleteWorkspace(d Deps) Tool {
+	in := inputSchema[DeleteWorkspaceArgs](map[string]param{"name": {desc: workspaceNameDesc}})
+	def := mcp.NewTool("delete_workspace",
+		mcp.WithDescription("Delete a workspace: its container (jobs running in it end), its volume with every file, its installed packages and its record. Cannot be undone."),
+		mcp.WithToolTitle("Delete a workspace"),
+		annotations("Delete a workspace", false, true, true, false),
+		withInput(in),
+		withOutput[DeleteWorkspaceResult](),
+	)
+	return Tool{Toolset: ToolsetWorkspaces, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args DeleteWorkspaceArgs
+		if err := in.bind(req, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		ws, problem := d.workspaces()
+		if problem != nil {
+			return problem, nil
+		}
+		if err := ws.Delete(ctx, args.Name); err != nil {
+			return workspaceFailure(err), nil
+		}
+		return structured(DeleteWorkspaceResult{Deleted: args.Name}, "workspace "+args.Name+" deleted"), nil
+	}}
+}
+
+// workspaceFor checks a job's workspace argument: the workspace must exist,
+// and a language given with it must be the workspace's. Every tool that runs
+// a job takes a workspace this way and puts the name in job.Request.Workspace.
+func (d Deps) workspaceFor(name, language string) (*store.Workspace, *mcp.CallToolResult) {
+	ws, problem := d.workspaces()
+	if problem != nil {
+		return nil, problem
+	}
+	if err := workspace.CheckName(name); err != nil {
+		return nil, errorResult("workspace: %v", err)
+	}
+	w, err := ws.Get(context.Background(), name)
+	if err != nil {
+		return nil, workspaceFailure(err)
+	}
+	if language != "" {
+		if l, _, ok := d.Languages.Lookup(language); ok && l.Name != w.Language {
+			return nil, errorResult("language %q does not match workspace %q, which runs %s: omit language", truncate(language, 32), name, w.Language)
+		}
+	}
+	return w, nil
+}

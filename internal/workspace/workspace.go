@@ -1,0 +1,400 @@
+// Package workspace keeps named, persistent sandboxes: a long-lived container
+// plus a volume at /workspace, recorded in the store so they survive server
+// restarts. Jobs run in a workspace through Runtime, a sandbox.Runtime in
+// front of the job runtime: a spec naming a workspace runs as an exec of the
+// supervisor in that workspace's container (started first if it was stopped);
+// any other spec goes to the runtime behind it. A workspace without a job for
+// the policy's idle_stop_s is stopped (not deleted); its disk quota is
+// enforced by polling while jobs run.
+package workspace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/store"
+)
+
+// States of a workspace's record.
+const (
+	StateCreating = "creating"
+	StateRunning  = "running"
+	StateStopped  = "stopped"
+)
+
+// ReasonDiskQuota is why a job was stopped when its workspace filled past its quota.
+const ReasonDiskQuota = "disk_quota"
+
+// NamePattern is the grammar of a workspace name.
+var NamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// Errors callers act on.
+var (
+	ErrDisabled = errors.New("workspaces are disabled by the policy (workspaces.enabled: false)")
+	ErrNotFound = errors.New("no such workspace")
+	ErrExists   = errors.New("workspace already exists")
+	ErrTooMany  = errors.New("too many workspaces")
+)
+
+// pollInterval is how often busy workspaces are checked (quota, last use)
+// and idle ones considered for stopping.
+const pollInterval = 2 * time.Second
+
+// opTimeout bounds one engine call made in the background.
+const opTimeout = 30 * time.Second
+
+// Manager creates, lists, deletes, starts and stops workspaces.
+type Manager struct {
+	rt     sandbox.WorkspaceRuntime
+	st     *store.Store
+	pol    *policy.Policy
+	server string
+	log    zerolog.Logger
+
+	mu    sync.Mutex
+	state map[string]*wsState
+	stop  chan struct{}
+	once  sync.Once
+	// diskUsage measures a workspace's /workspace in bytes (tests replace it).
+	diskUsage func(ctx context.Context, containerID string) (int64, error)
+}
+
+// wsState is this server's live view of one workspace.
+type wsState struct {
+	lock sync.Mutex // one create/start/stop/delete at a time
+	busy int        // jobs and operations under way here
+	jobs map[*handle]struct{}
+}
+
+// New makes a manager; Run starts its background loop.
+func New(rt sandbox.WorkspaceRuntime, st *store.Store, pol *policy.Policy, server string, log zerolog.Logger) *Manager {
+	m := &Manager{rt: rt, st: st, pol: pol, server: server, log: log,
+		state: map[string]*wsState{}, stop: make(chan struct{})}
+	m.diskUsage = m.du
+	return m
+}
+
+func (m *Manager) ws(name string) *wsState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.state[name]
+	if s == nil {
+		s = &wsState{jobs: map[*handle]struct{}{}}
+		m.state[name] = s
+	}
+	return s
+}
+
+// CheckName says what is wrong with a workspace name, if anything.
+func CheckName(name string) error {
+	if !NamePattern.MatchString(name) {
+		return fmt.Errorf("workspace name %q is not valid: 1 to 63 characters, lowercase letters, digits, '_', '.' and '-', starting with a letter or digit", truncate(name, 80))
+	}
+	return nil
+}
+
+// Enabled says whether the policy allows workspaces.
+func (m *Manager) Enabled() bool { return m.pol.Workspaces.Enabled }
+
+// Policy is the policy the manager enforces.
+func (m *Manager) Policy() *policy.Policy { return m.pol }
+
+// CreateRequest is what a workspace is made of.
+type CreateRequest struct {
+	Name, Language, Image string
+	Limits                policy.Resolved
+}
+
+// Create makes a workspace and starts its container.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspace, error) {
+	if !m.Enabled() {
+		return nil, ErrDisabled
+	}
+	if err := CheckName(req.Name); err != nil {
+		return nil, err
+	}
+	n, err := m.st.CountWorkspaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n >= m.pol.Workspaces.Max {
+		return nil, fmt.Errorf("%w: %d exist (policy workspaces.max=%d); delete one with delete_workspace", ErrTooMany, n, m.pol.Workspaces.Max)
+	}
+	s := m.ws(req.Name)
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	l := req.Limits
+	rec := &store.Workspace{
+		Name: req.Name, Language: req.Language, Image: req.Image, State: StateCreating, ServerID: m.server,
+		Limits: store.WorkspaceLimits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
+			DiskBytes: m.pol.Workspaces.DiskMB << 20},
+		CreatedAt: time.Now(), LastUsedAt: time.Now(),
+	}
+	if err := m.st.CreateWorkspace(ctx, rec); err != nil {
+		if errors.Is(err, store.ErrWorkspaceExists) {
+			return nil, fmt.Errorf("%w: %q (list_workspaces shows it; delete_workspace removes it)", ErrExists, req.Name)
+		}
+		return nil, err
+	}
+	refs, err := m.rt.CreateWorkspace(ctx, sandbox.WorkspaceSpec{
+		Name: req.Name, Image: req.Image, Runtime: m.pol.Runtime,
+		Limits: sandbox.Limits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
+			OpenFiles: l.OpenFiles, TmpBytes: l.TmpBytes, LogBytes: 1 << 20},
+	})
+	if err == nil {
+		rec.ContainerID, rec.Volume = refs.ContainerID, refs.Volume
+		err = m.rt.StartWorkspace(ctx, refs.ContainerID)
+	}
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		_ = m.rt.RemoveWorkspace(cctx, refs)
+		_ = m.st.DeleteWorkspace(cctx, req.Name)
+		return nil, err
+	}
+	rec.State = StateRunning
+	if err := m.st.UpdateWorkspace(ctx, rec); err != nil {
+		return nil, err
+	}
+	m.log.Info().Str("workspace", req.Name).Str("container", short(refs.ContainerID)).Msg("workspace created")
+	return rec, nil
+}
+
+// Get returns a workspace's record.
+func (m *Manager) Get(ctx context.Context, name string) (*store.Workspace, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	w, err := m.st.GetWorkspace(ctx, name)
+	if errors.Is(err, store.ErrWorkspaceNotFound) {
+		return nil, fmt.Errorf("%w: %q (create_workspace makes it; list_workspaces shows those that exist)", ErrNotFound, name)
+	}
+	return w, err
+}
+
+// List returns every workspace.
+func (m *Manager) List(ctx context.Context) ([]*store.Workspace, error) {
+	return m.st.ListWorkspaces(ctx)
+}
+
+// Delete removes a workspace's container (its running jobs end with it),
+// its volume and its record.
+func (m *Manager) Delete(ctx context.Context, name string) error {
+	w, err := m.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	s := m.ws(name)
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	if err := m.rt.RemoveWorkspace(ctx, sandbox.WorkspaceRefs{ContainerID: w.ContainerID, Volume: w.Volume}); err != nil {
+		return err
+	}
+	if err := m.st.DeleteWorkspace(ctx, name); err != nil && !errors.Is(err, store.ErrWorkspaceNotFound) {
+		return err
+	}
+	m.log.Info().Str("workspace", name).Msg("workspace deleted")
+	return nil
+}
+
+// Acquire makes sure the workspace's container runs (starting a stopped one)
+// and counts a use until release is called: a workspace in use is never
+// stopped for idleness.
+func (m *Manager) Acquire(ctx context.Context, name string) (w *store.Workspace, release func(), err error) {
+	if !m.Enabled() {
+		return nil, nil, ErrDisabled
+	}
+	if w, err = m.Get(ctx, name); err != nil {
+		return nil, nil, err
+	}
+	s := m.ws(name)
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	running, err := m.rt.WorkspaceRunning(ctx, w.ContainerID)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil, nil, fmt.Errorf("workspace %q lost its container (removed outside the server): delete_workspace it and create it again", name)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if !running {
+		if err := m.rt.StartWorkspace(ctx, w.ContainerID); err != nil {
+			return nil, nil, fmt.Errorf("start workspace %q: %w", name, err)
+		}
+		m.log.Info().Str("workspace", name).Msg("workspace started")
+	}
+	now := time.Now()
+	if w.State != StateRunning {
+		w.State = StateRunning
+		w.LastUsedAt = now
+		if err := m.st.UpdateWorkspace(ctx, w); err != nil {
+			return nil, nil, err
+		}
+	} else if err := m.st.TouchWorkspace(ctx, name, now); err != nil {
+		return nil, nil, err
+	}
+	m.mu.Lock()
+	s.busy++
+	m.mu.Unlock()
+	var once sync.Once
+	return w, func() {
+		once.Do(func() {
+			m.mu.Lock()
+			s.busy--
+			m.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			defer cancel()
+			_ = m.st.TouchWorkspace(ctx, name, time.Now())
+		})
+	}, nil
+}
+
+// Run stops idle workspaces and enforces disk quotas until Close.
+func (m *Manager) Run() {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.poll()
+	}
+}
+
+// Close stops Run.
+func (m *Manager) Close() { m.once.Do(func() { close(m.stop) }) }
+
+// poll runs one pass: busy workspaces are touched and measured, idle ones stopped.
+func (m *Manager) poll() {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	list, err := m.st.ListWorkspaces(ctx)
+	if err != nil {
+		m.log.Warn().Err(err).Msg("workspaces: list")
+		return
+	}
+	idle := time.Duration(m.pol.Workspaces.IdleStopS) * time.Second
+	for _, w := range list {
+		s := m.ws(w.Name)
+		m.mu.Lock()
+		busy, jobs := s.busy, len(s.jobs)
+		m.mu.Unlock()
+		switch {
+		case busy > 0:
+			_ = m.st.TouchWorkspace(ctx, w.Name, time.Now())
+			if jobs > 0 {
+				m.checkQuota(ctx, w, s)
+			}
+		case w.State == StateRunning && idle > 0 && time.Since(w.LastUsedAt) >= idle:
+			m.stopIdle(ctx, w.Name, idle)
+		}
+	}
+}
+
+// stopIdle stops a workspace nobody used for idle, re-checking under its lock.
+func (m *Manager) stopIdle(ctx context.Context, name string, idle time.Duration) {
+	s := m.ws(name)
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	m.mu.Lock()
+	busy := s.busy
+	m.mu.Unlock()
+	w, err := m.st.GetWorkspace(ctx, name)
+	if err != nil || busy > 0 || w.State != StateRunning || time.Since(w.LastUsedAt) < idle {
+		return
+	}
+	if err := m.rt.StopWorkspace(ctx, w.ContainerID); err != nil {
+		m.log.Warn().Err(err).Str("workspace", name).Msg("stop idle workspace")
+		return
+	}
+	w.State = StateStopped
+	if err := m.st.UpdateWorkspace(ctx, w); err != nil {
+		m.log.Warn().Err(err).Str("workspace", name).Msg("record stopped workspace")
+	}
+	m.log.Info().Str("workspace", name).Dur("idle", idle).Msg("idle workspace stopped")
+}
+
+// StopNow stops a workspace's container if nothing runs in it (tests and
+// operators; the idle loop does the same after idle_stop_s).
+func (m *Manager) StopNow(ctx context.Context, name string) error {
+	if _, err := m.Get(ctx, name); err != nil {
+		return err
+	}
+	m.stopIdle(ctx, name, 0)
+	return nil
+}
+
+// checkQuota kills the jobs of a workspace whose /workspace holds more than its quota.
+func (m *Manager) checkQuota(ctx context.Context, w *store.Workspace, s *wsState) {
+	quota := w.Limits.DiskBytes
+	if quota <= 0 {
+		quota = m.pol.Workspaces.DiskMB << 20
+	}
+	used, err := m.diskUsage(ctx, w.ContainerID)
+	if err != nil {
+		m.log.Debug().Err(err).Str("workspace", w.Name).Msg("measure disk use")
+		return
+	}
+	if used <= quota {
+		return
+	}
+	why := fmt.Sprintf("workspace %q holds %d MiB under /workspace, past its disk quota of %d MiB (policy workspaces.disk_mb): the job was stopped; delete files to make room",
+		w.Name, used>>20, quota>>20)
+	m.mu.Lock()
+	var victims []*handle
+	for h := range s.jobs {
+		victims = append(victims, h)
+	}
+	m.mu.Unlock()
+	for _, h := range victims {
+		h.stopFor(ctx, ReasonDiskQuota, why)
+	}
+	m.log.Warn().Str("workspace", w.Name).Int64("used_bytes", used).Int64("quota_bytes", quota).Int("jobs_stopped", len(victims)).Msg("workspace past its disk quota")
+}
+
+// du measures /workspace (as root, so no file is out of its reach).
+func (m *Manager) du(ctx context.Context, containerID string) (int64, error) {
+	var out, errb bytes.Buffer
+	code, err := m.rt.Exec(ctx, containerID, sandbox.ExecOptions{
+		Cmd: []string{"du", "-s", "-x", "-k", "/workspace"}, User: "0:0", Stdout: &out, Stderr: &errb,
+	})
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(out.String())
+	if len(f) == 0 {
+		return 0, fmt.Errorf("du exited %d: %s", code, strings.TrimSpace(errb.String()))
+	}
+	kb, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("du: %q: %w", f[0], err)
+	}
+	return kb << 10, nil
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
