@@ -34,8 +34,12 @@ base-image: engine
 
 # The sandbox images, built through the Engine API: per image a core image tagged by a hash of its
 # build context, then the final image (core + supervisor layer) tagged by a hash of both.
+# Where the host's egress is TLS-intercepted, the host trusts extra CAs: image builds that fetch
+# from the npm registry or the Go proxy get them too (build argument only, not kept in images).
+BUILD_CA := $(wildcard /usr/local/share/ca-certificates/*.crt)
 images: build base-image
-	./$(BIN) images build
+	@if [ -n "$(BUILD_CA)" ]; then cat $(BUILD_CA) > bin/build-ca.pem; export SANDBOXER_BUILD_CA_FILE=$(CURDIR)/bin/build-ca.pem; fi; \
+	  echo ./$(BIN) images build; ./$(BIN) images build
 
 # Everything but the server's MCP messages goes to stderr, so `make run` can itself be an MCP command.
 run:
