@@ -38,6 +38,8 @@ const (
 	ReasonCancelled  = "cancelled"
 	ReasonShutdown   = "server_shutdown"
 	ReasonTimeout    = "timeout"
+	// ReasonIdle: a session got no input for its idle timeout.
+	ReasonIdle = "idle"
 )
 
 // Finished says whether a status is final.

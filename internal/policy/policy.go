@@ -32,6 +32,15 @@ type Policy struct {
 	Languages map[string]Language `yaml:"languages"`
 	// Pool keeps sandboxes started before their jobs, so jobs start in milliseconds.
 	Pool Pool `yaml:"pool"`
+	// Sessions are the interactive sessions' settings.
+	Sessions Sessions `yaml:"sessions"`
+}
+
+// Sessions are the interactive sessions' settings.
+type Sessions struct {
+	// IdleTimeoutS: a session that gets no input for this many seconds ends
+	// (killed, reason idle) and its sandbox goes.
+	IdleTimeoutS Range `yaml:"idle_timeout_s"`
 }
 
 // Pool is the warm pool: per language, how many fresh sandboxes (with the
@@ -134,6 +143,7 @@ func Default() *Policy {
 		Runtime:   "",
 		Languages: map[string]Language{},
 		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2},
+		Sessions:  Sessions{IdleTimeoutS: Range{Default: 600, Max: 3600}},
 	}
 }
 

@@ -26,6 +26,7 @@ const (
 	maxBytes        = 1 << 40          // output.*: 1 TiB
 	maxPoolSize     = 64               // pool.size.<language>
 	maxPoolParallel = 16               // pool.parallel
+	maxIdleS        = 7 * 86400        // sessions.idle_timeout_s
 )
 
 var (
@@ -174,6 +175,7 @@ func (p *Policy) Validate() error {
 		ps.intIn("pool.size."+name, int64(p.Pool.Size[name]), 0, maxPoolSize)
 	}
 	ps.intIn("pool.parallel", int64(p.Pool.Parallel), 1, maxPoolParallel)
+	ps.rangeIn("sessions.idle_timeout_s", p.Sessions.IdleTimeoutS, 1, maxIdleS)
 
 	return errors.Join(ps...)
 }
