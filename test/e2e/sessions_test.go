@@ -68,12 +68,14 @@ func TestSessionPythonREPL(t *testing.T) {
 	}
 	// kill_job: TERM through the supervisor's Signal frame, then removal.
 	start := time.Now()
-	k := s.ok("kill_job", map[string]any{"job_id": id, "grace_s": 2})
+	k := s.ok("kill_job", map[string]any{"job_id": id, "grace_s": 20})
 	if str(k, "status") != "killed" || str(k, "reason") != "requested" {
 		t.Fatalf("kill: %v", k)
 	}
-	if time.Since(start) > 5*time.Second {
-		t.Errorf("kill took %s", time.Since(start))
+	// python3 dies of SIGTERM at once: ending well within the grace period
+	// shows the signal reached it (rather than the removal after grace_s).
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("kill took %s: TERM did not reach the REPL", took)
 	}
 	s.waitNoContainers(15 * time.Second)
 	// Input to a finished session is refused.
