@@ -40,6 +40,8 @@ const (
 	ReasonTimeout    = "timeout"
 	// ReasonCompileError: a script's compile step failed; its program never ran.
 	ReasonCompileError = "compile_error"
+	// ReasonIdle: a session got no input for its idle timeout.
+	ReasonIdle = "idle"
 )
 
 // Finished says whether a status is final.

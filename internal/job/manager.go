@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/terminal"
 )
 
 const (
@@ -78,6 +79,10 @@ type liveJob struct {
 	timer                *time.Timer
 	hasSlot              bool     // counted in Manager.running
 	readCursors          [3]int64 // "new since last read", per stream selector
+	// Sessions: term is a PTY session's emulated screen (fed as output
+	// arrives); idle ends a session that got no input for its idle timeout.
+	term *terminal.Terminal
+	idle *time.Timer
 }
 
 // Option configures a Manager.
@@ -143,7 +148,7 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 		return nil, err
 	}
 	now := time.Now()
-	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{})}
+	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{}), term: newTerm(req)}
 	j.rec = store.Job{
 		ID: id, ServerID: m.server, Kind: req.Kind, Status: StatusQueued, Command: req.Command,
 		Language: req.Language, Image: req.Image, Workspace: req.Workspace, Cwd: req.Cwd,
@@ -251,7 +256,7 @@ func (m *Manager) start(j *liveJob) error {
 	defer cancel()
 	spec := SandboxSpec(m.pol, j.req)
 	spec.JobID = j.id
-	h, err := m.rt.Start(ctx, spec, j.capture)
+	h, err := m.rt.Start(ctx, spec, j.output())
 	if err != nil {
 		j.mu.Lock()
 		j.rec.Error = err.Error()
@@ -267,6 +272,7 @@ func (m *Manager) start(j *liveJob) error {
 	j.rec.StartedAt = time.Now()
 	j.rec.ContainerID = h.ContainerID()
 	j.timer = time.AfterFunc(j.req.Limits.Timeout, func() { m.end(j, StatusTimedOut, ReasonTimeout) })
+	m.startIdle(j)
 	rec := j.rec
 	// Ended (killed, cancelled, shut down) while the sandbox was starting: end
 	// found no handle then, so the sandbox goes now. Deciding under j.mu means
@@ -355,6 +361,12 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	j.mu.Lock()
 	if j.timer != nil {
 		j.timer.Stop()
+	}
+	if j.idle != nil {
+		j.idle.Stop()
+	}
+	if j.term != nil {
+		j.term.Close()
 	}
 	hadSlot := j.hasSlot
 	rec := &j.rec
@@ -597,6 +609,7 @@ func (m *Manager) SendInput(ctx context.Context, id string, data []byte, eof boo
 		}
 		return 0, fmt.Errorf("%w: job %s has finished", ErrNoStdin, id)
 	}
+	j.touch()
 	j.mu.Lock()
 	h, queued := j.handle, !j.hasSlot
 	j.mu.Unlock()

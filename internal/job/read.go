@@ -26,6 +26,10 @@ type ReadRequest struct {
 	StripANSI bool
 	// Peek leaves the "new since last read" cursor where it is.
 	Peek bool
+	// Settle, without Until: once some output has come, wait until it has
+	// been quiet this long (the answer is complete) rather than return with
+	// the first bytes. 0 returns with the first bytes. Never past Wait.
+	Settle time.Duration
 }
 
 // ReadResult is what a read returns.
@@ -156,7 +160,30 @@ func (m *Manager) Read(ctx context.Context, id string, req ReadRequest) (*ReadRe
 		matched := req.matches(data)
 		finished := isClosed(o.done) || capture.Closed()
 		full := len(data) >= req.MaxBytes
-		ready := matched || full || finished || (req.Until == nil && len(data) > 0)
+		some := req.Until == nil && len(data) > 0
+		ready := matched || full || finished || (some && req.Settle <= 0)
+		if !ready && some && req.Wait > 0 {
+			// Some output came: return once it has been quiet for Settle.
+			quiet := time.NewTimer(req.Settle)
+			select {
+			case <-changed:
+				quiet.Stop()
+				continue
+			case <-o.done:
+				quiet.Stop()
+				continue
+			case <-quiet.C:
+				return m.readResult(o, req, data, start, next, false), nil
+			case <-deadline:
+			case <-ctx.Done():
+			}
+			quiet.Stop()
+			data, next, err = m.readPage(capture, req, start)
+			if err != nil {
+				return nil, err
+			}
+			return m.readResult(o, req, data, start, next, false), nil
+		}
 		if !ready && req.Wait > 0 {
 			select {
 			case <-changed:

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/terminal"
 )
 
 // claimedElsewhere marks a job that another live server took over during
@@ -151,7 +153,14 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 	j.readCursors = readCursorsOf(rec)
 	// Stdin does not survive a restart: the engine closed it when our attach dropped.
 	j.rec.StdinOpen = false
-	h, err := m.rt.Adopt(ctx, c.ID, sz.Stdout, sz.Stderr, capture)
+	if s := rec.Details.Session; rec.Kind == KindSession && s != nil && s.Mode == ModePTY {
+		// The screen so far, from what was captured before the restart.
+		j.term = terminal.New(s.Rows, s.Cols)
+		if data, _, err := capture.Read(output.Both, max(0, sz.Combined-maxReplayBytes), maxReplayBytes); err == nil {
+			_, _ = j.term.Write(data)
+		}
+	}
+	h, err := m.rt.Adopt(ctx, c.ID, sz.Stdout, sz.Stderr, j.output())
 	if err != nil {
 		capture.Close()
 		if errors.Is(err, sandbox.ErrNotFound) {
@@ -175,6 +184,8 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 	m.mu.Unlock()
 	j.mu.Lock()
 	j.timer = time.AfterFunc(remaining, func() { m.end(j, StatusTimedOut, ReasonTimeout) })
+	// An adopted session has no stdin: it ends at its idle timeout, counted from now.
+	m.startIdle(j)
 	j.mu.Unlock()
 	m.log.Info().Str("job", rec.ID).Dur("timeout_left", remaining).Msg("adopted running job")
 	m.watch(j, h)

@@ -36,6 +36,15 @@ type Policy struct {
 	Scripts Scripts `yaml:"scripts"`
 	// Workspaces are named, persistent sandboxes.
 	Workspaces Workspaces `yaml:"workspaces"`
+	// Sessions are the interactive sessions' settings.
+	Sessions Sessions `yaml:"sessions"`
+}
+
+// Sessions are the interactive sessions' settings.
+type Sessions struct {
+	// IdleTimeoutS: a session that gets no input for this many seconds ends
+	// (killed, reason idle) and its sandbox goes.
+	IdleTimeoutS Range `yaml:"idle_timeout_s"`
 }
 
 // Workspaces are named, persistent sandboxes: a long-lived container with a
@@ -168,6 +177,7 @@ func Default() *Policy {
 		Scripts:   Scripts{EnvFileDirs: []string{}},
 		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024,
 			InstallNetwork: NetworkBridge, PipIndexURL: ""},
+		Sessions: Sessions{IdleTimeoutS: Range{Default: 600, Max: 3600}},
 	}
 }
 

@@ -591,3 +591,43 @@ func TestJobsDurations(t *testing.T) {
 		t.Fatalf("durations: %v %v %v %v", j.Retention(), j.CleanupInterval(), j.DefaultWait(), j.MaxWait())
 	}
 }
+
+func TestSessionIdleTimeout(t *testing.T) {
+	p := Default()
+	if d, err := p.ResolveIdle(nil); err != nil || d != 600*time.Second {
+		t.Fatalf("default idle = %v, %v; want 600s", d, err)
+	}
+	two := 2.0
+	if d, err := p.ResolveIdle(&two); err != nil || d != 2*time.Second {
+		t.Fatalf("idle 2 = %v, %v", d, err)
+	}
+	for _, v := range []float64{0, -1, 0.5, 3601} {
+		if _, err := p.ResolveIdle(&v); err == nil {
+			t.Errorf("idle_timeout_s %v accepted", v)
+		}
+	}
+	over := 99999.0
+	_, err := p.ResolveIdle(&over)
+	if err == nil || !strings.Contains(err.Error(), "sessions.idle_timeout_s.max") {
+		t.Errorf("over ceiling: %v", err)
+	}
+
+	bad := Default()
+	bad.Sessions.IdleTimeoutS = Range{Default: 900, Max: 600}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "sessions.idle_timeout_s.max") {
+		t.Errorf("max < default: %v", err)
+	}
+	bad.Sessions.IdleTimeoutS = Range{Default: 0, Max: 10 * 86400}
+	err = bad.Validate()
+	if err == nil || !strings.Contains(err.Error(), "sessions.idle_timeout_s.default") || !strings.Contains(err.Error(), "sessions.idle_timeout_s.max") {
+		t.Errorf("out of range: %v", err)
+	}
+
+	p, err = parse([]byte("sessions:\n  idle_timeout_s:\n    default: 30\n"))
+	if err != nil || p.Sessions.IdleTimeoutS != (Range{Default: 30, Max: 3600}) {
+		t.Errorf("partial file: %+v, %v", p.Sessions, err)
+	}
+	if _, err := parse([]byte("sessions:\n  idle: 5\n")); err == nil || !strings.Contains(err.Error(), "sessions.idle") {
+		t.Errorf("unknown key: %v", err)
+	}
+}

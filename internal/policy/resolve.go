@@ -151,3 +151,18 @@ func (p *Policy) ResolveWait(waitS *float64) (time.Duration, error) {
 	}
 	return time.Duration(math.Round(v*1000)) * time.Millisecond, nil
 }
+
+// ResolveIdle resolves a session's idle timeout: nil →
+// sessions.idle_timeout_s.default; otherwise 1 s up to
+// sessions.idle_timeout_s.max, fractional allowed. Errors are *LimitError
+// with Field "idle_timeout_s".
+func (p *Policy) ResolveIdle(idleS *float64) (time.Duration, error) {
+	r := p.Sessions.IdleTimeoutS
+	if idleS == nil {
+		return seconds(r.Default), nil
+	}
+	if err := checkFloat("idle_timeout_s", *idleS, 1, float64(r.Max), "sessions.idle_timeout_s.max"); err != nil {
+		return 0, err
+	}
+	return time.Duration(math.Round(*idleS*1000)) * time.Millisecond, nil
+}

@@ -28,6 +28,7 @@ const (
 	maxPoolSize     = 64               // pool.size.<language>
 	maxPoolParallel = 16               // pool.parallel
 	maxWorkspaces   = 1024             // workspaces.max
+	maxIdleS        = 7 * 86400        // sessions.idle_timeout_s
 )
 
 var (
@@ -195,6 +196,7 @@ func (p *Policy) Validate() error {
 			ps.add(fmt.Sprintf("scripts.env_file_dirs[%d]", i), "%q must be a clean absolute directory other than /", dir)
 		}
 	}
+	ps.rangeIn("sessions.idle_timeout_s", p.Sessions.IdleTimeoutS, 1, maxIdleS)
 
 	return errors.Join(ps...)
 }

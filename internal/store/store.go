@@ -91,6 +91,9 @@ type SessionDetails struct {
 	Cols          int    `json:"cols,omitempty"`
 	Name          string `json:"name,omitempty"`
 	IdleTimeoutMS int64  `json:"idle_timeout_ms,omitempty"`
+	// IdleDeadline is when the session ends unless it gets input first
+	// (kept current in memory while it runs; stored when it ends).
+	IdleDeadline time.Time `json:"idle_deadline,omitzero"`
 }
 
 // ScriptDetails keeps what a script ran: its source and how it was built.

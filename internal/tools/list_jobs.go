@@ -25,17 +25,18 @@ type ListJobsArgs struct {
 
 // JobSummary is one line of list_jobs.
 type JobSummary struct {
-	JobID      string `json:"job_id" jsonschema:"the job's id"`
-	Kind       string `json:"kind" jsonschema:"command, script or session"`
-	Status     string `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
-	Reason     string `json:"reason,omitempty" jsonschema:"why it ended"`
-	ExitCode   *int   `json:"exit_code,omitempty" jsonschema:"exit code, once it ended"`
-	Command    string `json:"command" jsonschema:"first 200 bytes of the command"`
-	Language   string `json:"language" jsonschema:"the language it ran in"`
-	Workspace  string `json:"workspace,omitempty" jsonschema:"the workspace it ran in, if any"`
-	CreatedAt  string `json:"created_at" jsonschema:"when it was submitted (RFC 3339, UTC)"`
-	DurationMS int64  `json:"duration_ms" jsonschema:"run time so far, or in all, in milliseconds"`
-	Usage      *Usage `json:"usage,omitempty" jsonschema:"what its whole process tree used, once it ended"`
+	JobID      string   `json:"job_id" jsonschema:"the job's id"`
+	Kind       string   `json:"kind" jsonschema:"command, script or session"`
+	Status     string   `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
+	Reason     string   `json:"reason,omitempty" jsonschema:"why it ended"`
+	ExitCode   *int     `json:"exit_code,omitempty" jsonschema:"exit code, once it ended"`
+	Command    string   `json:"command" jsonschema:"first 200 bytes of the command"`
+	Language   string   `json:"language" jsonschema:"the language it ran in"`
+	Workspace  string   `json:"workspace,omitempty" jsonschema:"the workspace it ran in, if any"`
+	CreatedAt  string   `json:"created_at" jsonschema:"when it was submitted (RFC 3339, UTC)"`
+	DurationMS int64    `json:"duration_ms" jsonschema:"run time so far, or in all, in milliseconds"`
+	Usage      *Usage   `json:"usage,omitempty" jsonschema:"what its whole process tree used, once it ended"`
+	Session    *Session `json:"session,omitempty" jsonschema:"a session's mode, terminal size, name and idle deadline (sessions only)"`
 }
 
 // ListJobsResult is list_jobs' result.
@@ -46,8 +47,8 @@ type ListJobsResult struct {
 
 var knownStatuses = []string{job.StatusQueued, job.StatusRunning, job.StatusCompleted, job.StatusFailed, job.StatusTimedOut, job.StatusKilled}
 
-// knownKinds are the kinds a job record can have. Only run_command's jobs
-// (command) exist today; the record field already holds the others.
+// knownKinds are the kinds a job record can have: run_command's jobs are
+// command, start_session's session; the record field already holds script.
 var knownKinds = []string{job.KindCommand, job.KindScript, job.KindSession}
 
 func checkStatuses(statuses []string) error {
@@ -66,7 +67,7 @@ func checkStatuses(statuses []string) error {
 func ListJobs(d Deps) Tool {
 	in := inputSchema[ListJobsArgs](map[string]param{
 		"status": oneOf(knownStatuses...).describe("a status or a list of statuses: only jobs with one of them"),
-		"kind":   oneOf(knownKinds...).describe("only jobs of this kind (run_command's jobs are command)"),
+		"kind":   oneOf(knownKinds...).describe("only jobs of this kind (run_command's jobs are command, start_session's are session)"),
 		"limit": between(1, store.MaxListLimit).describe(
 			"page size; default %d, at most %d", store.DefaultListLimit, store.MaxListLimit),
 	})
@@ -109,7 +110,7 @@ func ListJobs(d Deps) Tool {
 			res.Jobs = append(res.Jobs, JobSummary{
 				JobID: j.ID, Kind: j.Kind, Status: j.Status, Reason: j.Reason, ExitCode: j.ExitCode,
 				Command: truncate(j.Command, 200), Language: j.Language, Workspace: j.Workspace,
-				CreatedAt: stamp(j.CreatedAt), DurationMS: durationOf(j), Usage: usageOf(j),
+				CreatedAt: stamp(j.CreatedAt), DurationMS: durationOf(j), Usage: usageOf(j), Session: sessionOf(j),
 			})
 			fmt.Fprintf(&b, "\n%s %-9s %s", j.ID, j.Status, truncate(strings.ReplaceAll(j.Command, "\n", " "), 80))
 		}

@@ -13,7 +13,7 @@ type JobRecord struct {
 	JobID          string      `json:"job_id" jsonschema:"the job's id"`
 	Kind           string      `json:"kind" jsonschema:"command, script or session"`
 	Status         string      `json:"status" jsonschema:"queued, running, completed, failed, timed_out or killed"`
-	Reason         string      `json:"reason,omitempty" jsonschema:"why it ended: exit_code, compile_error, oom_killed, start_error, lost, timeout, requested, cancelled, server_shutdown"`
+	Reason         string      `json:"reason,omitempty" jsonschema:"why it ended: exit_code, compile_error, oom_killed, start_error, lost, timeout, requested, cancelled, idle, server_shutdown"`
 	ExitCode       *int        `json:"exit_code,omitempty" jsonschema:"exit code, once it ended"`
 	Signal         string      `json:"signal,omitempty" jsonschema:"the signal that ended it, if one did"`
 	Error          string      `json:"error,omitempty" jsonschema:"what went wrong starting or running the sandbox"`
@@ -38,6 +38,7 @@ type JobRecord struct {
 	OutputResource string      `json:"output_resource" jsonschema:"the resource URI of its output"`
 	Usage          *Usage      `json:"usage,omitempty" jsonschema:"what its whole process tree used, once it ended"`
 	Script         *ScriptInfo `json:"script,omitempty" jsonschema:"a script job's source, args, dependencies and language version"`
+	Session        *Session    `json:"session,omitempty" jsonschema:"a session's terminal and idle deadline (sessions only)"`
 }
 
 // ScriptInfo is what a script job ran.
@@ -60,6 +61,29 @@ func scriptInfoOf(rec *job.Job) *ScriptInfo {
 	src, cut := capText(sd.Source, maxSourceShown)
 	return &ScriptInfo{Source: src, SourceTruncated: cut, SourceBytes: len(sd.Source), SourceResource: "job://" + rec.ID + "/source",
 		Path: sd.Path, Args: sd.Args, Dependencies: sd.Dependencies, LanguageVersion: sd.Version}
+}
+
+// Session is what a session's record adds.
+type Session struct {
+	Mode         string  `json:"mode" jsonschema:"pty (a terminal) or pipe (plain stdin and stdout)"`
+	Rows         int     `json:"rows,omitempty" jsonschema:"terminal rows (pty only)"`
+	Cols         int     `json:"cols,omitempty" jsonschema:"terminal columns (pty only)"`
+	Name         string  `json:"name,omitempty" jsonschema:"the name start_session was given"`
+	IdleTimeoutS float64 `json:"idle_timeout_s" jsonschema:"the session ends (killed, reason idle) after this many seconds without input"`
+	IdleDeadline string  `json:"idle_deadline,omitempty" jsonschema:"when it ends unless it gets input first (RFC 3339, UTC; while it runs)"`
+}
+
+// sessionOf presents a session's details; nil for other jobs.
+func sessionOf(rec *job.Job) *Session {
+	d := rec.Details.Session
+	if d == nil {
+		return nil
+	}
+	s := &Session{Mode: d.Mode, Rows: d.Rows, Cols: d.Cols, Name: d.Name, IdleTimeoutS: float64(d.IdleTimeoutMS) / 1000}
+	if !job.Finished(rec.Status) {
+		s.IdleDeadline = stamp(d.IdleDeadline)
+	}
+	return s
 }
 
 // Usage is what a job's whole process tree used.
@@ -108,7 +132,7 @@ func RecordOf(rec *job.Job) JobRecord {
 		CPUs: float64(rec.Limits.NanoCPUs) / 1e9, Pids: rec.Limits.Pids,
 		StdoutBytes: rec.StdoutBytes, StderrBytes: rec.StderrBytes, DroppedBytes: rec.DroppedBytes,
 		ContainerID: rec.ContainerID, OutputResource: "job://" + rec.ID + "/output",
-		Usage: usageOf(rec), Script: scriptInfoOf(rec),
+		Usage: usageOf(rec), Script: scriptInfoOf(rec), Session: sessionOf(rec),
 	}
 }
 

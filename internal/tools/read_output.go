@@ -28,7 +28,8 @@ type ReadOutputArgs struct {
 	WaitS     *float64 `json:"wait_s,omitempty"`
 	Until     string   `json:"until,omitempty" jsonschema:"regular expression (RE2, at most 1024 bytes): wait until the output read matches it"`
 	MaxBytes  int      `json:"max_bytes,omitempty"`
-	StripANSI *bool    `json:"strip_ansi,omitempty" jsonschema:"remove terminal escape sequences and control characters; default true"`
+	StripANSI *bool    `json:"strip_ansi,omitempty" jsonschema:"remove terminal escape sequences and control characters; default true (false returns the bytes as the program wrote them, escapes included)"`
+	Screen    bool     `json:"screen,omitempty" jsonschema:"pty sessions: return the terminal's screen as it shows now (rows x cols, rendered by a terminal emulator: what top or vim displays) instead of the output stream; waits first as wait_s and until say; cursor, tail_lines and stream do not apply"`
 }
 
 // ReadOutputResult is read_output's (and send_input's) result.
@@ -47,6 +48,18 @@ type ReadOutputResult struct {
 	ExitCode   *int   `json:"exit_code,omitempty" jsonschema:"exit code, once it ended"`
 	// Written is set by send_input: the bytes of input the job took.
 	Written *int `json:"bytes_written,omitempty" jsonschema:"send_input only: bytes of the input written to the job's stdin"`
+	// Screen is set by read_output with screen: true.
+	Screen *ScreenResult `json:"screen,omitempty" jsonschema:"with screen: true, the terminal's screen (output then holds its lines as text)"`
+}
+
+// ScreenResult is a terminal's screen.
+type ScreenResult struct {
+	Rows      int      `json:"rows" jsonschema:"terminal rows"`
+	Cols      int      `json:"cols" jsonschema:"terminal columns"`
+	Lines     []string `json:"lines" jsonschema:"the screen's rows, top to bottom (always rows of them), trailing blanks removed"`
+	CursorRow int      `json:"cursor_row" jsonschema:"the cursor's row, from 0"`
+	CursorCol int      `json:"cursor_col" jsonschema:"the cursor's column, from 0"`
+	AltScreen bool     `json:"alt_screen" jsonschema:"a full-screen program (top, vim, less) is showing its own screen"`
 }
 
 // readArgs are the reading arguments shared by read_output and send_input.
@@ -167,6 +180,12 @@ func ReadOutput(d Deps) Tool {
 		if err != nil {
 			return failure(err), nil
 		}
+		if args.Screen {
+			if args.Cursor != nil || args.TailLines > 0 || (args.Stream != "" && args.Stream != "both") {
+				return errorResult("screen shows the whole terminal: cursor, tail_lines and stream do not apply with it"), nil
+			}
+			return d.readScreen(ctx, req, args.JobID, rr)
+		}
 		return d.read(ctx, req, args.JobID, rr, args.Stream)
 	}}
 }
@@ -191,4 +210,28 @@ func (d Deps) readOutput(ctx context.Context, req mcp.CallToolRequest, id string
 	}
 	res, text := d.readResult(r, stream)
 	return res, text, nil
+}
+
+// readScreen waits as rr says (for new output, or until it matches), then
+// returns the terminal's screen.
+func (d Deps) readScreen(ctx context.Context, req mcp.CallToolRequest, id string, rr job.ReadRequest) (*mcp.CallToolResult, error) {
+	rec, err := d.Jobs.Get(ctx, id)
+	if err != nil {
+		return failure(err), nil
+	}
+	if rec.Kind != job.KindSession || rec.Details.Session == nil || rec.Details.Session.Mode != job.ModePTY {
+		return errorResult("job %s has no terminal (it is not a pty session), so it has no screen: read its output without screen", id), nil
+	}
+	res, _, err := d.readOutput(ctx, req, id, rr, "both")
+	if err != nil {
+		return failure(err), nil
+	}
+	scr, rec, err := d.Jobs.Screen(ctx, id)
+	if err != nil {
+		return failure(err), nil
+	}
+	res.Status, res.Reason, res.ExitCode = rec.Status, rec.Reason, rec.ExitCode
+	res.Output, res.Lossy = output.ToText([]byte(scr.Text()))
+	res.Screen = &ScreenResult{Rows: scr.Rows, Cols: scr.Cols, Lines: scr.Lines, CursorRow: scr.CursorRow, CursorCol: scr.CursorCol, AltScreen: scr.AltScreen}
+	return structured(res, fmt.Sprintf("%s, screen %d x %d\n%s", statusLine(rec), scr.Rows, scr.Cols, res.Output)), nil
 }

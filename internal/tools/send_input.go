@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -18,12 +19,14 @@ const inputWriteSlack = 500 * time.Millisecond
 // SendInputArgs are send_input's arguments.
 type SendInputArgs struct {
 	JobID     string   `json:"job_id" jsonschema:"the job's id (a uuid from run_command or list_jobs)"`
-	Text      string   `json:"text,omitempty" jsonschema:"text written to the job's stdin (at most 1 MiB)"`
-	Enter     bool     `json:"enter,omitempty" jsonschema:"append a newline; default false"`
-	EOF       bool     `json:"eof,omitempty" jsonschema:"close stdin after writing (end of input); default false"`
+	Text      string   `json:"text,omitempty" jsonschema:"text written to the job's stdin (at most 1 MiB, with keys)"`
+	Keys      []string `json:"keys,omitempty"`
+	Enter     bool     `json:"enter,omitempty" jsonschema:"after text and keys, press Enter: a carriage return on a pty session (as a terminal sends), a newline otherwise; default false"`
+	EOF       bool     `json:"eof,omitempty" jsonschema:"end of input after writing: closes stdin (on a pty session: types ctrl_d); default false"`
 	Read      *bool    `json:"read,omitempty" jsonschema:"read what the job answers afterwards, as read_output does; default true"`
 	WaitS     *float64 `json:"wait_s,omitempty"`
 	Until     string   `json:"until,omitempty" jsonschema:"regular expression (RE2, at most 1024 bytes): wait until the answer matches it"`
+	SettleMS  *int     `json:"settle_ms,omitempty"`
 	MaxBytes  int      `json:"max_bytes,omitempty"`
 	StripANSI *bool    `json:"strip_ansi,omitempty" jsonschema:"remove terminal escape sequences and control characters from the answer; default true"`
 }
@@ -33,9 +36,17 @@ const sendInputWaitS = 1.0
 
 func SendInput(d Deps) Tool {
 	params := readParams(d.policyOrDefault(), "wait up to this many seconds for the answer, returning as soon as there is some", sendInputWaitS)
-	in := inputSchema[SendInputArgs](map[string]param{"wait_s": params["wait_s"], "max_bytes": params["max_bytes"]})
+	in := inputSchema[SendInputArgs](map[string]param{
+		"wait_s":    params["wait_s"],
+		"max_bytes": params["max_bytes"],
+		"keys": oneOf(keyNames...).checkedByHandler().describe(
+			"named keys typed after text, in order, as a terminal sends them (up is ESC [ A; ctrl_c on a pty interrupts the running program, ctrl_z suspends it, ctrl_d at an empty prompt is end of input): %s", strings.Join(keyNames, ", ")),
+		"settle_ms": between(0, maxSettleMS).describe(
+			"without until: once the answer starts, return when output has been quiet this long, so the whole answer comes back; default %d for sessions, 0 (return with the first output) for other jobs", sessionSettle.Milliseconds()),
+	})
 	def := mcp.NewTool("send_input",
-		mcp.WithDescription("Write text to a running job's stdin (jobs started with background or keep_stdin_open), optionally close it (eof), then read what the job answers, as read_output does."),
+		mcp.WithDescription("Type into a session (start_session) or write to a running job's stdin (jobs started with background or keep_stdin_open): text, named keys (ctrl_c, up, tab, ...), enter; optionally end the input (eof). "+
+			"Then reads what it answers, as read_output does: returns when the output has settled (settle_ms), until matched, or wait_s passed, whichever comes first."),
 		mcp.WithToolTitle("Send input to a job"),
 		annotations("Send input to a job", false, false, false, false),
 		withInput(in),
@@ -52,9 +63,18 @@ func SendInput(d Deps) Tool {
 		if len(args.Text) > maxStdinBytes {
 			return errorResult("text is %d bytes; the limit is %d", len(args.Text), maxStdinBytes), nil
 		}
-		if args.Text == "" && !args.Enter && !args.EOF {
-			return errorResult("nothing to send: give text, enter or eof"), nil
+		keys, err := encodeKeys(args.Keys)
+		if err != nil {
+			return errorResult("%v", err), nil
 		}
+		if args.Text == "" && len(keys) == 0 && !args.Enter && !args.EOF {
+			return errorResult("nothing to send: give text, keys, enter or eof"), nil
+		}
+		rec, err := d.Jobs.Get(ctx, args.JobID)
+		if err != nil {
+			return failure(err), nil
+		}
+		pty := rec.Details.Session != nil && rec.Details.Session.Mode == job.ModePTY
 		wait := args.WaitS
 		if wait == nil {
 			one := sendInputWaitS
@@ -64,9 +84,22 @@ func SendInput(d Deps) Tool {
 		if err != nil {
 			return failure(err), nil
 		}
-		data := args.Text
+		if rec.Kind == job.KindSession {
+			rr.Settle = sessionSettle
+		}
+		if args.SettleMS != nil {
+			rr.Settle = time.Duration(*args.SettleMS) * time.Millisecond
+		}
+		data := args.Text + string(keys)
 		if args.Enter {
-			data += "\n"
+			if pty {
+				data += "\r"
+			} else {
+				data += "\n"
+			}
+		}
+		if len(data) > maxStdinBytes {
+			return errorResult("text and keys are %d bytes; the limit is %d", len(data), maxStdinBytes), nil
 		}
 		// The whole call, writing included, ends within wait_s: a job that
 		// does not read its stdin cannot hold it.

@@ -73,6 +73,8 @@ func All(d Deps) []Tool {
 		ReadOutput(d),
 		SendInput(d),
 		KillJob(d),
+		StartSession(d),
+		ResizeTerminal(d),
 		PruneJobs(d),
 		ListLanguages(d),
 		RunScript(d),

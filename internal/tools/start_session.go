@@ -1,0 +1,296 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/lang"
+	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/terminal"
+)
+
+// Session bounds and defaults.
+const (
+	defaultRows      = 24
+	defaultCols      = 80
+	maxArgs          = 256
+	maxNameBytes     = 128
+	maxProgramBytes  = 4096
+	sessionWaitS     = 3.0
+	sessionSettle    = 150 * time.Millisecond
+	maxSettleMS      = 10000
+	sessionTermValue = "xterm-256color"
+)
+
+// StartSessionArgs are start_session's arguments.
+type StartSessionArgs struct {
+	Command      string            `json:"command,omitempty" jsonschema:"program to run, found on PATH (e.g. python3, node, bash, top), with args; a command line holding blanks and given without args is run with bash -c. Default: the language's interactive program (bash: bash, python: python3, javascript and typescript: node, others: bash)"`
+	Args         []string          `json:"args,omitempty" jsonschema:"arguments of command (at most 256; no NUL bytes)"`
+	Language     string            `json:"language,omitempty"`
+	Mode         string            `json:"mode,omitempty"`
+	Rows         *int              `json:"rows,omitempty"`
+	Cols         *int              `json:"cols,omitempty"`
+	Name         string            `json:"name,omitempty" jsonschema:"a name to recognise the session by in get_job and list_jobs (at most 128 bytes)"`
+	Cwd          string            `json:"cwd,omitempty" jsonschema:"working directory: /workspace (default) or a path below it; a relative path is taken from /workspace; .. is refused"`
+	Env          map[string]string `json:"env,omitempty" jsonschema:"environment variables, name to value (at most 64; names [A-Za-z_][A-Za-z0-9_]*; LD_* and DYLD_* refused); in pty mode TERM defaults to xterm-256color"`
+	WaitS        *float64          `json:"wait_s,omitempty"`
+	Until        string            `json:"until,omitempty" jsonschema:"regular expression (RE2, at most 1024 bytes), e.g. a prompt: wait until the initial output matches it"`
+	IdleTimeoutS *float64          `json:"idle_timeout_s,omitempty"`
+	TimeoutS     *float64          `json:"timeout_s,omitempty"`
+}
+
+// StartSessionResult is start_session's result.
+type StartSessionResult struct {
+	JobID      string   `json:"job_id" jsonschema:"the session's job id, for send_input, read_output, resize_terminal, get_job and kill_job"`
+	Status     string   `json:"status" jsonschema:"running, or queued when every slot is taken; failed or completed when the program ended at once"`
+	Reason     string   `json:"reason,omitempty" jsonschema:"why it ended, if it did"`
+	ExitCode   *int     `json:"exit_code,omitempty" jsonschema:"exit code, if it ended"`
+	Error      string   `json:"error,omitempty" jsonschema:"what went wrong starting the sandbox"`
+	Output     string   `json:"output" jsonschema:"the initial output (the program's banner and first prompt), escape sequences stripped"`
+	NextCursor int64    `json:"next_cursor" jsonschema:"cursor for read_output after the initial output"`
+	Matched    bool     `json:"matched" jsonschema:"until matched"`
+	Lossy      bool     `json:"lossy,omitempty" jsonschema:"output held invalid UTF-8 or NUL bytes, replaced"`
+	Session    *Session `json:"session" jsonschema:"the session's mode, terminal size, name and idle deadline"`
+}
+
+// replOf is the interactive program of a language: argv for pty and pipe mode.
+func replOf(language string) (pty, pipe []string) {
+	switch language {
+	case "python":
+		return []string{"python3"}, []string{"python3", "-i", "-u"}
+	case "javascript", "typescript":
+		return []string{"node"}, []string{"node", "-i"}
+	}
+	return []string{"bash"}, []string{"bash"}
+}
+
+func StartSession(d Deps) Tool {
+	pol := d.policyOrDefault()
+	l, idle := pol.Limits, pol.Sessions.IdleTimeoutS
+	in := inputSchema[StartSessionArgs](map[string]param{
+		"language": oneOf(d.languageNames()...).checkedByHandler().describe(
+			"runtime image to run in (list_languages tells more); default %s", lang.DefaultLanguage),
+		"mode": oneOf(job.ModePTY, job.ModePipe).describe(
+			"pty (default): a terminal, as a person at a keyboard has (prompts, colours, line editing, ctrl_c as a signal, full-screen programs); pipe: plain stdin and stdout, no terminal"),
+		"rows":   between(terminal.MinRows, terminal.MaxRows).describe("terminal rows (pty mode); default %d", defaultRows),
+		"cols":   between(terminal.MinCols, terminal.MaxCols).describe("terminal columns (pty mode); default %d", defaultCols),
+		"wait_s": waitParam(pol, "wait up to this many seconds for the initial output (a prompt), returning once it has been quiet for 150 ms (or until matched)", sessionWaitS),
+		"idle_timeout_s": between(1, float64(idle.Max)).checkedByHandler().describe(
+			"end the session (status killed, reason idle; its sandbox removed) after this many seconds without input (send_input or resize_terminal); default %d, at most %d", idle.Default, idle.Max),
+		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
+			"end the session (status timed_out) this many seconds after its start, input or not; default and most %d", l.TimeoutS.Max),
+	})
+	def := mcp.NewTool("start_session",
+		mcp.WithDescription("Start an interactive program (a shell that keeps its state, a Python or Node REPL, an installer asking questions, top, vim) in its own fresh sandbox, "+
+			"on a terminal (mode pty, default) or plain pipes (mode pipe). Returns its job_id and the initial output. "+
+			"Then send_input types text and keys (ctrl_c, up, tab, ...) and returns the answer; read_output reads more (screen: true shows the terminal's screen); resize_terminal, get_job, list_jobs and kill_job work on it. "+
+			fmt.Sprintf("A session without input for idle_timeout_s (default %d s) ends and its sandbox is removed.", idle.Default)),
+		mcp.WithToolTitle("Start an interactive session"),
+		annotations("Start an interactive session", false, true, false, false),
+		withInput(in),
+		withOutput[StartSessionResult](),
+	)
+	return Tool{Toolset: ToolsetExec, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args StartSessionArgs
+		if err := in.bind(req, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		jr, rr, problem := d.sessionRequest(args)
+		if problem != nil {
+			return problem, nil
+		}
+		rec, err := d.Jobs.Submit(ctx, jr)
+		if err != nil {
+			if rec != nil {
+				return errorResult("session %s could not start: %s", rec.ID, cleanMessage(err.Error())), nil
+			}
+			return failure(err), nil
+		}
+		res := StartSessionResult{JobID: rec.ID}
+		if rec.Status != job.StatusQueued {
+			stop := func() {}
+			if rr.Wait > 0 {
+				stop = d.startProgress(ctx, req, rec.ID)
+			}
+			r, err := d.Jobs.Read(ctx, rec.ID, rr)
+			stop()
+			if err != nil {
+				return failure(err), nil
+			}
+			res.Output, res.Lossy = output.ToText(r.Data)
+			res.NextCursor, res.Matched = r.NextCursor, r.Matched
+			rec = r.Job
+		}
+		res.Status, res.Reason, res.ExitCode, res.Error = rec.Status, rec.Reason, rec.ExitCode, rec.Error
+		res.Session = sessionOf(rec)
+		text := fmt.Sprintf("session %s", statusLine(rec)[len("job "):])
+		if res.Output != "" {
+			text += "\n" + res.Output
+		}
+		if !job.Finished(rec.Status) {
+			text += fmt.Sprintf("\n(send_input with job_id %s to type; read_output to read more)", rec.ID)
+		}
+		return structured(res, text), nil
+	}}
+}
+
+// sessionRequest validates start_session's arguments into a job request and
+// the read of the initial output.
+func (d Deps) sessionRequest(args StartSessionArgs) (job.Request, job.ReadRequest, *mcp.CallToolResult) {
+	fail := func(format string, a ...any) (job.Request, job.ReadRequest, *mcp.CallToolResult) {
+		return job.Request{}, job.ReadRequest{}, errorResult(format, a...)
+	}
+	name := args.Language
+	if name == "" {
+		name = lang.DefaultLanguage
+	}
+	language, image, ok := d.Languages.Lookup(name)
+	if !ok {
+		return fail("unknown language %q: use one of %s (list_languages tells more)", truncate(name, 64), strings.Join(d.Languages.Names(), ", "))
+	}
+	mode := args.Mode
+	switch mode {
+	case "":
+		mode = job.ModePTY
+	case job.ModePTY, job.ModePipe:
+	default:
+		return fail("mode %q is not one of pty, pipe", truncate(mode, 16))
+	}
+	rows, cols := defaultRows, defaultCols
+	if args.Rows != nil {
+		rows = *args.Rows
+	}
+	if args.Cols != nil {
+		cols = *args.Cols
+	}
+	if rows < terminal.MinRows || rows > terminal.MaxRows {
+		return fail("rows %d is out of range: %d to %d", rows, terminal.MinRows, terminal.MaxRows)
+	}
+	if cols < terminal.MinCols || cols > terminal.MaxCols {
+		return fail("cols %d is out of range: %d to %d", cols, terminal.MinCols, terminal.MaxCols)
+	}
+	if mode == job.ModePipe && (args.Rows != nil || args.Cols != nil) {
+		return fail("rows and cols are for mode pty; a pipe session has no terminal")
+	}
+	var argv []string
+	switch {
+	case args.Command == "" && len(args.Args) > 0:
+		return fail("args given without command: name the program they are for")
+	case args.Command == "":
+		pty, pipe := replOf(language.Name)
+		argv = pty
+		if mode == job.ModePipe {
+			argv = pipe
+		}
+	default:
+		if err := checkText("command", args.Command, maxProgramBytes); err != nil {
+			return fail("%v", err)
+		}
+		if strings.TrimSpace(args.Command) == "" {
+			return fail("command is blank: name a program, or leave command out for the language's interactive program")
+		}
+		if len(args.Args) > maxArgs {
+			return fail("args has %d entries; the limit is %d", len(args.Args), maxArgs)
+		}
+		total := 0
+		for i, a := range args.Args {
+			if err := checkText(fmt.Sprintf("args[%d]", i), a, maxCommandBytes); err != nil {
+				return fail("%v", err)
+			}
+			total += len(a)
+		}
+		if total > maxCommandBytes {
+			return fail("args add up to %d bytes; the limit is %d", total, maxCommandBytes)
+		}
+		if len(args.Args) == 0 && strings.ContainsAny(strings.TrimSpace(args.Command), " \t\n") {
+			argv = []string{"bash", "-c", args.Command}
+		} else {
+			argv = append([]string{args.Command}, args.Args...)
+		}
+	}
+	if err := checkText("name", args.Name, maxNameBytes); err != nil {
+		return fail("%v", err)
+	}
+	cwd, err := validateCwd(args.Cwd)
+	if err != nil {
+		return fail("%v", err)
+	}
+	env, err := validateEnv(args.Env)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if _, ok := args.Env["TERM"]; !ok && mode == job.ModePTY {
+		env = append(env, "TERM="+sessionTermValue)
+	}
+	timeoutS := args.TimeoutS
+	if timeoutS == nil {
+		// A session lives until it idles, ends or is killed: its timeout is the ceiling.
+		most := float64(d.Policy.Limits.TimeoutS.Max)
+		timeoutS = &most
+	}
+	limits, err := d.Policy.Resolve(policy.Request{TimeoutS: timeoutS})
+	if err != nil {
+		return job.Request{}, job.ReadRequest{}, failure(err)
+	}
+	idle, err := d.Policy.ResolveIdle(args.IdleTimeoutS)
+	if err != nil {
+		return job.Request{}, job.ReadRequest{}, failure(err)
+	}
+	waitS := args.WaitS
+	if waitS == nil {
+		def := sessionWaitS
+		waitS = &def
+	}
+	wait, err := d.Policy.ResolveWait(waitS)
+	if err != nil {
+		return job.Request{}, job.ReadRequest{}, failure(err)
+	}
+	rr := job.ReadRequest{Stream: output.Both, MaxBytes: defaultReadBytes, Wait: wait, StripANSI: true, Settle: sessionSettle}
+	if args.Until != "" {
+		if len(args.Until) > maxUntilLen {
+			return fail("until is %d bytes; the limit is %d", len(args.Until), maxUntilLen)
+		}
+		re, err := regexp.Compile(args.Until)
+		if err != nil {
+			return fail("until is not a valid regular expression: %v", err)
+		}
+		rr.Until = re
+	}
+	details := &store.SessionDetails{Mode: mode, Name: args.Name, IdleTimeoutMS: idle.Milliseconds()}
+	var tty *sandbox.TTY
+	if mode == job.ModePTY {
+		details.Rows, details.Cols = rows, cols
+		tty = &sandbox.TTY{Rows: uint16(rows), Cols: uint16(cols)}
+	}
+	return job.Request{
+		Kind: job.KindSession, Command: commandLine(argv), Cmd: argv,
+		Language: language.Name, Image: image, Cwd: cwd, Env: env,
+		KeepStdinOpen: true, Limits: limits, Network: d.Policy.Network,
+		TTY: tty, Details: store.Details{Session: details},
+	}, rr, nil
+}
+
+// commandLine shows an argv as a shell would read it.
+func commandLine(argv []string) string {
+	if len(argv) == 3 && argv[0] == "bash" && argv[1] == "-c" {
+		return argv[2]
+	}
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && !strings.ContainsAny(a, " \t\n'\"\\$`;&|<>()*?[]{}~!#") {
+			parts[i] = a
+			continue
+		}
+		parts[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(parts, " ")
+}
