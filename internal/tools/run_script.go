@@ -32,6 +32,7 @@ const (
 type RunScriptArgs struct {
 	Code          string            `json:"code" jsonschema:"the program's source code (at most 512 KiB, UTF-8, no NUL bytes)"`
 	Language      string            `json:"language"`
+	Workspace     string            `json:"workspace,omitempty" jsonschema:"run inside this workspace (create_workspace): its files at /workspace, its installed packages, its localhost. The script's language must be the workspace's (bash runs in any)"`
 	Args          []string          `json:"args,omitempty" jsonschema:"command-line arguments for the program (at most 256, each at most 32 KiB); for solidity: a contract name and calls such as inc() or set(5)"`
 	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text written to the program's stdin, which is then closed (at most 1 MiB)"`
 	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables, name to value (at most 64; LD_*, PATH and other loader or shell names refused); override env_file and the image"`
@@ -119,7 +120,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	}
 	driver := sl.Driver("")
 	jr, wait, problem := d.commandRequest(RunCommandArgs{
-		Command: driver, Language: sl.Name, Env: env, KeepStdinOpen: args.KeepStdinOpen,
+		Command: driver, Language: scriptLanguageIn(sl.Name, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
 		TimeoutS: args.TimeoutS, WaitS: args.WaitS, Background: args.Background, Output: args.Output,
 		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids,
 	})
@@ -439,4 +440,14 @@ func capText(s string, n int) (string, bool) {
 	}
 	text, _ := output.ToText(output.TrimRunes([]byte(s[:n])))
 	return text, true
+}
+
+// scriptLanguageIn is the language a script asks of its sandbox: in a
+// workspace, a bash script runs whatever the workspace's language is (every
+// image has bash); other languages must match the workspace's.
+func scriptLanguageIn(language, workspace string) string {
+	if workspace != "" && language == "bash" {
+		return ""
+	}
+	return language
 }

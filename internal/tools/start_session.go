@@ -40,6 +40,7 @@ type StartSessionArgs struct {
 	Rows         *int              `json:"rows,omitempty"`
 	Cols         *int              `json:"cols,omitempty"`
 	Name         string            `json:"name,omitempty" jsonschema:"a name to recognise the session by in get_job and list_jobs (at most 128 bytes)"`
+	Workspace    string            `json:"workspace,omitempty" jsonschema:"run inside this workspace (create_workspace): its files at /workspace, its installed packages, its localhost; the workspace's language is used. Omit for a fresh sandbox"`
 	Cwd          string            `json:"cwd,omitempty" jsonschema:"working directory: /workspace (default) or a path below it; a relative path is taken from /workspace; .. is refused"`
 	Env          map[string]string `json:"env,omitempty" jsonschema:"environment variables, name to value (at most 64; names [A-Za-z_][A-Za-z0-9_]*; LD_* and DYLD_* refused); in pty mode TERM defaults to xterm-256color"`
 	WaitS        *float64          `json:"wait_s,omitempty"`
@@ -220,6 +221,14 @@ func (d Deps) sessionRequest(args StartSessionArgs) (job.Request, job.ReadReques
 	if err := checkText("name", args.Name, maxNameBytes); err != nil {
 		return fail("%v", err)
 	}
+	var wsName string
+	if args.Workspace != "" {
+		w, problem := d.workspaceFor(args.Workspace, args.Language)
+		if problem != nil {
+			return job.Request{}, job.ReadRequest{}, problem
+		}
+		language.Name, image, wsName = w.Language, w.Image, w.Name
+	}
 	cwd, err := validateCwd(args.Cwd)
 	if err != nil {
 		return fail("%v", err)
@@ -273,7 +282,7 @@ func (d Deps) sessionRequest(args StartSessionArgs) (job.Request, job.ReadReques
 	}
 	return job.Request{
 		Kind: job.KindSession, Command: commandLine(argv), Cmd: argv,
-		Language: language.Name, Image: image, Cwd: cwd, Env: env,
+		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
 		KeepStdinOpen: true, Limits: limits, Network: d.Policy.Network,
 		TTY: tty, Details: store.Details{Session: details},
 	}, rr, nil
