@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,11 +193,23 @@ func TestDeadlineHoldsWithoutServer(t *testing.T) {
 func TestPoolLifecycle(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	before := s.waitWarm(2)
-	s.ok("run_command", map[string]any{"command": "true"})
-	after := s.waitWarm(2)
-	if strings.Join(before, ",") == strings.Join(after, ",") {
-		t.Fatal("the pool did not replace the sandbox a job took")
+	before := s.waitWarm(3) // bash 2, python 1
+	r := s.ok("run_command", map[string]any{"command": "true"})
+	taken := str(s.ok("get_job", map[string]any{"job_id": str(r, "job_id")}), "container_id")
+	if !slices.Contains(before, taken) {
+		t.Fatalf("the job was not served warm: %s not in %v", taken, before)
+	}
+	var after []string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		after = s.warmIDs()
+		if len(after) >= 3 && !slices.Contains(after, taken) {
+			break // the taken one went, a new one waits in its place
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not replace the sandbox a job took: before %v, now %v", before, after)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	cli := engineClient(t)
 	for _, id := range after {
@@ -213,7 +226,7 @@ func TestPoolLifecycle(t *testing.T) {
 	dead := s.serverID()
 	s.kill9()
 	again := startServerIn(t, s.stateDir)
-	deadline := time.Now().Add(15 * time.Second)
+	deadline = time.Now().Add(15 * time.Second)
 	for {
 		left := 0
 		for _, c := range again.allContainers() {
