@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/logging"
@@ -144,6 +145,7 @@ func serve(args []string) error {
 
 	srv, err := mcpserver.New(tools.Deps{
 		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm, Workspaces: workspaces,
+		Dependencies: deps.New(engine, cfg.Policy),
 	}, cfg.Toolsets)
 	if err != nil {
 		return err
