@@ -9,6 +9,7 @@
 package deps
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -39,8 +40,15 @@ const (
 	MaxEntryBytes = 214
 )
 
+// PrebuildEnv bounds, in seconds, the build of a Go install's packages.
+const PrebuildEnv = "SANDBOXER_PREBUILD_S"
+
 // CAEnv carries the install's extra CA bundle (PEM) into the install sandbox.
 const CAEnv = "SANDBOXER_INSTALL_CA"
+
+// goCacheSeed is the go image's prebuilt standard-library build cache
+// (script.GoCacheSeed).
+const goCacheSeed = "/usr/local/share/go-build-seed"
 
 // completeMarker is written last by a successful install.
 const completeMarker = ".sandboxer-complete"
@@ -114,9 +122,12 @@ func Key(language, image string, list []string) string {
 	return hex.EncodeToString(h[:])[:20]
 }
 
-// VolumeName is the volume of a cache key.
+// VolumeName is a new volume name for a cache key (unique: volume names are
+// the engine's, shared by every server instance).
 func VolumeName(language, key string) string {
-	return "sandboxer-deps-" + language + "-" + key
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	return "sandboxer-deps-" + language + "-" + key[:12] + "-" + hex.EncodeToString(r[:])
 }
 
 const caSetup = `if [ -n "${` + CAEnv + `:-}" ]; then
@@ -156,6 +167,15 @@ mkdir -p /tmp/mod "$GOMODCACHE" && cd /tmp/mod
 printf 'module script\n\ngo 1.21\n' > go.mod
 go get -- "$@"
 cp go.mod "$D/go.mod"; if [ -f go.sum ]; then cp go.sum "$D/go.sum"; else : > "$D/go.sum"; fi
+# Build the modules' packages once (as run_script builds: -trimpath, so the
+# cache does not depend on where the modules sit): scripts start from it.
+export GOCACHE="$D/gocache" GOFLAGS="-modcacherw -mod=mod"
+for m in "$@"; do
+  go list -e -f '{{if and (not .Error) (not .DepsErrors)}}{{.ImportPath}}{{end}}' "${m%@*}/..." 2>/dev/null
+done | sort -u > /tmp/pkgs
+# Best effort, within a third of the install's deadline: what was built by then stays.
+if [ -s /tmp/pkgs ]; then timeout "${SANDBOXER_PREBUILD_S:-100}" xargs go build -trimpath -o /dev/null < /tmp/pkgs >/dev/null 2>&1 || :; fi
+go clean -testcache 2>/dev/null || :
 `)
 	case "rust":
 		return "", fmt.Errorf("dependencies: rust crates cannot be installed on this host (crates.io is not reachable and the rust image has no cargo); run rust scripts without dependencies")
@@ -190,7 +210,13 @@ func Setup(language string) string {
 		// ES modules ignore NODE_PATH: they find node_modules next to the source.
 		return check + ` && ln -s ` + Dir + `/node_modules node_modules`
 	case "go":
-		return check + ` && cp ` + Dir + `/go.mod ` + Dir + `/go.sum . && chmod u+w go.mod go.sum`
+		// The build cache of the modules' packages joins the image's seed, as
+		// symbolic links (no copy: the go command only reads an entry, and
+		// writes new ones beside it). Entries the seed has already stay: the
+		// cache is content-addressed, and a missing entry is only a rebuild.
+		return check + ` && cp ` + Dir + `/go.mod ` + Dir + `/go.sum . && chmod u+w go.mod go.sum` +
+			` && { [ -e "${GOCACHE:?}" ] || ! [ -d ` + goCacheSeed + ` ] || cp -r ` + goCacheSeed + ` "$GOCACHE"; }` +
+			` && { ! [ -d ` + Dir + `/gocache ] || { mkdir -p "$GOCACHE" && { cp -rs ` + Dir + `/gocache/. "$GOCACHE"/ 2>/dev/null || :; }; }; }`
 	}
 	return check
 }

@@ -60,9 +60,40 @@ type Manager struct {
 	vr  sandbox.VolumeRuntime
 	pol *policy.Policy
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex // per key: one install at a time
-	meta  map[string]*meta       // by volume: measured size, last use (this process)
+	// Warm, when set, is told of each cache a script uses (so a warm pool can
+	// keep a sandbox with it mounted); Unwarm when one stops being kept, and
+	// before a cache's volume is removed (what mounts it must go first).
+	Warm   func(image string, m sandbox.Mount)
+	Unwarm func(ctx context.Context, volume string)
+
+	mu     sync.Mutex
+	locks  map[string]*sync.Mutex // per key: one install at a time
+	meta   map[string]*meta       // by volume: measured size, last use (this process)
+	warmed []string               // volumes told to Warm, most recent last
+}
+
+// MaxWarm is how many caches (the most recently used) are kept warm.
+const MaxWarm = 4
+
+// used tells Warm of a cache in use and Unwarms the least recent past MaxWarm.
+func (m *Manager) used(image string, mt sandbox.Mount) {
+	if m.Warm == nil {
+		return
+	}
+	m.mu.Lock()
+	m.warmed = append(slices.DeleteFunc(m.warmed, func(v string) bool { return v == mt.Volume }), mt.Volume)
+	var drop []string
+	if n := len(m.warmed) - MaxWarm; n > 0 {
+		drop = slices.Clone(m.warmed[:n])
+		m.warmed = m.warmed[n:]
+	}
+	m.mu.Unlock()
+	m.Warm(image, mt)
+	for _, v := range drop {
+		if m.Unwarm != nil {
+			m.Unwarm(context.Background(), v)
+		}
+	}
 }
 
 // New returns a manager, or nil when the runtime cannot keep volumes.
@@ -107,8 +138,7 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 		return Result{}, err
 	}
 	key := Key(language, image, list)
-	name := VolumeName(language, key)
-	res := Result{List: list, Mount: sandbox.Mount{Volume: name, Target: Dir, ReadOnly: true}}
+	res := Result{List: list, Mount: sandbox.Mount{Target: Dir, ReadOnly: true}}
 	l := m.lock(key)
 	l.Lock()
 	defer l.Unlock()
@@ -117,10 +147,16 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 		return Result{}, err
 	}
 	if len(vols) > 0 {
+		name := vols[0].Name
+		res.Mount.Volume = name
 		m.touch(name, -1)
 		res.Cache = CacheHit
+		m.used(image, res.Mount)
 		return res, nil
 	}
+	// Names are the engine's, shared by every instance: a fresh one each install.
+	name := VolumeName(language, key)
+	res.Mount.Volume = name
 	t0 := time.Now()
 	size, err := m.install(ctx, language, image, key, name, script, list)
 	if err != nil {
@@ -128,9 +164,8 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 	}
 	res.Cache, res.InstallMS = CacheInstalled, time.Since(t0).Milliseconds()
 	m.touch(name, size)
-	if _, err := m.enforceCap(ctx, name); err != nil {
-		return res, nil // the cap is best effort; the run goes on
-	}
+	_, _ = m.enforceCap(ctx, name) // best effort; the run goes on
+	m.used(image, res.Mount)
 	return res, nil
 }
 
@@ -152,7 +187,7 @@ func (m *Manager) install(ctx context.Context, language, image, key, name, scrip
 		return 0, err
 	}
 	timeout := time.Duration(m.pol.Scripts.DependencyInstallTimeoutS) * time.Second
-	env := []string{}
+	env := []string{fmt.Sprintf("%s=%d", PrebuildEnv, max(timeout/time.Second/3, 1))}
 	if f := m.pol.Scripts.InstallCAFile; f != "" {
 		pem, err := os.ReadFile(f)
 		if err != nil {
@@ -273,6 +308,12 @@ func (m *Manager) remove(ctx context.Context, c Cache) error {
 		return fmt.Errorf("cache %s is being installed", c.Key)
 	}
 	defer l.Unlock()
+	if m.Unwarm != nil {
+		m.Unwarm(ctx, c.Volume)
+	}
+	m.mu.Lock()
+	m.warmed = slices.DeleteFunc(m.warmed, func(v string) bool { return v == c.Volume })
+	m.mu.Unlock()
 	if err := m.vr.RemoveVolume(ctx, c.Volume); err != nil {
 		return fmt.Errorf("cache %s (volume %s) could not be removed (a running script may use it): %v", c.Key, c.Volume, err)
 	}
