@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -57,11 +58,26 @@ func (r *Runtime) VolumeSizes(ctx context.Context) (map[string]int64, error) {
 	return sizes, nil
 }
 
-// RemoveVolume removes a volume; one already gone is no error.
+// RemoveVolume removes a volume; one already gone is no error. A volume in
+// use is retried for a while: a finished sandbox is removed shortly after its
+// end, not at once.
 func (r *Runtime) RemoveVolume(ctx context.Context, name string) error {
-	_, err := r.cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true})
-	if err != nil && !cerrdefs.IsNotFound(err) {
-		return r.engineErr(fmt.Errorf("remove volume %s: %w", name, err))
+	deadline := time.Now().Add(volumeInUseWait)
+	for delay := 50 * time.Millisecond; ; delay = min(delay*2, time.Second) {
+		_, err := r.cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true})
+		if err == nil || cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		if !cerrdefs.IsConflict(err) || time.Now().After(deadline) {
+			return r.engineErr(fmt.Errorf("remove volume %s: %w", name, err))
+		}
+		select {
+		case <-ctx.Done():
+			return r.engineErr(fmt.Errorf("remove volume %s: %w", name, err))
+		case <-time.After(delay):
+		}
 	}
-	return nil
 }
+
+// volumeInUseWait is how long RemoveVolume waits for a volume's users to go.
+const volumeInUseWait = 10 * time.Second
