@@ -1,7 +1,14 @@
 package e2e
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -222,4 +229,69 @@ func TestScriptDependencies(t *testing.T) {
 			t.Errorf("after prune: %v", r)
 		}
 	})
+}
+
+// pyWheel builds a tiny pure-Python wheel: module sbxdemo with greet().
+func pyWheel(t *testing.T) (name string, data []byte) {
+	t.Helper()
+	files := []struct{ path, body string }{
+		{"sbxdemo/__init__.py", "def greet():\n    return 'hello from sbxdemo'\n"},
+		{"sbxdemo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: sbxdemo\nVersion: 1.0\n"},
+		{"sbxdemo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: sandboxer-e2e\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var record strings.Builder
+	for _, f := range files {
+		w, err := zw.Create(f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = w.Write([]byte(f.body))
+		sum := sha256.Sum256([]byte(f.body))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f.path, base64.RawURLEncoding.EncodeToString(sum[:]), len(f.body))
+	}
+	record.WriteString("sbxdemo-1.0.dist-info/RECORD,,\n")
+	w, err := zw.Create("sbxdemo-1.0.dist-info/RECORD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.Write([]byte(record.String()))
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return "sbxdemo-1.0-py3-none-any.whl", buf.Bytes()
+}
+
+// TestScriptDependenciesPython installs from a PEP 503 simple index the test
+// serves on the Docker bridge's gateway (PyPI is not reachable here).
+func TestScriptDependenciesPython(t *testing.T) {
+	ln, err := net.Listen("tcp", "172.17.0.1:0")
+	if err != nil {
+		t.Skipf("cannot listen on the docker bridge gateway: %v", err)
+	}
+	whl, data := pyWheel(t)
+	sum := sha256.Sum256(data)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/simple/sbxdemo/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "<!DOCTYPE html><html><body><a href=\"/files/%s#sha256=%x\">%s</a></body></html>\n", whl, sum, whl)
+	})
+	mux.HandleFunc("/files/"+whl, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(data) })
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	s := startServer(t, depsPolicy(t, "  pip_index_url: http://"+ln.Addr().String()+"/simple/\n"))
+	t.Cleanup(func() { s.call("prune_dependency_caches", map[string]any{}) })
+	code := "import sbxdemo\nprint(sbxdemo.greet())\n"
+	for i, want := range []string{"installed", "hit"} {
+		r, d := timedRun(s, map[string]any{"language": "python", "code": code, "dependencies": []string{"sbxdemo==1.0"}})
+		if str(r, "status") != "completed" || str(r, "stdout") != "hello from sbxdemo\n" {
+			t.Fatalf("run %d: %v", i+1, r)
+		}
+		if cache, _ := depsOf(t, r); cache != want {
+			t.Fatalf("run %d: dependencies %v, want %s", i+1, r["dependencies"], want)
+		}
+		t.Logf("python run %d (%s): %v", i+1, want, d)
+	}
 }
