@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/logging"
@@ -142,8 +144,27 @@ func serve(args []string) error {
 	}
 	go workspaces.Run()
 
+	depCaches := deps.New(engine, cfg.Policy)
+	if warm != nil && depCaches != nil {
+		// A script with dependencies starts as fast as one without: the pool
+		// keeps a sandbox with each recently used cache mounted.
+		depCaches.Warm = func(image string, m sandbox.Mount) {
+			spec, err := job.PoolSpec(cfg.Policy, image)
+			if err != nil {
+				return
+			}
+			spec.Mounts = []sandbox.Mount{m}
+			warm.AddTarget(pool.Target{Name: "deps " + m.Volume, Spec: spec, Size: 1})
+		}
+		depCaches.Unwarm = func(ctx context.Context, volume string) {
+			warm.RemoveTargets(ctx, func(s sandbox.Spec) bool {
+				return slices.ContainsFunc(s.Mounts, func(m sandbox.Mount) bool { return m.Volume == volume })
+			})
+		}
+	}
 	srv, err := mcpserver.New(tools.Deps{
 		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm, Workspaces: workspaces,
+		Dependencies: depCaches,
 	}, cfg.Toolsets)
 	if err != nil {
 		return err

@@ -77,6 +77,8 @@ type Request struct {
 	Network string
 	// TTY runs the job on a terminal of this size (pty sessions).
 	TTY *sandbox.TTY
+	// Mounts are engine volumes mounted into the job's sandbox (dependency caches).
+	Mounts []sandbox.Mount
 	// Details are kept with the job's record (a session's terminal, a script's source).
 	Details store.Details
 	// ExitReason, when set, names the reason of a non-zero exit the process
@@ -110,6 +112,7 @@ func SandboxSpec(pol *policy.Policy, req Request) sandbox.Spec {
 		Timeout:   req.Limits.Timeout,
 		TTY:       req.TTY,
 		Workspace: req.Workspace,
+		Mounts:    req.Mounts,
 	}
 }
 

@@ -72,6 +72,17 @@ type Scripts struct {
 	// name a file; none by default, so env_file host paths are refused.
 	// Never nil after Default() or Load().
 	EnvFileDirs []string `yaml:"env_file_dirs"`
+	// PipIndexURL is the index run_script's python dependencies install
+	// from ("" = pip's default, PyPI).
+	PipIndexURL string `yaml:"pip_index_url"`
+	// DependencyCacheMB caps the dependency caches together (Docker volumes,
+	// one per language, image and list); past it the least recently used go.
+	DependencyCacheMB int64 `yaml:"dependency_cache_mb"`
+	// DependencyInstallTimeoutS bounds one dependency install.
+	DependencyInstallTimeoutS int64 `yaml:"dependency_install_timeout_s"`
+	// InstallCAFile is a host path of a PEM bundle that dependency installs
+	// trust besides the image's CAs (TLS-intercepting egress); "" = none.
+	InstallCAFile string `yaml:"install_ca_file"`
 }
 
 // Pool is the warm pool: per language, how many fresh sandboxes (with the
@@ -174,7 +185,7 @@ func Default() *Policy {
 		Runtime:   "",
 		Languages: map[string]Language{},
 		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2},
-		Scripts:   Scripts{EnvFileDirs: []string{}},
+		Scripts:   Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300},
 		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024,
 			InstallNetwork: NetworkBridge, PipIndexURL: ""},
 		Sessions: Sessions{IdleTimeoutS: Range{Default: 600, Max: 3600}},

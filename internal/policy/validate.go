@@ -198,5 +198,14 @@ func (p *Policy) Validate() error {
 	}
 	ps.rangeIn("sessions.idle_timeout_s", p.Sessions.IdleTimeoutS, 1, maxIdleS)
 
+	if u := p.Scripts.PipIndexURL; u != "" && !pipIndexPattern.MatchString(u) {
+		ps.add("scripts.pip_index_url", "%q is not an http(s) URL", u)
+	}
+	ps.intIn("scripts.dependency_cache_mb", p.Scripts.DependencyCacheMB, 1, maxMB)
+	ps.intIn("scripts.dependency_install_timeout_s", p.Scripts.DependencyInstallTimeoutS, 1, 3600)
+	if f := p.Scripts.InstallCAFile; f != "" && (!filepath.IsAbs(f) || filepath.Clean(f) != f) {
+		ps.add("scripts.install_ca_file", "%q must be a clean absolute path", f)
+	}
+
 	return errors.Join(ps...)
 }

@@ -59,6 +59,16 @@ type Spec struct {
 	// a runtime that knows workspaces (see WorkspaceRuntime) runs it in that
 	// workspace's container instead of a new one.
 	Workspace string
+	// Mounts are engine volumes mounted into the sandbox (never host paths).
+	// A spec with mounts is never served from the warm pool (see PoolKey).
+	Mounts []Mount
+}
+
+// Mount is a named engine volume mounted at Target.
+type Mount struct {
+	Volume   string
+	Target   string
+	ReadOnly bool
 }
 
 // TTY is a terminal size.
@@ -170,9 +180,14 @@ const KindPool = "pool"
 // not part of it: they are set on the container when it is handed its job.
 func (s Spec) PoolKey() string {
 	l := s.Limits
-	return fmt.Sprintf("%s|%s|%s|%s|%s|tmp=%d|work=%d|log=%d|nofile=%d|fsize=%d",
+	key := fmt.Sprintf("%s|%s|%s|%s|%s|tmp=%d|work=%d|log=%d|nofile=%d|fsize=%d",
 		s.Image, s.WorkDir, s.Network, s.Runtime, s.EngineLog,
 		l.TmpBytes, l.WorkdirBytes, l.LogBytes, l.OpenFiles, l.FileSizeBytes)
+	// Mounts are fixed at creation: no warm sandbox (made without) serves them.
+	for _, m := range s.Mounts {
+		key += fmt.Sprintf("|mount=%s:%s:%t", m.Volume, m.Target, m.ReadOnly)
+	}
+	return key
 }
 
 // Warm is a sandbox started before its job: it runs nothing of a job until

@@ -21,18 +21,19 @@ const (
 
 // BenchmarkScriptArgs are benchmark_script's arguments.
 type BenchmarkScriptArgs struct {
-	Code     string            `json:"code" jsonschema:"the program's source code (at most 512 KiB)"`
-	Language string            `json:"language"`
-	Args     []string          `json:"args,omitempty" jsonschema:"command-line arguments for every run"`
-	Stdin    *string           `json:"stdin,omitempty" jsonschema:"text written to every run's stdin (at most 1 MiB)"`
-	Env      map[string]string `json:"env,omitempty" jsonschema:"environment variables for every run (run_script's rules)"`
-	EnvFile  string            `json:"env_file,omitempty" jsonschema:"host dotenv file under scripts.env_file_dirs (run_script's rules)"`
-	Runs     *int              `json:"runs,omitempty"`
-	Warmup   *int              `json:"warmup,omitempty"`
-	TimeoutS *float64          `json:"timeout_s,omitempty"`
-	MemoryMB *int64            `json:"memory_mb,omitempty"`
-	CPUs     *float64          `json:"cpus,omitempty"`
-	Pids     *int64            `json:"pids,omitempty"`
+	Code         string            `json:"code" jsonschema:"the program's source code (at most 512 KiB)"`
+	Language     string            `json:"language"`
+	Args         []string          `json:"args,omitempty" jsonschema:"command-line arguments for every run"`
+	Stdin        *string           `json:"stdin,omitempty" jsonschema:"text written to every run's stdin (at most 1 MiB)"`
+	Env          map[string]string `json:"env,omitempty" jsonschema:"environment variables for every run (run_script's rules)"`
+	EnvFile      string            `json:"env_file,omitempty" jsonschema:"host dotenv file under scripts.env_file_dirs (run_script's rules)"`
+	Dependencies []string          `json:"dependencies,omitempty" jsonschema:"packages the script needs (run_script's rules): installed once into a cache before the first run, not measured"`
+	Runs         *int              `json:"runs,omitempty"`
+	Warmup       *int              `json:"warmup,omitempty"`
+	TimeoutS     *float64          `json:"timeout_s,omitempty"`
+	MemoryMB     *int64            `json:"memory_mb,omitempty"`
+	CPUs         *float64          `json:"cpus,omitempty"`
+	Pids         *int64            `json:"pids,omitempty"`
 }
 
 // BenchRun is one measured run.
@@ -106,7 +107,7 @@ func BenchmarkScript(d Deps) Tool {
 			return errorResult("warmup %d is out of range: 0 to %d", warmup, maxBenchWarmup), nil
 		}
 		run, problem := d.scriptRequest(ctx, RunScriptArgs{
-			Code: args.Code, Language: args.Language, Args: args.Args, Stdin: args.Stdin, Env: args.Env, EnvFile: args.EnvFile,
+			Code: args.Code, Language: args.Language, Args: args.Args, Stdin: args.Stdin, Env: args.Env, EnvFile: args.EnvFile, Dependencies: args.Dependencies,
 			TimeoutS: args.TimeoutS, MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids,
 		})
 		if problem != nil {

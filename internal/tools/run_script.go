@@ -11,8 +11,10 @@ import (
 	"github.com/joho/godotenv"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/script"
 	"github.com/sandboxer/sandboxer/internal/store"
 )
@@ -45,13 +47,22 @@ type RunScriptArgs struct {
 	MemoryMB      *int64            `json:"memory_mb,omitempty"`
 	CPUs          *float64          `json:"cpus,omitempty"`
 	Pids          *int64            `json:"pids,omitempty"`
+	Dependencies  []string          `json:"dependencies,omitempty" jsonschema:"packages the script needs, in the language's own notation: pip requirements (python, e.g. requests==2.31.0), npm names with an optional @version (javascript, typescript), Go module paths @version (go, e.g. golang.org/x/text@v0.14.0), crate names (rust: refused on this host); at most 64; installed once into a cache (with network) and reused read-only (the script itself has none)"`
+}
+
+// DependenciesResult says how a script's dependencies were made ready.
+type DependenciesResult struct {
+	List      []string `json:"list" jsonschema:"the dependencies, sorted and deduplicated"`
+	Cache     string   `json:"cache" jsonschema:"hit: an existing cache served them; installed: they were installed now"`
+	InstallMS int64    `json:"install_ms" jsonschema:"how long the install took, in milliseconds (0 on a hit)"`
 }
 
 // RunScriptResult is run_script's result: run_command's plus the script's parts.
 type RunScriptResult struct {
 	RunResult
-	LanguageVersion string         `json:"language_version,omitempty" jsonschema:"the interpreter or compiler that ran it"`
-	Compile         *CompileResult `json:"compile,omitempty" jsonschema:"the compile step of a compiled language (go, rust, typescript, solidity), once it ran; a failed one ends the job failed with reason compile_error"`
+	LanguageVersion string              `json:"language_version,omitempty" jsonschema:"the interpreter or compiler that ran it"`
+	Compile         *CompileResult      `json:"compile,omitempty" jsonschema:"the compile step of a compiled language (go, rust, typescript, solidity), once it ran; a failed one ends the job failed with reason compile_error"`
+	Dependencies    *DependenciesResult `json:"dependencies,omitempty" jsonschema:"the script's dependencies and whether the cache had them"`
 }
 
 // CompileResult is a script's compile step.
@@ -78,6 +89,7 @@ type scriptRun struct {
 	req     job.Request
 	wait    time.Duration
 	version string
+	deps    *DependenciesResult
 }
 
 func scriptLanguageNames() []string { return script.Names() }
@@ -118,7 +130,22 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	if args.Stdin != nil && len(*args.Stdin) > maxStdinBytes {
 		return nil, errorResult("stdin is %d bytes; the limit is %d", len(*args.Stdin), maxStdinBytes)
 	}
-	driver := sl.Driver("")
+	var depList []string
+	if len(args.Dependencies) > 0 {
+		list, err := deps.Normalise(sl.Name, args.Dependencies)
+		if err != nil {
+			return nil, errorResult("%v", err)
+		}
+		if d.Dependencies == nil {
+			return nil, errorResult("dependencies cannot be installed: this server's runtime keeps no dependency caches")
+		}
+		depList = list
+	}
+	setup := ""
+	if depList != nil {
+		setup = deps.Setup(sl.Name)
+	}
+	driver := sl.Driver(setup)
 	jr, wait, problem := d.commandRequest(RunCommandArgs{
 		Command: driver, Language: scriptLanguageIn(sl.Name, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
 		TimeoutS: args.TimeoutS, WaitS: args.WaitS, Background: args.Background, Output: args.Output,
@@ -144,11 +171,22 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 			return ""
 		}
 	}
+	var dr *DependenciesResult
+	if depList != nil {
+		// Last: everything else was checked before anything is installed.
+		got, err := d.Dependencies.Ensure(ctx, sl.Name, jr.Image, depList)
+		if err != nil {
+			return nil, errorResult("%v", err)
+		}
+		jr.Mounts = []sandbox.Mount{got.Mount}
+		jr.Env = append(jr.Env, deps.RunEnv(sl.Name)...)
+		dr = &DependenciesResult{List: got.List, Cache: got.Cache, InstallMS: got.InstallMS}
+	}
 	version := d.languageVersion(ctx, sl.Name, jr.Image)
 	jr.Details = store.Details{Script: &store.ScriptDetails{
-		Source: args.Code, Args: args.Args, Version: version,
+		Source: args.Code, Args: args.Args, Version: version, Dependencies: depList,
 	}}
-	return &scriptRun{req: jr, wait: wait, version: version}, nil
+	return &scriptRun{req: jr, wait: wait, version: version, deps: dr}, nil
 }
 
 func derefString(s *string) string {
@@ -353,6 +391,14 @@ func RunScript(d Deps) Tool {
 		res, text, err := d.scriptResult(ctx, rec, args.Output, run.version)
 		if err != nil {
 			return failure(err), nil
+		}
+		if run.deps != nil {
+			res.Dependencies = run.deps
+			text += fmt.Sprintf("\n(dependencies: %s, %s", strings.Join(run.deps.List, " "), run.deps.Cache)
+			if run.deps.Cache == deps.CacheInstalled {
+				text += fmt.Sprintf(" in %d ms", run.deps.InstallMS)
+			}
+			text += ")"
 		}
 		return structured(res, text), nil
 	}}

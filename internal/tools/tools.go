@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
@@ -53,6 +54,8 @@ type Deps struct {
 	Scripts ScriptHooks
 	// Workspaces manages named, persistent sandboxes; nil = none.
 	Workspaces *workspace.Manager
+	// Dependencies installs and caches run_script's dependencies; nil = none.
+	Dependencies *deps.Manager
 }
 
 // Tool is a definition with its handler and toolset.
@@ -82,6 +85,8 @@ func All(d Deps) []Tool {
 		CreateWorkspace(d),
 		ListWorkspaces(d),
 		DeleteWorkspace(d),
+		ListDependencyCaches(d),
+		PruneDependencyCaches(d),
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -204,6 +205,10 @@ func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *contai
 				{Name: "core", Soft: 0, Hard: 0},
 			},
 		},
+	}
+	for _, m := range spec.Mounts {
+		// Volumes only: a spec never names a host path.
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeVolume, Source: m.Volume, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
 	return cfg, host
 }

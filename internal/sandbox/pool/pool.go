@@ -77,6 +77,7 @@ type target struct {
 	lastErr  string
 	backoff  time.Duration
 	retryAt  time.Time
+	removed  bool // taken out by RemoveTarget: what it still starts is discarded
 }
 
 var _ sandbox.Runtime = (*Pool)(nil)
@@ -164,11 +165,8 @@ func (p *Pool) signal() {
 	}
 }
 
-// Run fills the pool until Close. It returns at once when there is nothing to keep.
+// Run fills the pool until Close (targets may be added later: AddTarget).
 func (p *Pool) Run() {
-	if len(p.targets) == 0 {
-		return
-	}
 	p.wg.Add(1)
 	defer p.wg.Done()
 	tick := time.NewTicker(minBackoff)
@@ -235,9 +233,13 @@ func (p *Pool) prepare(t *target) {
 		return
 	}
 	t.backoff, t.lastErr = 0, ""
-	if p.closed {
+	if p.closed || t.removed {
+		t.starting++ // until it is gone: RemoveTargets waits for it
 		p.mu.Unlock()
 		p.discard(w)
+		p.mu.Lock()
+		t.starting--
+		p.mu.Unlock()
 		return
 	}
 	t.ready = append(t.ready, w)
@@ -278,6 +280,63 @@ func (p *Pool) discard(w sandbox.Warm) {
 	defer cancel()
 	if err := w.Discard(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		p.log.Warn().Err(err).Str("container", short(w.ContainerID())).Msg("remove warm sandbox")
+	}
+}
+
+// AddTarget keeps warm sandboxes for one more shape (e.g. a script's
+// dependency cache mounted); a shape already kept is left as it is.
+func (p *Pool) AddTarget(t Target) {
+	if t.Size <= 0 {
+		return
+	}
+	t.Spec.Kind, t.Spec.JobID = sandbox.KindPool, ""
+	key := t.Spec.PoolKey()
+	p.mu.Lock()
+	if _, ok := p.byKey[key]; ok || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	tg := &target{Target: t, key: key}
+	p.targets = append(p.targets, tg)
+	p.byKey[key] = tg
+	p.mu.Unlock()
+	p.signal()
+}
+
+// RemoveTargets stops keeping the shapes match selects and removes their
+// warm sandboxes, waiting (bounded by ctx) for those still starting, so
+// what they mount is free when it returns.
+func (p *Pool) RemoveTargets(ctx context.Context, match func(sandbox.Spec) bool) {
+	p.mu.Lock()
+	var gone []*target
+	var ws []sandbox.Warm
+	kept := p.targets[:0]
+	for _, t := range p.targets {
+		if !match(t.Spec) {
+			kept = append(kept, t)
+			continue
+		}
+		t.removed = true
+		delete(p.byKey, t.key)
+		gone = append(gone, t)
+		ws = append(ws, t.ready...)
+		t.ready = nil
+	}
+	p.targets = kept
+	p.mu.Unlock()
+	for _, w := range ws {
+		p.discard(w)
+	}
+	for _, t := range gone {
+		for {
+			p.mu.Lock()
+			n := t.starting
+			p.mu.Unlock()
+			if n == 0 || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
 

@@ -182,3 +182,49 @@ func TestBackoffAndDrain(t *testing.T) {
 		t.Error("the pool refilled after Drain")
 	}
 }
+
+func TestAddAndRemoveTargets(t *testing.T) {
+	w := &warmer{Runtime: fake.New("test")}
+	p := New(w, nil, 2, zerolog.Nop())
+	go p.Run() // runs with no targets: they may come later
+	t.Cleanup(func() { p.Drain(context.Background()) })
+	withMount := spec("node")
+	withMount.Mounts = []sandbox.Mount{{Volume: "deps-1", Target: "/deps", ReadOnly: true}}
+	if withMount.PoolKey() == spec("node").PoolKey() {
+		t.Fatal("mounts are not part of the pool key")
+	}
+	p.AddTarget(Target{Name: "deps", Spec: withMount, Size: 1})
+	p.AddTarget(Target{Name: "deps again", Spec: withMount, Size: 1}) // the same shape: kept once
+	waitFor(t, "a warm sandbox with the mount", func() bool { s := p.Stats(); return len(s) == 1 && s[0].Ready == 1 })
+
+	// A job without the mount is never served by it.
+	h, err := p.Start(context.Background(), spec("node"), &sandbox.Buffer{Max: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-h.Done()
+	for _, tw := range w.all() {
+		if tw.launched.Load() {
+			t.Fatal("a job without the mount took the warm sandbox that has it")
+		}
+	}
+	h, err = p.Start(context.Background(), withMount, &sandbox.Buffer{Max: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-h.Done()
+	if !w.all()[0].launched.Load() {
+		t.Fatal("the job with the mount did not take its warm sandbox")
+	}
+	waitFor(t, "the refill", func() bool { return p.Stats()[0].Ready == 1 })
+
+	p.RemoveTargets(context.Background(), func(s sandbox.Spec) bool { return len(s.Mounts) > 0 && s.Mounts[0].Volume == "deps-1" })
+	if len(p.Stats()) != 0 {
+		t.Fatalf("target still kept: %v", p.Stats())
+	}
+	for _, tw := range w.all()[1:] {
+		if !tw.discarded.Load() {
+			t.Errorf("warm sandbox %s of a removed target was not discarded", tw.id)
+		}
+	}
+}

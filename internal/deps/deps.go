@@ -1,0 +1,225 @@
+// Package deps installs run_script's dependencies into cached engine volumes.
+//
+// A dependency list, in the language's own notation, is checked against the
+// package manager's grammar, normalised (sorted, deduplicated) and keyed with
+// the language and image. Each key has one Docker volume (labelled LabelKey),
+// filled once by an install sandbox (the language image, network bridge, the
+// volume read-write) and then mounted read-only at Dir into every script
+// sandbox that asks for the same list; scripts themselves keep network none.
+package deps
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Labels of a dependency cache volume.
+const (
+	LabelKey      = "dev.sandboxer.deps"          // the cache key
+	LabelLanguage = "dev.sandboxer.deps-language" // the language
+	LabelImage    = "dev.sandboxer.deps-image"    // the image installed with
+	LabelList     = "dev.sandboxer.deps-list"     // the normalised list, space-separated
+)
+
+// Dir is where a script sandbox sees its dependencies (read-only).
+const Dir = "/deps"
+
+// installDir is where the install sandbox fills the volume: the image's
+// /workspace (owned by the sandbox user), so the fresh volume takes its owner.
+const installDir = "/workspace"
+
+// Bounds of a list.
+const (
+	MaxEntries    = 64
+	MaxEntryBytes = 214
+)
+
+// PrebuildEnv bounds, in seconds, the build of a Go install's packages.
+const PrebuildEnv = "SANDBOXER_PREBUILD_S"
+
+// CAEnv carries the install's extra CA bundle (PEM) into the install sandbox.
+const CAEnv = "SANDBOXER_INSTALL_CA"
+
+// goCacheSeed is the go image's prebuilt standard-library build cache
+// (script.GoCacheSeed).
+const goCacheSeed = "/usr/local/share/go-build-seed"
+
+// completeMarker is written last by a successful install.
+const completeMarker = ".sandboxer-complete"
+
+var (
+	pyVersion = `(===|==|!=|~=|>=|<=|<|>)[A-Za-z0-9.*+!_-]+`
+	pyPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*\])?(` + pyVersion + `(,` + pyVersion + `)*)?$`)
+	// npm: an optional scope, a name (no leading . or _), an optional
+	// version, range or tag (no paths, URLs or spaces).
+	npmPattern = regexp.MustCompile(`^(@[a-z0-9~][a-z0-9._~-]*/)?[a-z0-9~][a-z0-9._~-]*(@[A-Za-z0-9.^~<>=*+_|-]+)?$`)
+	// Go: a module path whose first element is a domain, @ a version.
+	goPattern = regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*@(v[0-9]+\.[0-9]+\.[0-9]+[0-9A-Za-z.+-]*|latest)$`)
+	// cargo: a crate name, optionally @ a version requirement.
+	cargoPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}(@[0-9A-Za-z.^~<>=*+-]+)?$`)
+)
+
+// grammar names each language's notation, for messages.
+var grammar = map[string]string{
+	"python":     "pip requirement specifiers such as requests or requests==2.31.0 (no URLs, options, markers or spaces)",
+	"javascript": "npm package names with an optional @version, such as is-number or @scope/pkg@^1.2.0",
+	"typescript": "npm package names with an optional @version, such as is-number or @scope/pkg@^1.2.0",
+	"go":         "Go module paths with @version, such as golang.org/x/text@v0.14.0",
+	"rust":       "crate names with an optional @version, such as serde@1.0",
+}
+
+func patternOf(language string) *regexp.Regexp {
+	switch language {
+	case "python":
+		return pyPattern
+	case "javascript", "typescript":
+		return npmPattern
+	case "go":
+		return goPattern
+	case "rust":
+		return cargoPattern
+	}
+	return nil
+}
+
+// Normalise checks a list against the language's grammar and returns it
+// sorted and deduplicated. Errors name dependencies and the bad entry.
+func Normalise(language string, list []string) ([]string, error) {
+	pat := patternOf(language)
+	if pat == nil {
+		return nil, fmt.Errorf("dependencies: %s scripts take none (only python, javascript, typescript, go and rust do)", language)
+	}
+	if len(list) > MaxEntries {
+		return nil, fmt.Errorf("dependencies has %d entries; the limit is %d", len(list), MaxEntries)
+	}
+	out := make([]string, 0, len(list))
+	for i, d := range list {
+		shown := d
+		if len(shown) > 64 {
+			shown = shown[:64] + "…"
+		}
+		if len(d) > MaxEntryBytes {
+			return nil, fmt.Errorf("dependencies[%d] %q is longer than %d bytes", i, shown, MaxEntryBytes)
+		}
+		if !pat.MatchString(d) || strings.Contains(d, "..") && language != "python" {
+			return nil, fmt.Errorf("dependencies[%d] %q is not a valid %s dependency: give %s", i, shown, language, grammar[language])
+		}
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// Key is the cache key of a normalised list for a language and image.
+func Key(language, image string, list []string) string {
+	h := sha256.Sum256([]byte(language + "\x00" + image + "\x00" + strings.Join(list, "\x00")))
+	return hex.EncodeToString(h[:])[:20]
+}
+
+// VolumeName is a new volume name for a cache key (unique: volume names are
+// the engine's, shared by every server instance).
+func VolumeName(language, key string) string {
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	return "sandboxer-deps-" + language + "-" + key[:12] + "-" + hex.EncodeToString(r[:])
+}
+
+const caSetup = `if [ -n "${` + CAEnv + `:-}" ]; then
+  cat /etc/ssl/certs/ca-certificates.crt > /tmp/ca.pem 2>/dev/null || :
+  printf '%s\n' "$` + CAEnv + `" >> /tmp/ca.pem
+  export NODE_EXTRA_CA_CERTS=/tmp/ca.pem SSL_CERT_FILE=/tmp/ca.pem PIP_CERT=/tmp/ca.pem GIT_SSL_CAINFO=/tmp/ca.pem npm_config_cafile=/tmp/ca.pem
+fi
+unset ` + CAEnv + `
+`
+
+// InstallScript is the bash script an install sandbox runs, with the list as
+// its arguments ("$@"), always after "--"; pipIndex is the policy's index.
+func InstallScript(language, pipIndex string) (string, error) {
+	var b strings.Builder
+	b.WriteString("set -e\nD=" + installDir + "\ncd /tmp\n" + caSetup)
+	switch language {
+	case "javascript", "typescript":
+		// No lifecycle scripts: nothing of a package runs with network.
+		b.WriteString(`npm install --prefix "$D" --no-save --no-package-lock --ignore-scripts --no-fund --no-audit --loglevel=warn -- "$@"` + "\n")
+	case "python":
+		idx := ""
+		if pipIndex != "" {
+			u, err := url.Parse(pipIndex)
+			if err != nil || u.Host == "" {
+				return "", fmt.Errorf("scripts.pip_index_url %q is not a URL", pipIndex)
+			}
+			idx = " --index-url " + shq(pipIndex)
+			if u.Scheme == "http" {
+				idx += " --trusted-host " + shq(u.Hostname())
+			}
+		}
+		b.WriteString(`export PIP_BREAK_SYSTEM_PACKAGES=1
+pip install --no-cache-dir --no-input --disable-pip-version-check --target "$D"` + idx + ` -- "$@"` + "\n")
+	case "go":
+		b.WriteString(`export GOMODCACHE="$D/gomod" GOFLAGS=-modcacherw GOPROXY=https://proxy.golang.org GOSUMDB=off GOPATH=/tmp/go GOTOOLCHAIN=local
+mkdir -p /tmp/mod "$GOMODCACHE" && cd /tmp/mod
+printf 'module script\n\ngo 1.21\n' > go.mod
+go get -- "$@"
+cp go.mod "$D/go.mod"; if [ -f go.sum ]; then cp go.sum "$D/go.sum"; else : > "$D/go.sum"; fi
+# Build the modules' packages once (as run_script builds: -trimpath, so the
+# cache does not depend on where the modules sit): scripts start from it.
+export GOCACHE="$D/gocache" GOFLAGS="-modcacherw -mod=mod"
+for m in "$@"; do
+  go list -e -f '{{if and (not .Error) (not .DepsErrors)}}{{.ImportPath}}{{end}}' "${m%@*}/..." 2>/dev/null
+done | sort -u > /tmp/pkgs
+# Best effort, within a third of the install's deadline: what was built by then stays.
+if [ -s /tmp/pkgs ]; then timeout "${SANDBOXER_PREBUILD_S:-100}" xargs go build -trimpath -o /dev/null < /tmp/pkgs >/dev/null 2>&1 || :; fi
+go clean -testcache 2>/dev/null || :
+`)
+	case "rust":
+		return "", fmt.Errorf("dependencies: rust crates cannot be installed on this host (crates.io is not reachable and the rust image has no cargo); run rust scripts without dependencies")
+	default:
+		return "", fmt.Errorf("dependencies: %s scripts take none", language)
+	}
+	b.WriteString(`touch "$D/` + completeMarker + `"
+echo "sandboxer-deps-size-kb=$(du -sk "$D" | cut -f1)"
+`)
+	return b.String(), nil
+}
+
+// RunEnv is the environment a script sandbox gets to find its dependencies.
+func RunEnv(language string) []string {
+	switch language {
+	case "python":
+		return []string{"PYTHONPATH=" + Dir}
+	case "javascript", "typescript":
+		return []string{"NODE_PATH=" + Dir + "/node_modules"}
+	case "go":
+		return []string{"GOMODCACHE=" + Dir + "/gomod", "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off"}
+	}
+	return nil
+}
+
+// Setup is the shell step a script's driver runs in its source directory
+// before compiling (see script.Language.Driver).
+func Setup(language string) string {
+	check := `[ -f ` + Dir + `/` + completeMarker + ` ] || { echo "sandboxer: the dependency cache is incomplete: prune it (prune_dependency_caches) and run again" >&2; exit 1; }`
+	switch language {
+	case "javascript", "typescript":
+		// ES modules ignore NODE_PATH: they find node_modules next to the source.
+		return check + ` && ln -s ` + Dir + `/node_modules node_modules`
+	case "go":
+		// The build cache of the modules' packages joins the image's seed, as
+		// symbolic links (no copy: the go command only reads an entry, and
+		// writes new ones beside it). Entries the seed has already stay: the
+		// cache is content-addressed, and a missing entry is only a rebuild.
+		return check + ` && cp ` + Dir + `/go.mod ` + Dir + `/go.sum . && chmod u+w go.mod go.sum` +
+			` && { [ -e "${GOCACHE:?}" ] || ! [ -d ` + goCacheSeed + ` ] || cp -r ` + goCacheSeed + ` "$GOCACHE"; }` +
+			` && { ! [ -d ` + Dir + `/gocache ] || { mkdir -p "$GOCACHE" && { cp -rs ` + Dir + `/gocache/. "$GOCACHE"/ 2>/dev/null || :; }; }; }`
+	}
+	return check
+}
+
+// shq quotes s for bash.
+func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -1,0 +1,352 @@
+package deps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// KindInstall labels an install sandbox.
+const KindInstall = "deps-install"
+
+// Cache outcomes.
+const (
+	CacheHit       = "hit"
+	CacheInstalled = "installed"
+)
+
+// maxLogTail is how much of a failed install's output an error carries.
+const maxLogTail = 4 << 10
+
+// Result is a list made ready for a script.
+type Result struct {
+	List      []string
+	Cache     string // CacheHit or CacheInstalled
+	InstallMS int64
+	Mount     sandbox.Mount
+}
+
+// Cache is one dependency cache volume.
+type Cache struct {
+	Key       string
+	Volume    string
+	Language  string
+	Image     string
+	List      []string
+	SizeBytes int64 // -1 = unknown
+	CreatedAt time.Time
+	LastUsed  time.Time
+}
+
+type meta struct {
+	size     int64
+	lastUsed time.Time
+}
+
+// Manager installs and caches dependency lists.
+type Manager struct {
+	rt  sandbox.Runtime
+	vr  sandbox.VolumeRuntime
+	pol *policy.Policy
+
+	// Warm, when set, is told of each cache a script uses (so a warm pool can
+	// keep a sandbox with it mounted); Unwarm when one stops being kept, and
+	// before a cache's volume is removed (what mounts it must go first).
+	Warm   func(image string, m sandbox.Mount)
+	Unwarm func(ctx context.Context, volume string)
+
+	mu     sync.Mutex
+	locks  map[string]*sync.Mutex // per key: one install at a time
+	meta   map[string]*meta       // by volume: measured size, last use (this process)
+	warmed []string               // volumes told to Warm, most recent last
+}
+
+// MaxWarm is how many caches (the most recently used) are kept warm.
+const MaxWarm = 4
+
+// used tells Warm of a cache in use and Unwarms the least recent past MaxWarm.
+func (m *Manager) used(image string, mt sandbox.Mount) {
+	if m.Warm == nil {
+		return
+	}
+	m.mu.Lock()
+	m.warmed = append(slices.DeleteFunc(m.warmed, func(v string) bool { return v == mt.Volume }), mt.Volume)
+	var drop []string
+	if n := len(m.warmed) - MaxWarm; n > 0 {
+		drop = slices.Clone(m.warmed[:n])
+		m.warmed = m.warmed[n:]
+	}
+	m.mu.Unlock()
+	m.Warm(image, mt)
+	for _, v := range drop {
+		if m.Unwarm != nil {
+			m.Unwarm(context.Background(), v)
+		}
+	}
+}
+
+// New returns a manager, or nil when the runtime cannot keep volumes.
+func New(rt sandbox.Runtime, pol *policy.Policy) *Manager {
+	vr, ok := rt.(sandbox.VolumeRuntime)
+	if !ok {
+		return nil
+	}
+	return &Manager{rt: rt, vr: vr, pol: pol, locks: map[string]*sync.Mutex{}, meta: map[string]*meta{}}
+}
+
+func (m *Manager) lock(key string) *sync.Mutex {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.locks[key]
+	if l == nil {
+		l = &sync.Mutex{}
+		m.locks[key] = l
+	}
+	return l
+}
+
+func (m *Manager) touch(volume string, size int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	md := m.meta[volume]
+	if md == nil {
+		md = &meta{size: -1}
+		m.meta[volume] = md
+	}
+	md.lastUsed = time.Now()
+	if size >= 0 {
+		md.size = size
+	}
+}
+
+// Ensure returns the cache of a normalised list, installing it first when
+// there is none. Concurrent calls for the same key install once.
+func (m *Manager) Ensure(ctx context.Context, language, image string, list []string) (Result, error) {
+	script, err := InstallScript(language, m.pol.Scripts.PipIndexURL)
+	if err != nil {
+		return Result{}, err
+	}
+	key := Key(language, image, list)
+	res := Result{List: list, Mount: sandbox.Mount{Target: Dir, ReadOnly: true}}
+	l := m.lock(key)
+	l.Lock()
+	defer l.Unlock()
+	vols, err := m.vr.ListVolumes(ctx, LabelKey+"="+key)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(vols) > 0 {
+		name := vols[0].Name
+		res.Mount.Volume = name
+		m.touch(name, -1)
+		res.Cache = CacheHit
+		m.used(image, res.Mount)
+		return res, nil
+	}
+	// Names are the engine's, shared by every instance: a fresh one each install.
+	name := VolumeName(language, key)
+	res.Mount.Volume = name
+	t0 := time.Now()
+	size, err := m.install(ctx, language, image, key, name, script, list)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Cache, res.InstallMS = CacheInstalled, time.Since(t0).Milliseconds()
+	m.touch(name, size)
+	_, _ = m.enforceCap(ctx, name) // best effort; the run goes on
+	m.used(image, res.Mount)
+	return res, nil
+}
+
+var sizeLine = regexp.MustCompile(`sandboxer-deps-size-kb=([0-9]+)`)
+
+func (m *Manager) install(ctx context.Context, language, image, key, name, script string, list []string) (int64, error) {
+	labels := map[string]string{LabelKey: key, LabelLanguage: language, LabelImage: image, LabelList: strings.Join(list, " ")}
+	if err := m.vr.CreateVolume(ctx, name, labels); err != nil {
+		return 0, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = m.vr.RemoveVolume(context.WithoutCancel(ctx), name)
+		}
+	}()
+	limits, err := m.pol.Resolve(policy.Request{})
+	if err != nil {
+		return 0, err
+	}
+	timeout := time.Duration(m.pol.Scripts.DependencyInstallTimeoutS) * time.Second
+	env := []string{fmt.Sprintf("%s=%d", PrebuildEnv, max(timeout/time.Second/3, 1))}
+	if f := m.pol.Scripts.InstallCAFile; f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return 0, fmt.Errorf("dependencies: scripts.install_ca_file: %v", err)
+		}
+		env = append(env, CAEnv+"="+string(pem))
+	}
+	spec := sandbox.Spec{
+		JobID: "deps-" + key, Kind: KindInstall, Image: image,
+		Cmd: append([]string{"bash", "-c", script, "sandboxer-deps"}, list...), Env: env,
+		WorkDir: "/tmp", Network: "bridge", Runtime: m.pol.Runtime, EngineLog: "none",
+		Limits:  job.SandboxLimits(limits, 1<<20),
+		Timeout: timeout,
+		Mounts:  []sandbox.Mount{{Volume: name, Target: installDir}},
+	}
+	buf := &sandbox.Buffer{Max: 1 << 20}
+	ictx, cancel := context.WithTimeout(ctx, timeout+30*time.Second)
+	defer cancel()
+	h, err := m.rt.Start(ictx, spec, buf)
+	if err != nil {
+		return 0, fmt.Errorf("dependencies: the install sandbox did not start: %w", err)
+	}
+	select {
+	case <-h.Done():
+	case <-ictx.Done():
+		_ = h.Destroy(context.WithoutCancel(ctx))
+		return 0, fmt.Errorf("dependencies: the install did not finish: %v", ictx.Err())
+	}
+	st := h.Status()
+	if st.ExitCode != 0 || st.TimedOut || st.StartErr != nil || st.Err != nil || st.OOMKilled {
+		why := fmt.Sprintf("exit code %d", st.ExitCode)
+		switch {
+		case st.TimedOut:
+			why = fmt.Sprintf("timed out after %s (scripts.dependency_install_timeout_s)", timeout)
+		case st.OOMKilled:
+			why = "ran out of memory"
+		case st.StartErr != nil:
+			why = st.StartErr.Error()
+		case st.Err != nil:
+			why = st.Err.Error()
+		}
+		return 0, fmt.Errorf("dependencies: installing %s failed (%s); its log ends:\n%s", strings.Join(list, " "), why, tail(buf.Stdout()+buf.Stderr(), maxLogTail))
+	}
+	mm := sizeLine.FindStringSubmatch(buf.Stdout())
+	if mm == nil {
+		return 0, fmt.Errorf("dependencies: the install reported no size; its log ends:\n%s", tail(buf.Stdout()+buf.Stderr(), maxLogTail))
+	}
+	kb, _ := strconv.ParseInt(mm[1], 10, 64)
+	ok = true
+	return kb << 10, nil
+}
+
+func tail(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		s = "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// List returns every dependency cache, least recently used first.
+func (m *Manager) List(ctx context.Context) ([]Cache, error) {
+	vols, err := m.vr.ListVolumes(ctx, LabelKey)
+	if err != nil {
+		return nil, err
+	}
+	var sizes map[string]int64
+	out := make([]Cache, 0, len(vols))
+	for _, v := range vols {
+		c := Cache{Key: v.Labels[LabelKey], Volume: v.Name, Language: v.Labels[LabelLanguage], Image: v.Labels[LabelImage],
+			List: strings.Fields(v.Labels[LabelList]), SizeBytes: -1, CreatedAt: v.CreatedAt, LastUsed: v.CreatedAt}
+		m.mu.Lock()
+		if md := m.meta[v.Name]; md != nil {
+			c.SizeBytes, c.LastUsed = md.size, md.lastUsed
+		}
+		m.mu.Unlock()
+		if c.SizeBytes < 0 {
+			if sizes == nil {
+				if sizes, err = m.vr.VolumeSizes(ctx); err != nil {
+					sizes = map[string]int64{}
+				}
+			}
+			if s, ok := sizes[v.Name]; ok {
+				c.SizeBytes = s
+			}
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Cache) int { return a.LastUsed.Compare(b.LastUsed) })
+	return out, nil
+}
+
+// Prune removes the caches whose keys are given (all when keys is empty),
+// skipping those an install holds. It returns the removed caches.
+func (m *Manager) Prune(ctx context.Context, keys []string) ([]Cache, error) {
+	all, err := m.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var removed []Cache
+	var errs []error
+	for _, c := range all {
+		if len(keys) > 0 && !slices.Contains(keys, c.Key) {
+			continue
+		}
+		if err := m.remove(ctx, c); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, c)
+	}
+	return removed, errors.Join(errs...)
+}
+
+func (m *Manager) remove(ctx context.Context, c Cache) error {
+	l := m.lock(c.Key)
+	if !l.TryLock() {
+		return fmt.Errorf("cache %s is being installed", c.Key)
+	}
+	defer l.Unlock()
+	if m.Unwarm != nil {
+		m.Unwarm(ctx, c.Volume)
+	}
+	m.mu.Lock()
+	m.warmed = slices.DeleteFunc(m.warmed, func(v string) bool { return v == c.Volume })
+	m.mu.Unlock()
+	if err := m.vr.RemoveVolume(ctx, c.Volume); err != nil {
+		return fmt.Errorf("cache %s (volume %s) could not be removed (a running script may use it): %v", c.Key, c.Volume, err)
+	}
+	m.mu.Lock()
+	delete(m.meta, c.Volume)
+	m.mu.Unlock()
+	return nil
+}
+
+// enforceCap removes least recently used caches (never keep) until the
+// total is within scripts.dependency_cache_mb.
+func (m *Manager) enforceCap(ctx context.Context, keep string) ([]Cache, error) {
+	all, err := m.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit := m.pol.Scripts.DependencyCacheMB << 20
+	var total int64
+	for _, c := range all {
+		total += max(c.SizeBytes, 0)
+	}
+	var removed []Cache
+	for _, c := range all { // least recently used first
+		if total <= limit {
+			break
+		}
+		if c.Volume == keep {
+			continue
+		}
+		if err := m.remove(ctx, c); err == nil {
+			total -= max(c.SizeBytes, 0)
+			removed = append(removed, c)
+		}
+	}
+	return removed, nil
+}
