@@ -80,6 +80,9 @@ func All(d Deps) []Tool {
 		CreateWorkspace(d),
 		ListWorkspaces(d),
 		DeleteWorkspace(d),
+		WriteFile(d),
+		ReadFile(d),
+		ListFiles(d),
 	}
 }
 
