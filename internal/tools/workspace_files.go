@@ -76,7 +76,7 @@ func WriteFile(d Deps) Tool {
 		"workspace": {desc: workspaceNameDesc},
 		"path":      {desc: filePathDesc + "; missing parent directories are made"},
 		"encoding":  oneOf(encodingText, encodingBase64).describe("how content is given: text (default) or base64 (for binary files)"),
-		"content": {desc: fmt.Sprintf("the content: text, or base64 when encoding is base64; at most %d bytes once decoded", workspace.MaxWriteBytes)},
+		"content":   {desc: fmt.Sprintf("the content: text, or base64 when encoding is base64; at most %d bytes once decoded", workspace.MaxWriteBytes)},
 	})
 	def := mcp.NewTool("write_file",
 		mcp.WithDescription(fmt.Sprintf("Write a file in a workspace (replace it, or append to it), making missing directories. "+

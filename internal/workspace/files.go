@@ -26,10 +26,10 @@ const Root = "/workspace"
 
 // Limits of the file operations.
 const (
-	MaxWriteBytes   = 8 << 20  // content of one write_file
-	MaxReadBytes    = 8 << 20  // the highest max_bytes of read_file
-	MaxListEntries  = 10000    // the highest max_entries of list_files
-	MaxPathBytes    = 4096     // a path argument
+	MaxWriteBytes   = 8 << 20 // content of one write_file
+	MaxReadBytes    = 8 << 20 // the highest max_bytes of read_file
+	MaxListEntries  = 10000   // the highest max_entries of list_files
+	MaxPathBytes    = 4096    // a path argument
 	fileOpTimeout   = 60 * time.Second
 	maxHelperOutput = 12 << 20 // base64 of MaxReadBytes plus JSON
 )
