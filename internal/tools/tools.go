@@ -83,6 +83,7 @@ func All(d Deps) []Tool {
 		WriteFile(d),
 		ReadFile(d),
 		ListFiles(d),
+		InstallPackages(d),
 	}
 }
 
