@@ -222,8 +222,19 @@ fi
 
 // installScripts run with the packages as "$@".
 var installScripts = map[string]string{
+	// apt runs as uid 0 but without capabilities: the container's
+	// no-new-privileges keeps an exec'd root from gaining any (the bounding
+	// set notwithstanding). So apt does not drop to its _apt user, downloads
+	// into a root-owned cache of its own, and packages whose files belong to
+	// other users cannot be installed.
 	ManagerApt: `export DEBIAN_FRONTEND=noninteractive
-apt() { if [ -n "$b" ]; then apt-get -o "Acquire::https::CAInfo=$b" "$@"; else apt-get "$@"; fi; }
+c=/var/cache/sandboxer-apt
+rm -rf "$c"; mkdir -p "$c/partial" || exit 70
+trap 'rm -rf "$c" ${ca:+"$ca"} ${b:+"$b"}' EXIT
+apt() {
+  if [ -n "$b" ]; then set -- -o "Acquire::https::CAInfo=$b" "$@"; fi
+  apt-get -o APT::Sandbox::User=root -o "Dir::Cache::Archives=$c" "$@"
+}
 echo "+ apt-get update"
 apt -q update </dev/null || echo "apt-get update failed; installing from the lists there are"
 echo "+ apt-get install $*"
@@ -248,10 +259,10 @@ cargo install --locked -- "$@" </dev/null
 // queryScripts print "@@sbx<TAB>name<TAB>version" for each name in "$@"
 // (version empty when the package is not installed).
 var queryScripts = map[string]string{
-	ManagerApt: `for n; do v=$(dpkg-query -W -f='${db:Status-Status} ${Version}' -- "$n" 2>/dev/null); case "$v" in "installed "*) v=${v#installed };; *) v=;; esac; printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
-	ManagerNpm: `for n; do v=$(cd /workspace && node -p 'require(process.argv[1] + "/package.json").version' "/workspace/node_modules/$n" 2>/dev/null); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
-	ManagerPip: `for n; do v=$(python3 -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$n" 2>/dev/null); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
-	ManagerGo: `cd /workspace; for n; do if [ -f go.mod ]; then v=$(go list -m -f '{{.Version}}' -- "$n" 2>/dev/null); else b=$(go env GOBIN); [ -n "$b" ] || b=$(go env GOPATH)/bin; v=; [ -x "$b/${n##*/}" ] && v=$(go version -m "$b/${n##*/}" 2>/dev/null | awk '$1=="mod"{print $3; exit}'); fi; printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
+	ManagerApt:   `for n; do v=$(dpkg-query -W -f='${db:Status-Status} ${Version}' -- "$n" 2>/dev/null); case "$v" in "installed "*) v=${v#installed };; *) v=;; esac; printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
+	ManagerNpm:   `for n; do v=$(cd /workspace && node -p 'require(process.argv[1] + "/package.json").version' "/workspace/node_modules/$n" 2>/dev/null); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
+	ManagerPip:   `for n; do v=$(python3 -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$n" 2>/dev/null); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
+	ManagerGo:    `cd /workspace; for n; do if [ -f go.mod ]; then v=$(go list -m -f '{{.Version}}' -- "$n" 2>/dev/null); else b=$(go env GOBIN); [ -n "$b" ] || b=$(go env GOPATH)/bin; v=; [ -x "$b/${n##*/}" ] && v=$(go version -m "$b/${n##*/}" 2>/dev/null | awk '$1=="mod"{print $3; exit}'); fi; printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
 	ManagerCargo: `l=$(cargo install --list 2>/dev/null); for n; do v=$(printf '%s\n' "$l" | awk -v n="$n" '$1==n{sub(/^v/,"",$2); sub(/:$/,"",$2); print $2; exit}'); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
 }
 
