@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -245,7 +246,10 @@ echo "+ npm install $* (into /workspace/node_modules)"
 npm install --no-audit --no-fund --loglevel=warn -- "$@" </dev/null
 `,
 	ManagerPip: `echo "+ pip install --user $*"
-if [ -n "${SBX_PIP_INDEX:-}" ]; then set -- --index-url "$SBX_PIP_INDEX" -- "$@"; else set -- -- "$@"; fi
+if [ -n "${SBX_PIP_INDEX:-}" ]; then
+  if [ -n "${SBX_PIP_TRUSTED:-}" ]; then set -- --index-url "$SBX_PIP_INDEX" --trusted-host "$SBX_PIP_TRUSTED" -- "$@"
+  else set -- --index-url "$SBX_PIP_INDEX" -- "$@"; fi
+else set -- -- "$@"; fi
 python3 -m pip install --user --break-system-packages --no-input --progress-bar off "$@" </dev/null
 `,
 	ManagerGo: `cd /workspace || exit 70
@@ -278,6 +282,10 @@ func (m *Manager) installWith(ctx context.Context, containerID, language, mgr st
 	}
 	if p := m.pol.Workspaces.PipIndexURL; p != "" {
 		env = append(env, "SBX_PIP_INDEX="+p)
+		// The operator named this index: a plain-http one is trusted.
+		if u, err := url.Parse(p); err == nil && u.Scheme == "http" {
+			env = append(env, "SBX_PIP_TRUSTED="+u.Hostname())
+		}
 	}
 	opts := sandbox.ExecOptions{User: user, Env: env}
 	if len(ca) > 0 {
