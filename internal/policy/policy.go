@@ -64,6 +64,10 @@ type Workspaces struct {
 	InstallNetwork string `yaml:"install_network"`
 	// PipIndexURL is the package index pip installs from ("" = pip's default, PyPI).
 	PipIndexURL string `yaml:"pip_index_url"`
+	// InstallCAFile is a host PEM bundle of extra CA certificates the
+	// package managers of install_packages trust ("" = none): for egress
+	// whose TLS is intercepted by a CA the images do not know.
+	InstallCAFile string `yaml:"install_ca_file"`
 }
 
 // Scripts configures run_script and benchmark_script.
@@ -187,7 +191,7 @@ func Default() *Policy {
 		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2},
 		Scripts:   Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300},
 		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024,
-			InstallNetwork: NetworkBridge, PipIndexURL: ""},
+			InstallNetwork: NetworkBridge, PipIndexURL: "", InstallCAFile: ""},
 		Sessions: Sessions{IdleTimeoutS: Range{Default: 600, Max: 3600}},
 	}
 }

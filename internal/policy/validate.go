@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 )
 
 // Sanity bounds. They exist to catch typos (and int64 overflow when a value is
@@ -186,6 +187,9 @@ func (p *Policy) Validate() error {
 	ps.intIn("workspaces.disk_mb", p.Workspaces.DiskMB, 1, maxMB)
 	if !networkNamePattern.MatchString(p.Workspaces.InstallNetwork) || p.Workspaces.InstallNetwork == "host" {
 		ps.add("workspaces.install_network", "%q is not a Docker network name (bridge, a user-defined network, or none to forbid installs; host is refused)", p.Workspaces.InstallNetwork)
+	}
+	if f := p.Workspaces.InstallCAFile; f != "" && (!filepath.IsAbs(f) || strings.ContainsAny(f, "\x00\n")) {
+		ps.add("workspaces.install_ca_file", "%q is not an absolute host path of a PEM file", f)
 	}
 	if u := p.Workspaces.PipIndexURL; u != "" && !pipIndexPattern.MatchString(u) {
 		ps.add("workspaces.pip_index_url", "%q is not an http(s) URL", u)

@@ -87,6 +87,10 @@ func All(d Deps) []Tool {
 		DeleteWorkspace(d),
 		ListDependencyCaches(d),
 		PruneDependencyCaches(d),
+		WriteFile(d),
+		ReadFile(d),
+		ListFiles(d),
+		InstallPackages(d),
 	}
 }
 

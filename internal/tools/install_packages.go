@@ -1,0 +1,192 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/workspace"
+)
+
+const defaultInstallTimeoutS = 600
+
+// InstallPackagesArgs are install_packages' arguments.
+type InstallPackagesArgs struct {
+	Workspace string              `json:"workspace"`
+	Packages  []string            `json:"packages,omitempty"`
+	Manager   string              `json:"manager,omitempty"`
+	ByManager map[string][]string `json:"by_manager,omitempty"`
+	TimeoutS  *float64            `json:"timeout_s,omitempty"`
+}
+
+// InstalledPackage is one package's outcome.
+type InstalledPackage struct {
+	Manager   string   `json:"manager" jsonschema:"the package manager that installed it"`
+	Package   string   `json:"package" jsonschema:"the package as asked for"`
+	Name      string   `json:"name" jsonschema:"its name, without a version"`
+	Installed bool     `json:"installed" jsonschema:"it is installed now"`
+	Version   string   `json:"version,omitempty" jsonschema:"the version installed"`
+	Log       []string `json:"log,omitempty" jsonschema:"the last lines of the manager's output that name it"`
+}
+
+// ManagerRun is one package manager's run.
+type ManagerRun struct {
+	Manager  string   `json:"manager" jsonschema:"the package manager"`
+	ExitCode int      `json:"exit_code" jsonschema:"the installer's exit code (-1: it did not end by itself)"`
+	Error    string   `json:"error,omitempty" jsonschema:"why the installer failed"`
+	LogTail  []string `json:"log_tail" jsonschema:"the last lines of its output"`
+}
+
+// InstallPackagesResult is install_packages' result.
+type InstallPackagesResult struct {
+	Workspace string             `json:"workspace" jsonschema:"the workspace"`
+	Installed bool               `json:"installed" jsonschema:"every package asked for is installed"`
+	Packages  []InstalledPackage `json:"packages" jsonschema:"each package's outcome"`
+	Managers  []ManagerRun       `json:"managers" jsonschema:"each package manager's run, in order"`
+}
+
+func InstallPackages(d Deps) Tool {
+	pol := d.policyOrDefault()
+	maxTimeout := float64(pol.Limits.TimeoutS.Max)
+	managers := append([]string{workspace.ManagerAuto}, workspace.Managers...)
+	in := inputSchema[InstallPackagesArgs](map[string]param{
+		"workspace": {desc: workspaceNameDesc},
+		"packages": {desc: fmt.Sprintf("packages for manager, each a name with an optional version in that manager's syntax "+
+			"(apt jq or jq=1.6-2.1; npm is-number or @scope/x@^2; pip requests==2.31.0; go example.com/cmd/x@v1.2.3; cargo ripgrep@14.1.0); "+
+			"at most %d in all", workspace.MaxPackages)},
+		"manager": oneOf(managers...).describe("the package manager of packages; default auto: the workspace language's " +
+			"(npm for javascript, typescript and solidity, pip for python, go, cargo for rust, apt otherwise)"),
+		"by_manager": {desc: "packages per manager, e.g. {\"apt\": [\"jq\"], \"npm\": [\"is-number\"]}, instead of packages and manager; managers: " +
+			strings.Join(workspace.Managers, ", ") + " (run in that order)"},
+		"timeout_s": between(1, maxTimeout).describe("the most the whole install may take, in seconds; default %d, at most %s (policy limits.timeout_s.max)",
+			min(defaultInstallTimeoutS, int(maxTimeout)), num(maxTimeout)),
+	})
+	def := mcp.NewTool("install_packages",
+		mcp.WithDescription("Install packages into a workspace with apt (as root, into the container), npm (into /workspace/node_modules, "+
+			"saved in /workspace/package.json), pip (the sandbox user's site), go (go get in a module at /workspace, else go install) or cargo (cargo install). "+
+			"The workspace joins the install network only while this runs and has none again afterwards (jobs running meanwhile see it too). "+
+			"Installed packages stay while the workspace exists, across idle stops. Reports each package: installed or not, version, log lines."),
+		mcp.WithToolTitle("Install packages"),
+		annotations("Install packages", false, false, true, true),
+		withInput(in),
+		withOutput[InstallPackagesResult](),
+	)
+	return Tool{Toolset: ToolsetWorkspaces, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args InstallPackagesArgs
+		if err := in.bind(req, &args); err != nil {
+			return errorResult("%v", err), nil
+		}
+		w, problem := d.workspaceFor(args.Workspace, "")
+		if problem != nil {
+			return problem, nil
+		}
+		ws, _ := d.workspaces()
+		by := map[string][]string{}
+		switch {
+		case len(args.ByManager) > 0 && (len(args.Packages) > 0 || args.Manager != ""):
+			return errorResult("give packages (with manager) or by_manager, not both"), nil
+		case len(args.ByManager) > 0:
+			for mgr, list := range args.ByManager {
+				if mgr == workspace.ManagerAuto {
+					mgr = workspace.AutoManager(w.Language)
+				}
+				if _, known := workspace.PackageManagerKnown(mgr); !known {
+					return errorResult("by_manager: unknown package manager %q: use %s", truncate(mgr, 32), strings.Join(workspace.Managers, ", ")), nil
+				}
+				by[mgr] = append(by[mgr], list...)
+			}
+		case len(args.Packages) > 0:
+			mgr := args.Manager
+			if mgr == "" || mgr == workspace.ManagerAuto {
+				mgr = workspace.AutoManager(w.Language)
+			}
+			by[mgr] = args.Packages
+		default:
+			return errorResult("packages is empty: name the packages to install (or give by_manager)"), nil
+		}
+		n := 0
+		for mgr, list := range by {
+			for _, p := range list {
+				n++
+				if err := workspace.CheckPackage(mgr, p); err != nil {
+					field := "packages"
+					if len(args.ByManager) > 0 {
+						field = "by_manager." + mgr
+					}
+					return errorResult("%s: %v; nothing was installed", field, err), nil
+				}
+			}
+		}
+		if n == 0 {
+			return errorResult("by_manager lists no package: name the packages to install"), nil
+		}
+		if n > workspace.MaxPackages {
+			return errorResult("%d packages asked for; install_packages takes at most %d per call", n, workspace.MaxPackages), nil
+		}
+		timeout := float64(min(defaultInstallTimeoutS, int(maxTimeout)))
+		if args.TimeoutS != nil {
+			timeout = *args.TimeoutS
+		}
+		if timeout <= 0 || timeout > maxTimeout {
+			return errorResult("timeout_s must be between 1 and %s (policy limits.timeout_s.max), got %s", num(maxTimeout), num(timeout)), nil
+		}
+		progress, stop := d.installProgress(ctx, req)
+		results, err := ws.Install(ctx, workspace.InstallRequest{Workspace: args.Workspace, ByManager: by,
+			Timeout: time.Duration(timeout * float64(time.Second)), Progress: progress})
+		stop()
+		if err != nil {
+			return workspaceFailure(err), nil
+		}
+		out := InstallPackagesResult{Workspace: args.Workspace, Installed: true, Packages: []InstalledPackage{}, Managers: []ManagerRun{}}
+		var b strings.Builder
+		for _, r := range results {
+			out.Managers = append(out.Managers, ManagerRun{Manager: r.Manager, ExitCode: r.ExitCode, Error: r.Error, LogTail: append([]string{}, r.LogTail...)})
+			for _, p := range r.Packages {
+				out.Packages = append(out.Packages, InstalledPackage{Manager: p.Manager, Package: p.Spec, Name: p.Name,
+					Installed: p.Installed, Version: p.Version, Log: p.Log})
+				out.Installed = out.Installed && p.Installed
+				state := "installed " + p.Version
+				if !p.Installed {
+					state = "NOT installed"
+				}
+				fmt.Fprintf(&b, "%s %s: %s\n", p.Manager, p.Spec, strings.TrimSpace(state))
+			}
+			if r.Error != "" {
+				fmt.Fprintf(&b, "%s failed: %s\n%s\n", r.Manager, r.Error, strings.Join(r.LogTail, "\n"))
+			}
+		}
+		return structured(out, strings.TrimSpace(b.String())), nil
+	}}
+}
+
+// installProgress sends throttled progress notifications with the
+// installers' latest output line, when the client asked for them.
+func (d Deps) installProgress(ctx context.Context, req mcp.CallToolRequest) (func(manager, line string), func()) {
+	if d.Notifier == nil || req.Params.Meta == nil || req.Params.Meta.ProgressToken == nil {
+		return nil, func() {}
+	}
+	token := req.Params.Meta.ProgressToken
+	var mu sync.Mutex
+	var last time.Time
+	n := 0.0
+	done := false
+	return func(manager, line string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if done || time.Since(last) < progressInterval {
+				return
+			}
+			last = time.Now()
+			n++
+			d.Notifier.Progress(ctx, token, n, manager+": "+line)
+		}, func() {
+			mu.Lock()
+			done = true
+			mu.Unlock()
+			d.Notifier.Flush(ctx, token)
+		}
+}

@@ -1,0 +1,408 @@
+package workspace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// Package installs (install_packages): each manager's installer runs as an
+// exec in the workspace's container, packages passed as argv after "--",
+// never through a shell's parsing. The container joins the policy's install
+// network only while an install runs and leaves it afterwards, whatever
+// happened.
+
+// Package managers.
+const (
+	ManagerAuto  = "auto"
+	ManagerApt   = "apt"
+	ManagerPip   = "pip"
+	ManagerNpm   = "npm"
+	ManagerCargo = "cargo"
+	ManagerGo    = "go"
+)
+
+// Managers are the package managers install_packages knows, in the order they run.
+var Managers = []string{ManagerApt, ManagerPip, ManagerNpm, ManagerCargo, ManagerGo}
+
+// Limits of one install.
+const (
+	MaxPackages      = 50  // packages per call, all managers together
+	MaxPackageBytes  = 214 // one package spec (npm's name limit)
+	installLogBytes  = 256 << 10
+	installLogLines  = 20 // lines of the log tail reported per manager
+	packageLogLines  = 5  // lines reported per package (those naming it)
+	installQueryTime = 60 * time.Second
+)
+
+// packagePatterns are each manager's grammar of a package spec (name and an
+// optional version). None admits a leading '-', '/', '.', whitespace, shell
+// syntax or a path.
+var packagePatterns = map[string]*regexp.Regexp{
+	ManagerApt:   regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+:~-]+)?$`),
+	ManagerNpm:   regexp.MustCompile(`^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*(@[A-Za-z0-9^~][A-Za-z0-9.^~*+-]*)?$`),
+	ManagerPip:   regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*\])?((==|>=|<=|~=|!=)[A-Za-z0-9.*+!]+)?$`),
+	ManagerGo:    regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*\.[a-z]+(/[A-Za-z0-9._~+-]+)+(@[A-Za-z0-9][A-Za-z0-9._+-]*)?$`),
+	ManagerCargo: regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}(@[0-9][A-Za-z0-9.+-]*)?$`),
+}
+
+var grammar = map[string]string{
+	ManagerApt:   "a Debian package name (lowercase letters, digits, '+', '.', '-'), optionally =version",
+	ManagerNpm:   "an npm package name (optionally @scope/), optionally @version or @tag",
+	ManagerPip:   "a Python distribution name, optionally [extras] and ==version (or >=, <=, ~=, !=)",
+	ManagerGo:    "a Go package path starting with a domain (example.com/x/cmd), optionally @version",
+	ManagerCargo: "a crate name, optionally @version",
+}
+
+// CheckPackage says what is wrong with a package spec for a manager, if anything.
+func CheckPackage(manager, spec string) error {
+	re, ok := packagePatterns[manager]
+	if !ok {
+		return fmt.Errorf("unknown package manager %q: use one of %s", truncate(manager, 32), strings.Join(Managers, ", "))
+	}
+	if len(spec) > MaxPackageBytes {
+		return fmt.Errorf("%s package %q is %d bytes; the limit is %d", manager, truncate(spec, 40), len(spec), MaxPackageBytes)
+	}
+	if !re.MatchString(spec) {
+		return fmt.Errorf("%s package %q is not valid: it must be %s", manager, truncate(spec, 80), grammar[manager])
+	}
+	if manager == ManagerGo {
+		for _, el := range strings.Split(strings.SplitN(spec, "@", 2)[0], "/") {
+			if el == "." || el == ".." {
+				return fmt.Errorf("go package %q is not valid: '.' and '..' are not path elements of a module", truncate(spec, 80))
+			}
+		}
+	}
+	return nil
+}
+
+// AutoManager is the manager `auto` means for a workspace's language.
+func AutoManager(language string) string {
+	switch language {
+	case "javascript", "typescript", "solidity":
+		return ManagerNpm
+	case "python":
+		return ManagerPip
+	case "go":
+		return ManagerGo
+	case "rust":
+		return ManagerCargo
+	}
+	return ManagerApt
+}
+
+// packageName is a spec without its version (what is queried afterwards).
+func packageName(manager, spec string) string {
+	switch manager {
+	case ManagerApt:
+		return strings.SplitN(spec, "=", 2)[0]
+	case ManagerPip:
+		n := spec
+		if i := strings.IndexAny(n, "[=<>~!"); i >= 0 {
+			n = n[:i]
+		}
+		return n
+	case ManagerNpm:
+		if i := strings.LastIndex(spec, "@"); i > 0 {
+			return spec[:i]
+		}
+	case ManagerGo, ManagerCargo:
+		return strings.SplitN(spec, "@", 2)[0]
+	}
+	return spec
+}
+
+// PackageResult is what became of one package.
+type PackageResult struct {
+	Manager   string
+	Spec      string
+	Name      string
+	Installed bool
+	Version   string
+	Log       []string // lines of the manager's log that name the package
+}
+
+// ManagerResult is one manager's run.
+type ManagerResult struct {
+	Manager  string
+	ExitCode int
+	Error    string   // the installer could not run, or failed
+	LogTail  []string // last lines of its output
+	Packages []PackageResult
+}
+
+// InstallRequest is what install_packages asks for.
+type InstallRequest struct {
+	Workspace string
+	ByManager map[string][]string // already checked with CheckPackage
+	Timeout   time.Duration
+	// Progress, when set, is told what runs (a line at a time).
+	Progress func(manager, line string)
+}
+
+// install serializes installs per workspace: one's network leave must not
+// cut off another's download.
+var installLocks sync.Map // workspace name -> *sync.Mutex
+
+// Install runs the installs in the workspace, each manager in turn, with the
+// container on the install network meanwhile.
+func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerResult, error) {
+	pol := m.pol.Workspaces
+	if pol.InstallNetwork == "" || pol.InstallNetwork == policy.NetworkNone {
+		return nil, errors.New("package installs are forbidden by the policy (workspaces.install_network: none)")
+	}
+	var ca []byte
+	if pol.InstallCAFile != "" {
+		var err error
+		if ca, err = os.ReadFile(pol.InstallCAFile); err != nil {
+			return nil, fmt.Errorf("read workspaces.install_ca_file: %v (fix the policy)", err)
+		}
+	}
+	mu, _ := installLocks.LoadOrStore(req.Workspace, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+
+	w, release, err := m.Acquire(ctx, req.Workspace)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
+	defer cancel()
+	if err := m.rt.SetNetwork(ctx, w.ContainerID, pol.InstallNetwork, true); err != nil {
+		return nil, fmt.Errorf("join the install network %s: %w", pol.InstallNetwork, err)
+	}
+	defer func() {
+		// Leave the network whatever happened; a failure here is logged loudly.
+		lctx, lcancel := context.WithTimeout(context.Background(), opTimeout)
+		defer lcancel()
+		for i := 0; i < 3; i++ {
+			if err = m.rt.SetNetwork(lctx, w.ContainerID, pol.InstallNetwork, false); err == nil {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		m.log.Error().Err(err).Str("workspace", req.Workspace).Msg("workspace could not leave the install network: stopping it")
+		_ = m.rt.StopWorkspace(lctx, w.ContainerID)
+	}()
+	m.log.Info().Str("workspace", req.Workspace).Interface("packages", req.ByManager).Msg("install packages")
+
+	var results []ManagerResult
+	for _, mgr := range Managers {
+		specs := req.ByManager[mgr]
+		if len(specs) == 0 {
+			continue
+		}
+		results = append(results, m.installWith(ctx, w.ContainerID, w.Language, mgr, specs, ca, req.Progress))
+	}
+	return results, nil
+}
+
+// caPrelude reads extra CA certificates from stdin (when SBX_CA is set) into
+// a fresh file under /tmp and points every package manager at them.
+const caPrelude = `set -u
+b=
+if [ -n "${SBX_CA:-}" ]; then
+  ca=$(mktemp /tmp/sbx-ca.XXXXXX) && b=$(mktemp /tmp/sbx-bundle.XXXXXX) || exit 70
+  trap 'rm -f "$ca" "$b"' EXIT
+  cat > "$ca"; cat /etc/ssl/certs/ca-certificates.crt "$ca" > "$b" 2>/dev/null || cp "$ca" "$b"
+  chmod 644 "$ca" "$b"
+  export NODE_EXTRA_CA_CERTS="$ca" SSL_CERT_FILE="$b" PIP_CERT="$b" REQUESTS_CA_BUNDLE="$b" CARGO_HTTP_CAINFO="$b" GIT_SSL_CAINFO="$b"
+fi
+`
+
+// installScripts run with the packages as "$@".
+var installScripts = map[string]string{
+	// apt runs as uid 0 but without capabilities: the container's
+	// no-new-privileges keeps an exec'd root from gaining any (the bounding
+	// set notwithstanding). So apt does not drop to its _apt user, downloads
+	// into a root-owned cache of its own, and packages whose files belong to
+	// other users cannot be installed.
+	ManagerApt: `export DEBIAN_FRONTEND=noninteractive
+c=/var/cache/sandboxer-apt
+rm -rf "$c"; mkdir -p "$c/partial" || exit 70
+trap 'rm -rf "$c" ${ca:+"$ca"} ${b:+"$b"}' EXIT
+apt() {
+  if [ -n "$b" ]; then set -- -o "Acquire::https::CAInfo=$b" "$@"; fi
+  apt-get -o APT::Sandbox::User=root -o "Dir::Cache::Archives=$c" "$@"
+}
+echo "+ apt-get update"
+apt -q update </dev/null || echo "apt-get update failed; installing from the lists there are"
+echo "+ apt-get install $*"
+apt install -y -q --no-install-recommends -- "$@" </dev/null
+`,
+	ManagerNpm: `cd /workspace || exit 70
+echo "+ npm install $* (into /workspace/node_modules)"
+npm install --no-audit --no-fund --loglevel=warn -- "$@" </dev/null
+`,
+	ManagerPip: `echo "+ pip install --user $*"
+if [ -n "${SBX_PIP_INDEX:-}" ]; then
+  if [ -n "${SBX_PIP_TRUSTED:-}" ]; then set -- --index-url "$SBX_PIP_INDEX" --trusted-host "$SBX_PIP_TRUSTED" -- "$@"
+  else set -- --index-url "$SBX_PIP_INDEX" -- "$@"; fi
+else set -- -- "$@"; fi
+python3 -m pip install --user --break-system-packages --no-input --progress-bar off "$@" </dev/null
+`,
+	ManagerGo: `cd /workspace || exit 70
+if [ -f go.mod ]; then echo "+ go get $*"; go get -- "$@" </dev/null; else echo "+ go install $*"; go install -- "$@" </dev/null; fi
+`,
+	ManagerCargo: `echo "+ cargo install $*"
+cargo install --locked -- "$@" </dev/null
+`,
+}
+
+// queryScripts print "@@sbx<TAB>name<TAB>version" for each name in "$@"
+// (version empty when the package is not installed).
+var queryScripts = map[string]string{
+	ManagerApt:   `for n; do v=$(dpkg-query -W -f='${db:Status-Status} ${Version}' -- "$n" 2>/dev/null); case "$v" in "installed "*) v=${v#installed };; *) v=;; esac; printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
+	ManagerNpm:   `for n; do v=$(cd /workspace && node -p 'require(process.argv[1] + "/package.json").version' "/workspace/node_modules/$n" 2>/dev/null); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
+	ManagerPip:   `for n; do v=$(python3 -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$n" 2>/dev/null); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
+	ManagerGo:    `cd /workspace; for n; do if [ -f go.mod ]; then v=$(go list -m -f '{{.Version}}' -- "$n" 2>/dev/null); else b=$(go env GOBIN); [ -n "$b" ] || b=$(go env GOPATH)/bin; v=; [ -x "$b/${n##*/}" ] && v=$(go version -m "$b/${n##*/}" 2>/dev/null | awk '$1=="mod"{print $3; exit}'); fi; printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
+	ManagerCargo: `l=$(cargo install --list 2>/dev/null); for n; do v=$(printf '%s\n' "$l" | awk -v n="$n" '$1==n{sub(/^v/,"",$2); sub(/:$/,"",$2); print $2; exit}'); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
+}
+
+func (m *Manager) installWith(ctx context.Context, containerID, language, mgr string, specs []string, ca []byte, progress func(string, string)) ManagerResult {
+	res := ManagerResult{Manager: mgr}
+	user := "" // the sandbox user: files in /workspace and ~ are the jobs'
+	if mgr == ManagerApt {
+		user = "0:0"
+	}
+	env := []string{"HOME=/home/sandbox"}
+	if user == "0:0" {
+		env = []string{"HOME=/root"}
+	}
+	if p := m.pol.Workspaces.PipIndexURL; p != "" {
+		env = append(env, "SBX_PIP_INDEX="+p)
+		// The operator named this index: a plain-http one is trusted.
+		if u, err := url.Parse(p); err == nil && u.Scheme == "http" {
+			env = append(env, "SBX_PIP_TRUSTED="+u.Hostname())
+		}
+	}
+	opts := sandbox.ExecOptions{User: user, Env: env}
+	if len(ca) > 0 {
+		opts.Env = append(opts.Env, "SBX_CA=1")
+		opts.Stdin = bytes.NewReader(ca)
+	}
+	log := &logTail{max: installLogBytes, onLine: func(l string) {
+		if progress != nil {
+			progress(mgr, l)
+		}
+	}}
+	opts.Cmd = append([]string{"sh", "-c", caPrelude + installScripts[mgr], "sh"}, specs...)
+	opts.Stdout, opts.Stderr = log, log
+	code, err := m.rt.Exec(ctx, containerID, opts)
+	res.ExitCode = code
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
+		res.Error = "the install ran out of time (timeout_s)"
+	case err != nil:
+		res.Error = err.Error()
+	case code != 0:
+		res.Error = fmt.Sprintf("%s exited %d", mgr, code)
+	}
+	lines := log.lines()
+	res.LogTail = lines
+	if len(res.LogTail) > installLogLines {
+		res.LogTail = res.LogTail[len(res.LogTail)-installLogLines:]
+	}
+
+	// What is there now, asked in a separate exec (as the same user).
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = packageName(mgr, s)
+	}
+	versions := map[string]string{}
+	qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), installQueryTime)
+	defer qcancel()
+	q := &capped{max: 1 << 20}
+	if _, err := m.rt.Exec(qctx, containerID, sandbox.ExecOptions{User: user, Env: env,
+		Cmd: append([]string{"sh", "-c", queryScripts[mgr], "sh"}, names...), Stdout: q}); err == nil {
+		for _, l := range strings.Split(q.buf.String(), "\n") {
+			f := strings.SplitN(l, "\t", 3)
+			if len(f) == 3 && f[0] == "@@sbx" {
+				versions[f[1]] = strings.TrimSpace(f[2])
+			}
+		}
+	}
+	for i, spec := range specs {
+		pr := PackageResult{Manager: mgr, Spec: spec, Name: names[i], Version: versions[names[i]]}
+		pr.Installed = pr.Version != "" || (mgr == ManagerGo && res.Error == "")
+		for _, l := range lines {
+			if strings.Contains(l, names[i]) {
+				pr.Log = append(pr.Log, l)
+			}
+		}
+		if len(pr.Log) > packageLogLines {
+			pr.Log = pr.Log[len(pr.Log)-packageLogLines:]
+		}
+		res.Packages = append(res.Packages, pr)
+	}
+	return res
+}
+
+// logTail keeps the last max bytes of an installer's output, and calls
+// onLine for each complete line.
+type logTail struct {
+	mu      sync.Mutex
+	buf     []byte
+	max     int
+	partial []byte
+	onLine  func(string)
+}
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	if len(l.buf) > l.max {
+		l.buf = append([]byte(nil), l.buf[len(l.buf)-l.max:]...)
+	}
+	if l.onLine != nil {
+		l.partial = append(l.partial, p...)
+		for {
+			i := bytes.IndexByte(l.partial, '\n')
+			if i < 0 {
+				break
+			}
+			if line := strings.TrimSpace(string(l.partial[:i])); line != "" {
+				l.onLine(truncate(line, 200))
+			}
+			l.partial = l.partial[i+1:]
+		}
+		if len(l.partial) > 4096 {
+			l.partial = l.partial[:0]
+		}
+	}
+	return len(p), nil
+}
+
+// lines are the output's lines (carriage-return progress collapsed), blank ones left out.
+func (l *logTail) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(string(l.buf), "\n") {
+		if i := strings.LastIndexByte(strings.TrimRight(line, "\r"), '\r'); i >= 0 {
+			line = line[i+1:]
+		}
+		if line = strings.TrimSpace(line); line != "" {
+			out = append(out, truncate(line, 300))
+		}
+	}
+	return out
+}
+
+// PackageManagerKnown says whether install_packages knows a manager.
+func PackageManagerKnown(manager string) (string, bool) {
+	_, ok := packagePatterns[manager]
+	return manager, ok
+}
