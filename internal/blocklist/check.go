@@ -108,7 +108,18 @@ func Check(script string, blocked map[string]Entry) (Decision, error) {
 		return Decision{Allowed: true}, nil
 	}
 	c := &checker{blocked: blocked}
-	return c.script(script, 0, "", "")
+	return c.script(script, 0, "", "", nil)
+}
+
+// CheckStdin is Check for a script whose standard input is stdin (run_command's
+// stdin): a shell at the script's top level that reads its stdin (bash, sh -s)
+// runs that text, so it is checked too. Other commands' stdin is data.
+func CheckStdin(script, stdin string, blocked map[string]Entry) (Decision, error) {
+	if len(blocked) == 0 {
+		return Decision{Allowed: true}, nil
+	}
+	c := &checker{blocked: blocked}
+	return c.script(script, 0, "", "", &stdin)
 }
 
 type checker struct {
@@ -120,7 +131,7 @@ type blockedErr struct{ d Decision }
 
 func (b *blockedErr) Error() string { return b.d.Message() }
 
-func (c *checker) script(src string, depth int, where, pos string) (Decision, error) {
+func (c *checker) script(src string, depth int, where, pos string, stdin *string) (Decision, error) {
 	if depth > MaxDepth {
 		return Decision{}, ErrTooDeep
 	}
@@ -128,7 +139,7 @@ func (c *checker) script(src string, depth int, where, pos string) (Decision, er
 	if err != nil {
 		return Decision{}, &ParseError{Where: where, Err: err}
 	}
-	if err := c.file(f, depth, where, pos); err != nil {
+	if err := c.file(f, depth, where, pos, stdin); err != nil {
 		var b *blockedErr
 		if errors.As(err, &b) {
 			return b.d, nil
@@ -138,10 +149,16 @@ func (c *checker) script(src string, depth int, where, pos string) (Decision, er
 	return Decision{Allowed: true}, nil
 }
 
-func (c *checker) file(f *syntax.File, depth int, where, outerPos string) error {
+func (c *checker) file(f *syntax.File, depth int, where, outerPos string, topStdin *string) error {
 	// Text a pipeline's left side produces literally (echo/printf/cat
-	// <<heredoc), keyed by the statement it is piped into.
+	// <<heredoc), keyed by the statement it is piped into; the script's own
+	// stdin goes to its top-level statements.
 	piped := map[*syntax.Stmt]string{}
+	if topStdin != nil {
+		for _, st := range f.Stmts {
+			piped[st] = *topStdin
+		}
+	}
 	var err error
 	syntax.Walk(f, func(n syntax.Node) bool {
 		if err != nil {
@@ -567,7 +584,7 @@ func vals(args []arg) []string {
 
 // nested parses a shell string found inside the script.
 func (c *checker) nested(src string, depth int, where, pos string) error {
-	d, err := c.script(src, depth+1, where, pos)
+	d, err := c.script(src, depth+1, where, pos, nil)
 	if err != nil {
 		return err
 	}

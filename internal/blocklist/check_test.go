@@ -241,3 +241,22 @@ func TestCheckBoundsBraceExpansion(t *testing.T) {
 }
 
 func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func TestCheckStdin(t *testing.T) {
+	for _, tc := range []struct {
+		script, stdin string
+		allowed       bool
+	}{
+		{"bash", "rm x", false},
+		{"sh -s", "echo hi; /bin/rm x", false},
+		{"bash -c 'cat'", "rm x", true},
+		{"grep rm", "rm x", true},
+		{"cat", "rm x", true},
+		{"bash", "echo rm", true},
+	} {
+		d, err := CheckStdin(tc.script, tc.stdin, testList)
+		if err != nil || d.Allowed != tc.allowed {
+			t.Errorf("CheckStdin(%q, %q) = %+v, %v; want allowed=%v", tc.script, tc.stdin, d, err, tc.allowed)
+		}
+	}
+}

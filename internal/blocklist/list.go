@@ -127,6 +127,14 @@ func (l *List) Check(script string) (Decision, error) {
 	return Check(script, l.current())
 }
 
+// CheckStdin is Check for a script given stdin (see the package function).
+func (l *List) CheckStdin(script, stdin string) (Decision, error) {
+	if l == nil {
+		return Decision{Allowed: true}, nil
+	}
+	return CheckStdin(script, stdin, l.current())
+}
+
 // Entries lists the entries in force, by command name.
 func (l *List) Entries() []Listed {
 	if l == nil {

@@ -95,6 +95,9 @@ func parse(data []byte) (*Policy, error) {
 	if p.Pool.Size == nil {
 		p.Pool.Size = map[string]int{}
 	}
+	if p.Block.Commands == nil {
+		p.Block.Commands = []string{}
+	}
 	return p, nil
 }
 
@@ -165,6 +168,14 @@ func check(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
 			}
 			check(v, f.Type, key, errs)
 		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			*errs = append(*errs, nodeErr(n, path, "must be a list, got %s", describe(n)))
+			return
+		}
+		for i, e := range n.Content {
+			check(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), errs)
+		}
 	default:
 		if n.Kind != yaml.ScalarNode {
 			*errs = append(*errs, nodeErr(n, path, "must be a single value, got %s", describe(n)))
@@ -184,6 +195,11 @@ func check(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
 		case reflect.Float64:
 			if tag != "!!int" && tag != "!!float" {
 				*errs = append(*errs, nodeErr(n, path, "must be a number, got %q", n.Value))
+				return
+			}
+		case reflect.Bool:
+			if tag != "!!bool" {
+				*errs = append(*errs, nodeErr(n, path, "must be true or false, got %q", n.Value))
 				return
 			}
 		case reflect.String:

@@ -32,6 +32,19 @@ type Policy struct {
 	Languages map[string]Language `yaml:"languages"`
 	// Pool keeps sandboxes started before their jobs, so jobs start in milliseconds.
 	Pool Pool `yaml:"pool"`
+	// Block is the command block list (a convenience, not a boundary).
+	Block Block `yaml:"block"`
+}
+
+// Block is the command block list: commands that scripts may not run, checked
+// on the parsed shell syntax of every entry point (internal/blocklist).
+type Block struct {
+	// Commands are command names (no paths: /usr/bin/rm is caught as rm).
+	// Never nil after Default() or Load().
+	Commands []string `yaml:"commands"`
+	// AgentEdits lets agents add and remove their own entries (block_command,
+	// unblock_command); the policy's entries stay whatever an agent does.
+	AgentEdits bool `yaml:"agent_edits"`
 }
 
 // Pool is the warm pool: per language, how many fresh sandboxes (with the
@@ -134,6 +147,7 @@ func Default() *Policy {
 		Runtime:   "",
 		Languages: map[string]Language{},
 		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2},
+		Block:     Block{Commands: []string{}},
 	}
 }
 

@@ -40,6 +40,9 @@ var (
 		`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?` + // tag
 		`(?:@sha256:[a-f0-9]{64})?$`) // digest
 	runtimePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	// CommandNamePattern is what an entry of block.commands must match: a
+	// command name, no path (the same grammar as internal/blocklist).
+	CommandNamePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._+-]{0,63}$`)
 )
 
 // problems collects validation errors, each prefixed "policy: <key>: ".
@@ -174,6 +177,18 @@ func (p *Policy) Validate() error {
 		ps.intIn("pool.size."+name, int64(p.Pool.Size[name]), 0, maxPoolSize)
 	}
 	ps.intIn("pool.parallel", int64(p.Pool.Parallel), 1, maxPoolParallel)
+
+	seen := map[string]bool{}
+	for i, c := range p.Block.Commands {
+		key := fmt.Sprintf("block.commands[%d]", i)
+		switch {
+		case !CommandNamePattern.MatchString(c):
+			ps.add(key, "%q is not a command name (letters, digits, '.', '_', '+', '-'; no path: /usr/bin/rm is blocked as rm)", c)
+		case seen[c]:
+			ps.add(key, "%q is listed twice", c)
+		}
+		seen[c] = true
+	}
 
 	return errors.Join(ps...)
 }

@@ -81,7 +81,7 @@ func TestToolContract(t *testing.T) {
 			}
 		}
 		switch tool.Toolset {
-		case ToolsetExec, ToolsetJobs, ToolsetInfo:
+		case ToolsetExec, ToolsetJobs, ToolsetInfo, ToolsetAdmin:
 		default:
 			t.Errorf("%s: unknown toolset %q", d.Name, tool.Toolset)
 		}

@@ -55,6 +55,9 @@ func SendInput(d Deps) Tool {
 		if args.Text == "" && !args.Enter && !args.EOF {
 			return errorResult("nothing to send: give text, enter or eof"), nil
 		}
+		if problem := d.checkInput(ctx, args.Text); problem != nil {
+			return problem, nil
+		}
 		wait := args.WaitS
 		if wait == nil {
 			one := sendInputWaitS

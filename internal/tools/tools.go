@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandboxer/sandboxer/internal/blocklist"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
@@ -48,6 +49,9 @@ type Deps struct {
 	Runtime   sandbox.Runtime
 	Pool      *pool.Pool // nil when the policy turns the warm pool off
 	Notifier  Notifier
+	// Blocklist is the command block list every entry point that runs shell
+	// checks (checkBlocked); nil allows everything.
+	Blocklist *blocklist.List
 }
 
 // Tool is a definition with its handler and toolset.
@@ -70,6 +74,9 @@ func All(d Deps) []Tool {
 		KillJob(d),
 		PruneJobs(d),
 		ListLanguages(d),
+		ListBlockedCommands(d),
+		BlockCommand(d),
+		UnblockCommand(d),
 	}
 }
 
