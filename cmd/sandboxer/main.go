@@ -152,7 +152,7 @@ func serve(args []string) error {
 	}
 	defer auditLog.Close()
 	srv, err := mcpserver.New(tools.Deps{
-		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm, Blocklist: blocked,
+		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm, Blocklist: blocked, Processes: engine,
 	}, cfg.Toolsets, mcpserver.WithAudit(auditLog, lock.ID()))
 	if err != nil {
 		return err

@@ -52,6 +52,9 @@ type Deps struct {
 	// Blocklist is the command block list every entry point that runs shell
 	// checks (checkBlocked); nil allows everything.
 	Blocklist *blocklist.List
+	// Processes lists and signals processes inside sandboxes (the engine,
+	// never the warm pool in front of it); nil when the runtime cannot.
+	Processes sandbox.ProcessInspector
 }
 
 // Tool is a definition with its handler and toolset.
@@ -74,6 +77,8 @@ func All(d Deps) []Tool {
 		KillJob(d),
 		PruneJobs(d),
 		ListLanguages(d),
+		ListProcesses(d),
+		KillProcess(d),
 		ListBlockedCommands(d),
 		BlockCommand(d),
 		UnblockCommand(d),
