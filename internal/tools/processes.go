@@ -67,13 +67,16 @@ const (
 	roleJob        = "job"
 )
 
+// supervisorCommand is how the sandbox supervisor shows in ps.
+const supervisorCommand = "/usr/local/bin/sandboxer-supervisor"
+
 func processRole(p sandbox.Process) string {
 	switch {
-	case p.PID == 1 && strings.Contains(p.Command, "sandboxer-supervisor"):
+	case p.PID == 1 && strings.HasPrefix(p.Command, supervisorCommand):
 		return roleSupervisor // no init (e.g. under gVisor): the supervisor is pid 1
 	case p.PID == 1:
 		return roleInit
-	case strings.HasPrefix(p.Command, "/usr/local/bin/sandboxer-supervisor"):
+	case strings.HasPrefix(p.Command, supervisorCommand):
 		return roleSupervisor
 	}
 	return roleJob
