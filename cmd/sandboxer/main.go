@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/audit"
+	"github.com/sandboxer/sandboxer/internal/blocklist"
 	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
@@ -39,6 +41,7 @@ commands:
   images build   build the sandbox images through the Engine API (--force rebuilds)
   images list    show each image's tag and whether it is built
   doctor         check the engine, the images and the hardening profile
+  audit          print the audit log (--job ID, --since 1h or 2026-01-02T15:04:05Z, --state-dir DIR, --json)
   version        print the version
 `
 
@@ -56,6 +59,8 @@ func main() {
 		err = imagesCmd(args)
 	case "doctor":
 		err = doctor(args)
+	case "audit":
+		err = auditCmd(args)
 	case "version":
 		fmt.Println(mcpserver.Version)
 	case "help", "-h", "--help":
@@ -162,10 +167,19 @@ func serve(args []string) error {
 			})
 		}
 	}
+	blocked, err := blocklist.New(cfg.Policy.Block.Commands, st, cfg.Policy.Block.AgentEdits)
+	if err != nil {
+		return err
+	}
+	auditLog, err := audit.Open(cfg.StateDir, audit.DefaultMaxBytes, audit.DefaultKeep)
+	if err != nil {
+		return err
+	}
+	defer auditLog.Close()
 	srv, err := mcpserver.New(tools.Deps{
 		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm, Workspaces: workspaces,
-		Dependencies: depCaches,
-	}, cfg.Toolsets)
+		Dependencies: depCaches, Blocklist: blocked, Processes: engine,
+	}, cfg.Toolsets, mcpserver.WithAudit(auditLog, lock.ID()))
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,7 @@ func DefaultStateDir(getenv func(string) string) string {
 // Flags registers the serve flags on fs; Load applies them after fs.Parse.
 type Flags struct {
 	stateDir, policyPath, toolsets, logLevel *string
+	allowBlockEdits                          *bool
 }
 
 func RegisterFlags(fs *flag.FlagSet) *Flags {
@@ -56,6 +57,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		policyPath: fs.String("policy", "", "policy YAML file (env "+EnvPolicy+"; default: built-in defaults, the same as policies/default.yaml)"),
 		toolsets:   fs.String("toolsets", "", "comma-separated toolsets to enable: exec, jobs, info (env "+EnvToolsets+"; default all)"),
 		logLevel:   fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)"),
+		allowBlockEdits: fs.Bool("allow-block-edits", false, "let agents add and remove their own block-list entries (policy block.agent_edits; env "+
+			policy.EnvAllowBlockEdits+"); also switches the admin toolset on"),
 	}
 }
 
@@ -93,6 +96,9 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 	}
 	if err := c.Policy.ApplyEnv(getenv); err != nil {
 		return nil, err
+	}
+	if f.allowBlockEdits != nil && *f.allowBlockEdits {
+		c.Policy.Block.AgentEdits = true
 	}
 	return c, c.Validate()
 }

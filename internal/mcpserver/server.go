@@ -10,8 +10,11 @@ import (
 	"log"
 	"strings"
 
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
@@ -31,7 +34,7 @@ const (
 )
 
 // Toolsets lists the toolsets that exist.
-var Toolsets = []string{tools.ToolsetExec, tools.ToolsetJobs, tools.ToolsetInfo, tools.ToolsetWorkspaces}
+var Toolsets = []string{tools.ToolsetExec, tools.ToolsetJobs, tools.ToolsetInfo, tools.ToolsetWorkspaces, tools.ToolsetAdmin}
 
 // Server is a configured MCP server.
 type Server struct {
@@ -39,10 +42,17 @@ type Server struct {
 	deps     tools.Deps
 	notifier *notifier
 	wire     *wire
+	audit    *audit.Log
+	serverID string
+	readOnly map[string]bool // tools annotated read-only: not audited
+	logf     func(format string, args ...any)
 }
 
-// New builds the server with the tools of the enabled toolsets (all when empty).
-func New(deps tools.Deps, toolsets []string) (*Server, error) {
+// New builds the server with the tools of the enabled toolsets (all when
+// empty). The admin toolset (block_command, unblock_command) exists only when
+// the operator allows agents to edit the block list; then it is on unless the
+// toolsets named leave it out.
+func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 	enabled := map[string]bool{}
 	for _, t := range toolsets {
 		known := false
@@ -56,9 +66,14 @@ func New(deps tools.Deps, toolsets []string) (*Server, error) {
 	}
 	w := newWire()
 	hooks := &server.Hooks{}
+	s := &Server{wire: w, readOnly: map[string]bool{}}
+	for _, o := range opts {
+		o(s)
+	}
 	srv := server.NewMCPServer(Name, Version,
 		server.WithHooks(hooks),
 		server.WithToolHandlerMiddleware(w.toolMiddleware),
+		server.WithToolHandlerMiddleware(s.auditMiddleware),
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
 		// No server.WithInputSchemaValidation: each tool checks its arguments
@@ -68,17 +83,25 @@ func New(deps tools.Deps, toolsets []string) (*Server, error) {
 		server.WithInstructions("sandboxer runs commands in hardened, disposable Docker sandboxes. "+
 			"Use run_command; long commands return a job_id with the output so far — continue with read_output, get_job, send_input or kill_job."),
 	)
-	s := &Server{mcp: srv, notifier: &notifier{srv: srv}, wire: w}
+	s.mcp, s.notifier = srv, &notifier{srv: srv}
 	deps.Notifier = s.notifier
 	s.deps = deps
 	for _, t := range tools.All(deps) {
 		if len(enabled) > 0 && !enabled[t.Toolset] {
 			continue
 		}
+		if t.Toolset == tools.ToolsetAdmin && !deps.Blocklist.EditsAllowed() {
+			continue // agents may not edit the block list: the tools do not exist
+		}
+		s.readOnly[t.Def.Name] = readOnly(t.Def)
 		srv.AddTool(t.Def, t.Handler)
 	}
 	s.addResources(hooks)
 	return s, nil
+}
+
+func readOnly(t mcp.Tool) bool {
+	return t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint
 }
 
 // MCP exposes the underlying server (for in-process tests).
@@ -95,6 +118,9 @@ func (s *Server) ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writ
 	server.WithWorkerPoolSize(workerPoolSize)(stdio)
 	server.WithQueueSize(256)(stdio)
 	server.WithErrorLogger(errLog)(stdio)
+	if errLog != nil {
+		s.logf = errLog.Printf
+	}
 	err := stdio.Listen(ctx, s.wire.reader(stdin, maxMessageBytes), s.notifier.w)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil

@@ -25,6 +25,8 @@ const (
 	// EnvCleanupInterval sets jobs.cleanup_interval_s: whole seconds or a Go
 	// duration of whole seconds, > 0.
 	EnvCleanupInterval = "SANDBOXER_CLEANUP_INTERVAL"
+	// EnvAllowBlockEdits sets block.agent_edits: true/false (1/0, yes/no).
+	EnvAllowBlockEdits = "SANDBOXER_ALLOW_BLOCK_EDITS"
 )
 
 // ApplyEnv applies the SANDBOXER_* overrides (see the Env* constants) read
@@ -72,6 +74,17 @@ func (p *Policy) ApplyEnv(getenv func(string) string) error {
 			bad(EnvJobTimeout, v, "%ds is over limits.timeout_s.max (%d); raise that in the policy file", s, p.Limits.TimeoutS.Max)
 		default:
 			p.Limits.TimeoutS.Default = s
+		}
+	}
+
+	if v := strings.TrimSpace(getenv(EnvAllowBlockEdits)); v != "" {
+		switch strings.ToLower(v) {
+		case "1", "true", "yes", "on":
+			p.Block.AgentEdits = true
+		case "0", "false", "no", "off":
+			p.Block.AgentEdits = false
+		default:
+			bad(EnvAllowBlockEdits, v, "must be true or false (block.agent_edits)")
 		}
 	}
 

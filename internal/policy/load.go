@@ -98,6 +98,9 @@ func parse(data []byte) (*Policy, error) {
 	if p.Scripts.EnvFileDirs == nil {
 		p.Scripts.EnvFileDirs = []string{}
 	}
+	if p.Block.Commands == nil {
+		p.Block.Commands = []string{}
+	}
 	return p, nil
 }
 
@@ -198,6 +201,11 @@ func check(n *yaml.Node, t reflect.Type, path string, errs *[]error) {
 		case reflect.Float64:
 			if tag != "!!int" && tag != "!!float" {
 				*errs = append(*errs, nodeErr(n, path, "must be a number, got %q", n.Value))
+				return
+			}
+		case reflect.Bool:
+			if tag != "!!bool" {
+				*errs = append(*errs, nodeErr(n, path, "must be true or false, got %q", n.Value))
 				return
 			}
 		case reflect.String:

@@ -38,6 +38,19 @@ type Policy struct {
 	Workspaces Workspaces `yaml:"workspaces"`
 	// Sessions are the interactive sessions' settings.
 	Sessions Sessions `yaml:"sessions"`
+	// Block is the command block list (a convenience, not a boundary).
+	Block Block `yaml:"block"`
+}
+
+// Block is the command block list: commands that scripts may not run, checked
+// on the parsed shell syntax of every entry point (internal/blocklist).
+type Block struct {
+	// Commands are command names (no paths: /usr/bin/rm is caught as rm).
+	// Never nil after Default() or Load().
+	Commands []string `yaml:"commands"`
+	// AgentEdits lets agents add and remove their own entries (block_command,
+	// unblock_command); the policy's entries stay whatever an agent does.
+	AgentEdits bool `yaml:"agent_edits"`
 }
 
 // Sessions are the interactive sessions' settings.
@@ -193,6 +206,7 @@ func Default() *Policy {
 		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024,
 			InstallNetwork: NetworkBridge, PipIndexURL: "", InstallCAFile: ""},
 		Sessions: Sessions{IdleTimeoutS: Range{Default: 600, Max: 3600}},
+		Block:    Block{Commands: []string{}},
 	}
 }
 

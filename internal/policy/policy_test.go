@@ -631,3 +631,46 @@ func TestSessionIdleTimeout(t *testing.T) {
 		t.Errorf("unknown key: %v", err)
 	}
 }
+
+func TestBlockKeys(t *testing.T) {
+	p := writeFile(t, "block:\n  commands: [rm, curl]\n  agent_edits: true\n")
+	got, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Block.Commands, []string{"rm", "curl"}) || !got.Block.AgentEdits {
+		t.Fatalf("block = %+v", got.Block)
+	}
+	for yml, want := range map[string]string{
+		"block:\n  commands: rm\n":         "block.commands: must be a list",
+		"block:\n  commands: [/bin/rm]\n":  "block.commands[0]",
+		"block:\n  commands: [rm, rm]\n":   "listed twice",
+		"block:\n  agent_edits: \"yes\"\n": "block.agent_edits: must be true or false",
+		"block:\n  commands: [[rm]]\n":     "block.commands[0]: must be a single value",
+	} {
+		p, err := Load(writeFile(t, yml))
+		if err == nil {
+			err = p.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v; want it to contain %q", yml, err, want)
+		}
+	}
+	d := Default()
+	if err := d.ApplyEnv(func(k string) string {
+		if k == EnvAllowBlockEdits {
+			return "true"
+		}
+		return ""
+	}); err != nil || !d.Block.AgentEdits {
+		t.Fatalf("%s=true: %v, %+v", EnvAllowBlockEdits, err, d.Block)
+	}
+	if err := Default().ApplyEnv(func(k string) string {
+		if k == EnvAllowBlockEdits {
+			return "maybe"
+		}
+		return ""
+	}); err == nil {
+		t.Fatal("bad env value accepted")
+	}
+}

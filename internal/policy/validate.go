@@ -48,6 +48,9 @@ var (
 	networkNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 	// pipIndexPattern is workspaces.pip_index_url: http(s), no spaces or quotes.
 	pipIndexPattern = regexp.MustCompile(`^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]{1,1000}$`)
+	// CommandNamePattern is what an entry of block.commands must match: a
+	// command name, no path (the same grammar as internal/blocklist).
+	CommandNamePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._+-]{0,63}$`)
 )
 
 // problems collects validation errors, each prefixed "policy: <key>: ".
@@ -209,6 +212,18 @@ func (p *Policy) Validate() error {
 	ps.intIn("scripts.dependency_install_timeout_s", p.Scripts.DependencyInstallTimeoutS, 1, 3600)
 	if f := p.Scripts.InstallCAFile; f != "" && (!filepath.IsAbs(f) || filepath.Clean(f) != f) {
 		ps.add("scripts.install_ca_file", "%q must be a clean absolute path", f)
+	}
+
+	seen := map[string]bool{}
+	for i, c := range p.Block.Commands {
+		key := fmt.Sprintf("block.commands[%d]", i)
+		switch {
+		case !CommandNamePattern.MatchString(c):
+			ps.add(key, "%q is not a command name (letters, digits, '.', '_', '+', '-'; no path: /usr/bin/rm is blocked as rm)", c)
+		case seen[c]:
+			ps.add(key, "%q is listed twice", c)
+		}
+		seen[c] = true
 	}
 
 	return errors.Join(ps...)

@@ -98,6 +98,9 @@ func RunCommand(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
+		if problem := d.checkBlocked(ctx, args.Command, args.Stdin, "command"); problem != nil {
+			return problem, nil
+		}
 		if args.Background {
 			// The start happens after the call returns: say now what would make it fail.
 			if problem := d.checkImage(ctx, jr.Image); problem != nil {

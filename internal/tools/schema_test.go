@@ -81,7 +81,7 @@ func TestToolContract(t *testing.T) {
 			}
 		}
 		switch tool.Toolset {
-		case ToolsetExec, ToolsetJobs, ToolsetInfo, ToolsetWorkspaces:
+		case ToolsetExec, ToolsetJobs, ToolsetInfo, ToolsetWorkspaces, ToolsetAdmin:
 		default:
 			t.Errorf("%s: unknown toolset %q", d.Name, tool.Toolset)
 		}

@@ -75,6 +75,9 @@ func SendInput(d Deps) Tool {
 			return failure(err), nil
 		}
 		pty := rec.Details.Session != nil && rec.Details.Session.Mode == job.ModePTY
+		if problem := d.checkInput(ctx, args.Text); problem != nil {
+			return problem, nil
+		}
 		wait := args.WaitS
 		if wait == nil {
 			one := sendInputWaitS

@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandboxer/sandboxer/internal/blocklist"
 	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
@@ -56,6 +57,12 @@ type Deps struct {
 	Workspaces *workspace.Manager
 	// Dependencies installs and caches run_script's dependencies; nil = none.
 	Dependencies *deps.Manager
+	// Blocklist is the command block list every entry point that runs shell
+	// checks (checkBlocked); nil allows everything.
+	Blocklist *blocklist.List
+	// Processes lists and signals processes inside sandboxes (the engine,
+	// never the warm pool in front of it); nil when the runtime cannot.
+	Processes sandbox.ProcessInspector
 }
 
 // Tool is a definition with its handler and toolset.
@@ -91,6 +98,11 @@ func All(d Deps) []Tool {
 		ReadFile(d),
 		ListFiles(d),
 		InstallPackages(d),
+		ListProcesses(d),
+		KillProcess(d),
+		ListBlockedCommands(d),
+		BlockCommand(d),
+		UnblockCommand(d),
 	}
 }
 

@@ -1,0 +1,208 @@
+package blocklist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/sandboxer/sandboxer/internal/store"
+)
+
+// Store keeps the entries agents add (the store's blocked_commands table).
+type Store interface {
+	BlockedCommands(ctx context.Context) ([]store.BlockedCommand, error)
+	PutBlockedCommand(ctx context.Context, b store.BlockedCommand) (bool, error)
+	DeleteBlockedCommand(ctx context.Context, command string) (bool, error)
+}
+
+// Errors of edits; their texts are sentences an agent can act on.
+var (
+	ErrEditsOff     = errors.New("the operator does not allow agents to edit the block list (policy block.agent_edits, flag --allow-block-edits)")
+	ErrPolicyEntry  = errors.New("is on the block list by the operator's policy (block.commands); an agent cannot remove it")
+	ErrNotBlocked   = errors.New("is not on the block list; list_blocked_commands shows the list")
+	ErrBadName      = errors.New("must be a command name: 1 to 64 characters of letters, digits, '.', '_', '+' and '-', not starting with '.', '-' or '+', no path (/usr/bin/rm is blocked as rm)")
+	ErrBadReason    = errors.New("reason must be at most 500 characters, without control characters")
+	maxReasonLength = 500
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._+-]{0,63}$`)
+
+// ValidName reports whether s can be a block-list entry.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// refreshEvery is how stale the agent entries may be: several servers share a
+// state directory, and one's edit reaches the others within this time.
+const refreshEvery = time.Second
+
+// Listed is an entry with its history.
+type Listed struct {
+	Entry
+	AddedBy string
+	AddedAt time.Time
+}
+
+// List is the block list in force: the policy's entries plus those agents
+// added (kept in the store, so they survive restarts). Safe for concurrent use.
+type List struct {
+	policy map[string]Entry
+	st     Store
+	edits  bool
+
+	mu     sync.Mutex
+	agent  map[string]Listed
+	loaded time.Time
+}
+
+// New returns the list for the policy's commands; st may be nil (no agent
+// entries, no edits). agentEdits is whether agents may edit the list.
+func New(policyCommands []string, st Store, agentEdits bool) (*List, error) {
+	l := &List{policy: map[string]Entry{}, st: st, edits: agentEdits && st != nil}
+	for _, c := range policyCommands {
+		if !ValidName(c) {
+			return nil, fmt.Errorf("block.commands: %q %v", c, ErrBadName)
+		}
+		l.policy[c] = Entry{Command: c, Source: SourcePolicy, Reason: "operator policy"}
+	}
+	if st != nil {
+		if err := l.reload(context.Background()); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// EditsAllowed reports whether agents may add and remove entries.
+func (l *List) EditsAllowed() bool { return l != nil && l.edits }
+
+func (l *List) reload(ctx context.Context) error {
+	bs, err := l.st.BlockedCommands(ctx)
+	if err != nil {
+		return err
+	}
+	agent := make(map[string]Listed, len(bs))
+	for _, b := range bs {
+		agent[b.Command] = Listed{Entry: Entry{Command: b.Command, Reason: b.Reason, Source: SourceAgent}, AddedBy: b.AddedBy, AddedAt: b.AddedAt}
+	}
+	l.mu.Lock()
+	l.agent, l.loaded = agent, time.Now()
+	l.mu.Unlock()
+	return nil
+}
+
+// current returns the entries in force, reloading agent entries when stale.
+func (l *List) current() map[string]Entry {
+	if l.st != nil {
+		l.mu.Lock()
+		stale := time.Since(l.loaded) > refreshEvery
+		l.mu.Unlock()
+		if stale {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = l.reload(ctx) // on a store error the last list read stays in force
+			cancel()
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := make(map[string]Entry, len(l.policy)+len(l.agent))
+	for k, v := range l.agent {
+		m[k] = v.Entry
+	}
+	for k, v := range l.policy { // the policy's entry wins a name both hold
+		m[k] = v
+	}
+	return m
+}
+
+// Check decides whether script may run under the list in force; see the
+// package comment for what it sees. A nil List allows everything.
+func (l *List) Check(script string) (Decision, error) {
+	if l == nil {
+		return Decision{Allowed: true}, nil
+	}
+	return Check(script, l.current())
+}
+
+// CheckStdin is Check for a script given stdin (see the package function).
+func (l *List) CheckStdin(script, stdin string) (Decision, error) {
+	if l == nil {
+		return Decision{Allowed: true}, nil
+	}
+	return CheckStdin(script, stdin, l.current())
+}
+
+// Entries lists the entries in force, by command name.
+func (l *List) Entries() []Listed {
+	if l == nil {
+		return nil
+	}
+	cur := l.current()
+	l.mu.Lock()
+	out := make([]Listed, 0, len(cur))
+	for _, e := range cur {
+		li := Listed{Entry: e}
+		if a, ok := l.agent[e.Command]; ok && e.Source == SourceAgent {
+			li = a
+		}
+		out = append(out, li)
+	}
+	l.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Command < out[j].Command })
+	return out
+}
+
+// Block adds command (by an agent, named by by). It reports whether the entry
+// is new; blocking a name the policy already blocks is an error.
+func (l *List) Block(ctx context.Context, command, reason, by string) (bool, error) {
+	if !l.EditsAllowed() {
+		return false, ErrEditsOff
+	}
+	if !ValidName(command) {
+		return false, fmt.Errorf("command %q %w", command, ErrBadName)
+	}
+	if len(reason) > maxReasonLength || hasControl(reason) {
+		return false, ErrBadReason
+	}
+	if _, ok := l.policy[command]; ok {
+		return false, fmt.Errorf("%q is already on the block list by the operator's policy", command)
+	}
+	isNew, err := l.st.PutBlockedCommand(ctx, store.BlockedCommand{Command: command, Reason: reason, AddedBy: by, AddedAt: time.Now()})
+	if err != nil {
+		return false, err
+	}
+	return isNew, l.reload(ctx)
+}
+
+// Unblock removes an entry an agent added.
+func (l *List) Unblock(ctx context.Context, command string) error {
+	if !l.EditsAllowed() {
+		return ErrEditsOff
+	}
+	if !ValidName(command) {
+		return fmt.Errorf("command %q %w", command, ErrBadName)
+	}
+	if _, ok := l.policy[command]; ok {
+		return fmt.Errorf("%q %w", command, ErrPolicyEntry)
+	}
+	ok, err := l.st.DeleteBlockedCommand(ctx, command)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%q %w", command, ErrNotBlocked)
+	}
+	return l.reload(ctx)
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return true
+		}
+	}
+	return false
+}
