@@ -67,9 +67,9 @@ type Manager struct {
 	Unwarm func(ctx context.Context, volume string)
 
 	mu     sync.Mutex
-	locks  map[string]*sync.Mutex // per key: one install at a time
-	meta   map[string]*meta       // by volume: measured size, last use (this process)
-	warmed []string               // volumes told to Warm, most recent last
+	locks  map[string]chan struct{} // per key (capacity 1): one install at a time
+	meta   map[string]*meta         // by volume: measured size, last use (this process)
+	warmed []string                 // volumes told to Warm, most recent last
 }
 
 // MaxWarm is how many caches (the most recently used) are kept warm.
@@ -102,15 +102,15 @@ func New(rt sandbox.Runtime, pol *policy.Policy) *Manager {
 	if !ok {
 		return nil
 	}
-	return &Manager{rt: rt, vr: vr, pol: pol, locks: map[string]*sync.Mutex{}, meta: map[string]*meta{}}
+	return &Manager{rt: rt, vr: vr, pol: pol, locks: map[string]chan struct{}{}, meta: map[string]*meta{}}
 }
 
-func (m *Manager) lock(key string) *sync.Mutex {
+func (m *Manager) lock(key string) chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.locks[key]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = make(chan struct{}, 1)
 		m.locks[key] = l
 	}
 	return l
@@ -140,8 +140,17 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 	key := Key(language, image, list)
 	res := Result{List: list, Mount: sandbox.Mount{Target: Dir, ReadOnly: true}}
 	l := m.lock(key)
-	l.Lock()
-	defer l.Unlock()
+	select {
+	case l <- struct{}{}:
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("dependencies: %s is being installed for another call and was not ready before this one ended; call again", strings.Join(list, " "))
+	}
+	locked := true
+	defer func() {
+		if locked {
+			<-l
+		}
+	}()
 	vols, err := m.vr.ListVolumes(ctx, LabelKey+"="+key)
 	if err != nil {
 		return Result{}, err
@@ -157,16 +166,36 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 	// Names are the engine's, shared by every instance: a fresh one each install.
 	name := VolumeName(language, key)
 	res.Mount.Volume = name
-	t0 := time.Now()
-	size, err := m.install(ctx, language, image, key, name, script, list)
-	if err != nil {
-		return Result{}, err
+	// The install goes on when the call ends first (a client's request
+	// timeout): the next call with the list then finds it, or waits for it.
+	type outcome struct {
+		ms  int64
+		err error
 	}
-	res.Cache, res.InstallMS = CacheInstalled, time.Since(t0).Milliseconds()
-	m.touch(name, size)
-	_, _ = m.enforceCap(ctx, name) // best effort; the run goes on
-	m.used(image, res.Mount)
-	return res, nil
+	done := make(chan outcome, 1)
+	locked = false // the install releases the key
+	go func() {
+		defer func() { <-l }()
+		ictx := context.WithoutCancel(ctx)
+		t0 := time.Now()
+		size, err := m.install(ictx, language, image, key, name, script, list)
+		if err == nil {
+			m.touch(name, size)
+			_, _ = m.enforceCap(ictx, name) // best effort
+			m.used(image, res.Mount)
+		}
+		done <- outcome{time.Since(t0).Milliseconds(), err}
+	}()
+	select {
+	case o := <-done:
+		if o.err != nil {
+			return Result{}, o.err
+		}
+		res.Cache, res.InstallMS = CacheInstalled, o.ms
+		return res, nil
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("dependencies: installing %s did not finish before the call ended; it goes on (up to scripts.dependency_install_timeout_s): call again to use it", strings.Join(list, " "))
+	}
 }
 
 var sizeLine = regexp.MustCompile(`sandboxer-deps-size-kb=([0-9]+)`)
@@ -304,10 +333,12 @@ func (m *Manager) Prune(ctx context.Context, keys []string) ([]Cache, error) {
 
 func (m *Manager) remove(ctx context.Context, c Cache) error {
 	l := m.lock(c.Key)
-	if !l.TryLock() {
-		return fmt.Errorf("cache %s is being installed", c.Key)
+	select {
+	case l <- struct{}{}:
+		defer func() { <-l }()
+	default:
+		return fmt.Errorf("cache %s is in use by an install", c.Key)
 	}
-	defer l.Unlock()
 	if m.Unwarm != nil {
 		m.Unwarm(ctx, c.Volume)
 	}
