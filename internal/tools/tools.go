@@ -84,6 +84,7 @@ func All(d Deps) []Tool {
 		ReadFile(d),
 		ListFiles(d),
 		InstallPackages(d),
+		ListCommands(d),
 	}
 }
 

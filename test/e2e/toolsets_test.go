@@ -20,8 +20,8 @@ func TestToolsetsSelectTools(t *testing.T) {
 	for _, tool := range res.Tools {
 		names = append(names, tool.Name)
 	}
-	if strings.Join(names, ",") != "list_languages" {
-		t.Fatalf("with toolsets=info the tools are %v, want only list_languages", names)
+	if strings.Join(names, ",") != "list_commands,list_languages" {
+		t.Fatalf("with toolsets=info the tools are %v, want only list_commands and list_languages", names)
 	}
 	out, err := exec.Command(binPath, "serve", "--state-dir", t.TempDir(), "--toolsets", "exec,bogus").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), `unknown toolset "bogus"`) {
