@@ -103,6 +103,7 @@ func All(d Deps) []Tool {
 		ListBlockedCommands(d),
 		BlockCommand(d),
 		UnblockCommand(d),
+		ListCommands(d),
 	}
 }
 

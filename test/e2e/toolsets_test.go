@@ -22,8 +22,8 @@ func TestToolsetsSelectTools(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	sort.Strings(names)
-	if strings.Join(names, ",") != "list_blocked_commands,list_languages" {
-		t.Fatalf("with toolsets=info the tools are %v, want only list_blocked_commands and list_languages", names)
+	if strings.Join(names, ",") != "list_blocked_commands,list_commands,list_languages" {
+		t.Fatalf("with toolsets=info the tools are %v, want only list_blocked_commands, list_commands and list_languages", names)
 	}
 	out, err := exec.Command(binPath, "serve", "--state-dir", t.TempDir(), "--toolsets", "exec,bogus").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), `unknown toolset "bogus"`) {
