@@ -124,6 +124,13 @@ func InstallPackages(d Deps) Tool {
 		if n == 0 {
 			return errorResult("by_manager lists no package: name the packages to install"), nil
 		}
+		// The block list holds for installs too: the install, as the shell
+		// line it amounts to, must not name a blocked command.
+		for mgr, list := range by {
+			if problem := d.checkBlocked(ctx, installLine(mgr, list), nil, "install"); problem != nil {
+				return problem, nil
+			}
+		}
 		if n > workspace.MaxPackages {
 			return errorResult("%d packages asked for; install_packages takes at most %d per call", n, workspace.MaxPackages), nil
 		}
@@ -189,4 +196,20 @@ func (d Deps) installProgress(ctx context.Context, req mcp.CallToolRequest) (fun
 			mu.Unlock()
 			d.Notifier.Flush(ctx, token)
 		}
+}
+
+// installLine is an install as the shell line it amounts to, for the block
+// list: the manager's command, then each package name as a command word too
+// (installing a blocked command's package counts as naming it).
+func installLine(manager string, packages []string) string {
+	var b strings.Builder
+	b.WriteString(manager)
+	for _, p := range packages {
+		name := p
+		if i := strings.IndexAny(name, "=@<>!~["); i > 0 {
+			name = name[:i] // the package, not its version
+		}
+		b.WriteString("; " + name)
+	}
+	return b.String()
 }

@@ -74,13 +74,6 @@ type CompileResult struct {
 	Truncated  bool   `json:"truncated,omitempty" jsonschema:"the compiler's output was longer than shown"`
 }
 
-// ScriptHooks are seams filled in by features built elsewhere.
-type ScriptHooks struct {
-	// CheckBash, when set, checks a bash script's source against the command
-	// block list before anything runs; its error is shown to the caller.
-	CheckBash func(ctx context.Context, source string) error
-}
-
 // languageVersions remembers each image's runtime version: a tag names fixed content.
 var languageVersions = &versionCache{v: map[string]string{}}
 
@@ -118,9 +111,9 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 			return nil, errorResult("%v", err)
 		}
 	}
-	if sl.Name == "bash" && d.Scripts.CheckBash != nil {
-		if err := d.Scripts.CheckBash(ctx, args.Code); err != nil {
-			return nil, errorResult("%v", err)
+	if sl.Name == "bash" {
+		if problem := d.checkBlocked(ctx, args.Code, nil, "script"); problem != nil {
+			return nil, problem
 		}
 	}
 	env, problem := d.scriptEnv(args.Env, args.EnvFile)

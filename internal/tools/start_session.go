@@ -109,6 +109,11 @@ func StartSession(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
+		// The program a session starts is held to the block list as a
+		// command line is (each line sent to it later is checked too).
+		if problem := d.checkBlocked(ctx, jr.Command, nil, "session"); problem != nil {
+			return problem, nil
+		}
 		rec, err := d.Jobs.Submit(ctx, jr)
 		if err != nil {
 			if rec != nil {

@@ -51,8 +51,6 @@ type Deps struct {
 	Runtime   sandbox.Runtime
 	Pool      *pool.Pool // nil when the policy turns the warm pool off
 	Notifier  Notifier
-	// Scripts are run_script's seams for features wired in later (block list).
-	Scripts ScriptHooks
 	// Workspaces manages named, persistent sandboxes; nil = none.
 	Workspaces *workspace.Manager
 	// Dependencies installs and caches run_script's dependencies; nil = none.

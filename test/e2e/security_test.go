@@ -147,6 +147,32 @@ func TestSecurityBlockListEveryEntryPoint(t *testing.T) {
 		t.Errorf("a look-alike line: %v", out)
 	}
 	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL", "grace_s": 0})
+
+	// A bash script, a session's program and each line typed into a shell
+	// session, and a package install: the same decision everywhere.
+	if msg := s.toolErr("run_script", map[string]any{"language": "bash", "code": "echo start\nfor f in /tmp/x; do /bin/rm -f \"$f\"; done\n"}); !strings.Contains(msg, `rule "rm"`) {
+		t.Errorf("bash run_script: %q", msg)
+	}
+	if r := s.ok("run_script", map[string]any{"language": "bash", "code": "echo rm is fine as data"}); str(r, "stdout") != "rm is fine as data\n" {
+		t.Errorf("a look-alike bash script: %v", r)
+	}
+	if r := s.ok("run_script", map[string]any{"language": "python", "code": "print('rm')"}); str(r, "stdout") != "rm\n" {
+		t.Errorf("a python script is not shell: %v", r)
+	}
+	if msg := s.toolErr("start_session", map[string]any{"command": "rm -i /tmp/x"}); !strings.Contains(msg, `rule "rm"`) {
+		t.Errorf("start_session of a blocked program: %q", msg)
+	}
+	sess := s.ok("start_session", map[string]any{"command": "bash", "wait_s": 5})
+	sid := str(sess, "job_id")
+	if msg := s.toolErr("send_input", map[string]any{"job_id": sid, "text": "nohup rm -rf /tmp/y", "enter": true}); !strings.Contains(msg, `rule "rm"`) {
+		t.Errorf("a line typed into a shell session: %q", msg)
+	}
+	s.ok("kill_job", map[string]any{"job_id": sid, "signal": "KILL", "grace_s": 0})
+	s.ok("create_workspace", map[string]any{"name": "blocked-installs", "language": "bash"})
+	defer s.call("delete_workspace", map[string]any{"name": "blocked-installs"})
+	if msg := s.toolErr("install_packages", map[string]any{"workspace": "blocked-installs", "manager": "apt", "packages": []string{"jq", "rm"}}); !strings.Contains(msg, `rule "rm"`) {
+		t.Errorf("install_packages naming a blocked command: %q", msg)
+	}
 }
 
 func blockEntry(list map[string]any, command string) map[string]any {
