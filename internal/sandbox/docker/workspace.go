@@ -21,13 +21,6 @@ import (
 
 var _ sandbox.WorkspaceRuntime = (*Runtime)(nil)
 
-// workspaceCaps are the capabilities a workspace container keeps in its
-// bounding set: only root processes (package installs, exec'd as root) can
-// have them; jobs run as uid 1000 under no-new-privileges and have none.
-// They are what dpkg and apt need: chown/chmod files of other owners, and
-// apt's switch to its _apt user for downloads.
-var workspaceCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID"}
-
 // workspaceNetwork is the network a workspace's container is created on and
 // at once disconnected from: a container made with network "none" can never
 // be connected to another network later (Engine 20.10 refuses), so installs
@@ -73,8 +66,10 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	host := &container.HostConfig{
 		LogConfig:   logConfig("local", logBytes),
 		NetworkMode: container.NetworkMode(workspaceNetwork),
+		// No capability at all, root execs included: with no-new-privileges
+		// an exec as root gets none either (seen on Engine 20.10), so
+		// installs run as a capability-less root (apt's sandbox user off).
 		CapDrop:     []string{"ALL"},
-		CapAdd:      workspaceCaps,
 		SecurityOpt: []string{"no-new-privileges"},
 		// Writable root (DESIGN §4): apt installs into it; it persists
 		// while the container exists (stopped included).
