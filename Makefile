@@ -12,7 +12,7 @@ BIN   := bin/sandboxer
 SUPERVISOR := images/supervisor/sandboxer-supervisor
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build supervisor engine base-image images run test test-unit test-integration leftovers lint bench clean doctor
+.PHONY: all build supervisor engine base-image images run test test-unit test-integration leftovers lint bench clean doctor gvisor
 
 all: build
 
@@ -45,6 +45,13 @@ images: build base-image
 run:
 	@$(MAKE) --no-print-directory -s images >&2
 	@exec ./$(BIN) serve
+
+# Opt-in: install gVisor (Debian's runsc) and register it with the running dockerd as
+# runtime runsc (merging /etc/docker/daemon.json, reloading with SIGHUP). Then
+# `runtime: runsc` in a policy runs jobs under it, and `make test` re-runs the
+# hardening and isolation tests under it (TestGVisor*).
+gvisor: engine
+	@bash scripts/gvisor.sh
 
 doctor: images
 	./$(BIN) doctor

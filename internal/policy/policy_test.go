@@ -674,3 +674,23 @@ func TestBlockKeys(t *testing.T) {
 		t.Fatal("bad env value accepted")
 	}
 }
+
+func TestRunscPidsFloor(t *testing.T) {
+	p := Default()
+	p.Runtime = RuntimeRunsc
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	small := int64(32)
+	if _, err := p.Resolve(Request{Pids: &small}); err == nil || !strings.Contains(err.Error(), "runsc") {
+		t.Fatalf("pids 32 under runsc: %v", err)
+	}
+	ok := int64(64)
+	if _, err := p.Resolve(Request{Pids: &ok}); err != nil {
+		t.Fatal(err)
+	}
+	p.Limits.Pids.Default = 32
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "limits.pids.default") {
+		t.Fatalf("default 32 under runsc: %v", err)
+	}
+}

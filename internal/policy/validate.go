@@ -53,6 +53,14 @@ var (
 	CommandNamePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._+-]{0,63}$`)
 )
 
+// RuntimeRunsc is gVisor's OCI runtime name.
+const RuntimeRunsc = "runsc"
+
+// MinPidsRunsc is the smallest pids limit a gVisor sandbox starts with: its
+// Sentry's and gofer's threads are in the container's pids cgroup (seen: 32
+// exits with status 2, or hangs in create with --init; 64 works).
+const MinPidsRunsc = 64
+
 // problems collects validation errors, each prefixed "policy: <key>: ".
 type problems []error
 
@@ -147,6 +155,9 @@ func (p *Policy) Validate() error {
 	case NetworkNone, NetworkBridge:
 	default:
 		ps.add("network", "must be %q or %q, got %q", NetworkNone, NetworkBridge, p.Network)
+	}
+	if p.Runtime == RuntimeRunsc && l.Pids.Default < MinPidsRunsc {
+		ps.add("limits.pids.default", "must be at least %d with runtime runsc: gVisor's own threads count against the pids limit, and below that containers fail to start or hang; got %d", MinPidsRunsc, l.Pids.Default)
 	}
 	if p.Runtime != "" && !runtimePattern.MatchString(p.Runtime) {
 		ps.add("runtime", "invalid OCI runtime name %q (want letters, digits, '.', '_', '-'; or empty for the engine default)", p.Runtime)
