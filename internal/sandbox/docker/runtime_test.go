@@ -75,6 +75,7 @@ func TestHardeningProfile(t *testing.T) {
 		{"network none", string(hc.NetworkMode) == "none"},
 		{"no host mounts", len(hc.Binds) == 0 && len(hc.Mounts) == 0},
 		{"no host namespaces", string(hc.PidMode) == "" && string(hc.IpcMode) == "private" && string(hc.UTSMode) == "" && string(hc.UsernsMode) == ""},
+		{"private cgroup namespace", string(hc.CgroupnsMode) == "private"},
 		{"init", hc.Init != nil && *hc.Init},
 		{"log driver local, capped", hc.LogConfig.Type == "local" && hc.LogConfig.Config["max-size"] != ""},
 		{"tmpfs /tmp and workdir", hc.Tmpfs["/tmp"] != "" && hc.Tmpfs["/workspace"] != ""},
