@@ -129,16 +129,17 @@ type server struct {
 	closeExtra func()
 }
 
-func startServer(ctx context.Context, o options, name string, poolOn bool) (*server, error) {
+// startServer starts a server; policyYAML ("" for none) is its policy file.
+func startServer(ctx context.Context, o options, name string, policyYAML string) (*server, error) {
 	dir, err := os.MkdirTemp("", "sandboxer-bench-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
 	s := &server{name: name, stateDir: filepath.Join(dir, "state")}
 	args := []string{"serve", "--state-dir", s.stateDir, "--log-level", "warn"}
-	if !poolOn {
+	if policyYAML != "" {
 		pol := filepath.Join(dir, "policy.yaml")
-		if err := os.WriteFile(pol, []byte("pool:\n  enabled: false\n"), 0o644); err != nil {
+		if err := os.WriteFile(pol, []byte(policyYAML), 0o644); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
@@ -523,6 +524,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	printReport(o, r)
+	// Scripts, sessions and workspaces: a failure here is reported, not fatal.
+	if err := features(ctx, o, r); err != nil {
+		fmt.Printf("\nfeatures: %v\n", err)
+	}
 	progress("done in %s", time.Since(began).Round(time.Second))
 	return nil
 }
@@ -545,7 +550,7 @@ func dockerExec(ctx context.Context, n int, image string) (stats, error) {
 
 func poolOn(ctx context.Context, o options, r *report) error {
 	progress("starting the server, pool on")
-	s, err := startServer(ctx, o, "on", true)
+	s, err := startServer(ctx, o, "on", "")
 	if err != nil {
 		return err
 	}
@@ -681,7 +686,7 @@ func poolOn(ctx context.Context, o options, r *report) error {
 
 func poolOff(ctx context.Context, o options, r *report) error {
 	progress("starting the server, pool off")
-	s, err := startServer(ctx, o, "off", false)
+	s, err := startServer(ctx, o, "off", "pool:\n  enabled: false\n")
 	if err != nil {
 		return err
 	}
