@@ -115,8 +115,12 @@ func (m *Manager) removeOrphans(ctx context.Context, containers []sandbox.Contai
 		if o == claimedElsewhere || m.othersAlive(o) {
 			continue
 		}
-		if o == m.server && c.Running && c.Kind != KindCommand && c.Kind != KindScript && c.Kind != KindSession {
-			continue // a probe or a warm sandbox of this server, managed by its owner
+		if o == m.server && c.Kind != KindCommand && c.Kind != KindScript && c.Kind != KindSession {
+			// A probe or a warm sandbox of this server: its owner manages it,
+			// also while it is only created, not yet started (a sweep then
+			// would pull it from under the job that takes it). What a failed
+			// removal leaves, the final sweep at exit (SweepOwn) takes.
+			continue
 		}
 		m.log.Info().Str("container", shortID(c.ID)).Str("job", c.JobID).Str("kind", c.Kind).Msg("removing orphaned sandbox")
 		if err := m.rt.Remove(ctx, c.ID); err != nil {
