@@ -449,6 +449,12 @@ func TestSecurityStrictPolicy(t *testing.T) {
 	if msg := s.toolErr("run_command", map[string]any{"command": "wget http://example.com"}); !strings.Contains(msg, `rule "wget"`) {
 		t.Errorf("strict block list: %q", msg)
 	}
+	// No installs: workspaces never get a network.
+	s.ok("create_workspace", map[string]any{"name": "strict-ws"})
+	defer s.call("delete_workspace", map[string]any{"name": "strict-ws"})
+	if msg := s.toolErr("install_packages", map[string]any{"workspace": "strict-ws", "manager": "apt", "packages": []string{"jq"}}); !strings.Contains(msg, "install_network") {
+		t.Errorf("an install under strict.yaml: %q", msg)
+	}
 }
 
 // THREATS 3: the server's environment never reaches a sandbox.
