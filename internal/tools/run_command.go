@@ -101,40 +101,9 @@ func RunCommand(d Deps) Tool {
 		if problem := d.checkBlocked(ctx, args.Command, args.Stdin, "command"); problem != nil {
 			return problem, nil
 		}
-		if args.Background {
-			// The start happens after the call returns: say now what would make it fail.
-			if problem := d.checkImage(ctx, jr.Image); problem != nil {
-				return problem, nil
-			}
-			jr.Detach = true
-		}
-		rec, err := d.Jobs.Submit(ctx, jr)
-		if err != nil {
-			if rec != nil {
-				return errorResult("job %s could not start: %s", rec.ID, cleanMessage(err.Error())), nil
-			}
-			return failure(err), nil
-		}
-		if !args.Background {
-			stop := d.startProgress(ctx, req, rec.ID)
-			rec, err = d.Jobs.Wait(ctx, rec.ID, wait)
-			stop()
-			if err != nil {
-				return failure(err), nil
-			}
-			if ctx.Err() != nil && !job.Finished(rec.Status) {
-				if reason, ok := CancelReason(ctx); ok && ClientTimedOut(reason) {
-					// The client gave up only because its own request timed
-					// out: the job goes on, findable with list_jobs.
-					return errorResult("call cancelled by the client's request timeout (%s); job %s goes on: read_output, get_job or kill_job with its job_id", reason, rec.ID), nil
-				}
-				// The caller cancelled the call: the job goes with it.
-				id := rec.ID
-				if _, err := d.Jobs.Kill(context.Background(), id, "KILL", 0, job.ReasonCancelled); err != nil {
-					return errorResult("call cancelled; killing job %s: %v", id, err), nil
-				}
-				return errorResult("call cancelled; job %s killed", id), nil
-			}
+		rec, problem := d.submitAndWait(ctx, req, jr, args.Background, wait)
+		if problem != nil {
+			return problem, nil
 		}
 		res, text, err := d.runResult(ctx, rec, args.Output)
 		if err != nil {
@@ -281,4 +250,45 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// submitAndWait submits a job and, unless it runs in the background, waits
+// up to wait for its end with progress notifications. A cancelled wait kills
+// the job, unless the client cancelled only because its own request timed
+// out: then the job goes on, findable with list_jobs.
+func (d Deps) submitAndWait(ctx context.Context, req mcp.CallToolRequest, jr job.Request, background bool, wait time.Duration) (*job.Job, *mcp.CallToolResult) {
+	if background {
+		// The start happens after the call returns: say now what would make it fail.
+		if problem := d.checkImage(ctx, jr.Image); problem != nil {
+			return nil, problem
+		}
+		jr.Detach = true
+	}
+	rec, err := d.Jobs.Submit(ctx, jr)
+	if err != nil {
+		if rec != nil {
+			return nil, errorResult("job %s could not start: %s", rec.ID, cleanMessage(err.Error()))
+		}
+		return nil, failure(err)
+	}
+	if background {
+		return rec, nil
+	}
+	stop := d.startProgress(ctx, req, rec.ID)
+	rec, err = d.Jobs.Wait(ctx, rec.ID, wait)
+	stop()
+	if err != nil {
+		return nil, failure(err)
+	}
+	if ctx.Err() != nil && !job.Finished(rec.Status) {
+		if reason, ok := CancelReason(ctx); ok && ClientTimedOut(reason) {
+			return nil, errorResult("call cancelled by the client's request timeout (%s); job %s goes on: read_output, get_job or kill_job with its job_id", reason, rec.ID)
+		}
+		id := rec.ID
+		if _, err := d.Jobs.Kill(context.Background(), id, "KILL", 0, job.ReasonCancelled); err != nil {
+			return nil, errorResult("call cancelled; killing job %s: %v", id, err)
+		}
+		return nil, errorResult("call cancelled; job %s killed", id)
+	}
+	return rec, nil
 }

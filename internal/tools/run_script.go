@@ -349,37 +349,9 @@ func RunScript(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
-		jr := run.req
-		if args.Background {
-			if problem := d.checkImage(ctx, jr.Image); problem != nil {
-				return problem, nil
-			}
-			jr.Detach = true
-		}
-		rec, err := d.Jobs.Submit(ctx, jr)
-		if err != nil {
-			if rec != nil {
-				return errorResult("job %s could not start: %s", rec.ID, cleanMessage(err.Error())), nil
-			}
-			return failure(err), nil
-		}
-		if !args.Background {
-			stop := d.startProgress(ctx, req, rec.ID)
-			rec, err = d.Jobs.Wait(ctx, rec.ID, run.wait)
-			stop()
-			if err != nil {
-				return failure(err), nil
-			}
-			if ctx.Err() != nil && !job.Finished(rec.Status) {
-				if reason, ok := CancelReason(ctx); ok && ClientTimedOut(reason) {
-					return errorResult("call cancelled by the client's request timeout (%s); job %s goes on: read_output, get_job or kill_job with its job_id", reason, rec.ID), nil
-				}
-				id := rec.ID
-				if _, err := d.Jobs.Kill(context.Background(), id, "KILL", 0, job.ReasonCancelled); err != nil {
-					return errorResult("call cancelled; killing job %s: %v", id, err), nil
-				}
-				return errorResult("call cancelled; job %s killed", id), nil
-			}
+		rec, problem := d.submitAndWait(ctx, req, run.req, args.Background, run.wait)
+		if problem != nil {
+			return problem, nil
 		}
 		res, text, err := d.scriptResult(ctx, rec, args.Output, run.version)
 		if err != nil {

@@ -91,16 +91,9 @@ func WriteFile(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		ws, problem := d.workspaces()
+		ws, rel, problem := d.workspaceFile(args.Workspace, args.Path)
 		if problem != nil {
 			return problem, nil
-		}
-		if err := workspace.CheckName(args.Workspace); err != nil {
-			return errorResult("workspace: %v", err), nil
-		}
-		rel, err := workspace.CleanPath("path", args.Path)
-		if err != nil {
-			return errorResult("%v", err), nil
 		}
 		if rel == "." {
 			return errorResult("path %q is /workspace itself: name a file in it", args.Path), nil
@@ -110,6 +103,7 @@ func WriteFile(d Deps) Tool {
 		case "", encodingText:
 			content = []byte(args.Content)
 		case encodingBase64:
+			var err error
 			content, err = base64.StdEncoding.DecodeString(args.Content)
 			if err != nil {
 				return errorResult("content is not valid base64 (standard alphabet, with padding): %v", err), nil
@@ -180,16 +174,9 @@ func ReadFile(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		ws, problem := d.workspaces()
+		ws, rel, problem := d.workspaceFile(args.Workspace, args.Path)
 		if problem != nil {
 			return problem, nil
-		}
-		if err := workspace.CheckName(args.Workspace); err != nil {
-			return errorResult("workspace: %v", err), nil
-		}
-		rel, err := workspace.CleanPath("path", args.Path)
-		if err != nil {
-			return errorResult("%v", err), nil
 		}
 		max := args.MaxBytes
 		if max == 0 {
@@ -278,20 +265,13 @@ func ListFiles(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		ws, problem := d.workspaces()
-		if problem != nil {
-			return problem, nil
-		}
-		if err := workspace.CheckName(args.Workspace); err != nil {
-			return errorResult("workspace: %v", err), nil
-		}
 		p := args.Path
 		if p == "" {
 			p = "."
 		}
-		rel, err := workspace.CleanPath("path", p)
-		if err != nil {
-			return errorResult("%v", err), nil
+		ws, rel, problem := d.workspaceFile(args.Workspace, p)
+		if problem != nil {
+			return problem, nil
 		}
 		if err := checkText("glob", args.Glob, maxGlobBytes); err != nil {
 			return errorResult("%v", err), nil
@@ -326,4 +306,22 @@ func ListFiles(d Deps) Tool {
 
 func fileEntry(e proto.FSEntry) FileEntry {
 	return FileEntry{Path: e.Path, Name: e.Name, Type: e.Type, Size: e.Size, Mode: e.Mode, MTime: e.MTime, Target: e.Target}
+}
+
+// workspaceFile checks what every file tool is given — workspaces on, a
+// workspace name, a path inside /workspace — before any engine call, and
+// returns the manager and the path relative to /workspace.
+func (d Deps) workspaceFile(name, p string) (*workspace.Manager, string, *mcp.CallToolResult) {
+	ws, problem := d.workspaces()
+	if problem != nil {
+		return nil, "", problem
+	}
+	if err := workspace.CheckName(name); err != nil {
+		return nil, "", errorResult("workspace: %v", err)
+	}
+	rel, err := workspace.CleanPath("path", p)
+	if err != nil {
+		return nil, "", errorResult("%v", err)
+	}
+	return ws, rel, nil
 }
