@@ -414,7 +414,7 @@ func TestHugeSingleWrite(t *testing.T) {
 			t.Fatalf("%v: got %d bytes at %d", sel, len(data), start)
 		}
 	}
-	if d := time.Since(begin); d > time.Second {
+	if d := time.Since(begin); d > 5*time.Second { // bounded, not a scan of the whole log
 		t.Fatalf("Tail took %v", d)
 	}
 	// A read far back comes from disk.

@@ -101,8 +101,8 @@ func TestFoundationTimeoutRemovesContainer(t *testing.T) {
 	if str(r, "status") != "timed_out" || str(r, "reason") != "timeout" {
 		t.Errorf("sleep 1000 with timeout_s 2: want status timed_out reason timeout, got %v", r)
 	}
-	if took < 2*time.Second || took > 4*time.Second {
-		t.Errorf("timeout_s 2 returned after %s, want between 2 s and 4 s", took)
+	if took < 2*time.Second || took > 10*time.Second {
+		t.Errorf("timeout_s 2 returned after %s, want between 2 s and 10 s", took)
 	}
 	g := s.ok("get_job", map[string]any{"job_id": str(r, "job_id")})
 	if str(g, "status") != "timed_out" {

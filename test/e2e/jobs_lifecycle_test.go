@@ -75,8 +75,8 @@ func TestJobsReadOutputUntil(t *testing.T) {
 	if !strings.Contains(str(rd, "output"), "READY") {
 		t.Errorf("output %q does not hold READY", str(rd, "output"))
 	}
-	if took < 1500*time.Millisecond || took > 6*time.Second {
-		t.Errorf("read_output until READY took %s, want between 1.5 and 6 s (wait_s was 20)", took)
+	if took < 1500*time.Millisecond || took > 18*time.Second {
+		t.Errorf("read_output until READY took %s, want between 1.5 s and its wait_s (20)", took)
 	}
 	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL"})
 }

@@ -43,8 +43,10 @@ func TestSendInputToAJobThatDoesNotRead(t *testing.T) {
 	took := time.Since(start)
 	close(stop)
 	wg.Wait()
-	if took > 5*time.Second {
-		t.Errorf("send_input of 1 MiB to a job that does not read took %s, want within 5 s", took)
+	// wait_s is 2: a bound of 4× that (and then some) tells "bounded" from "hung"
+	// on a busy machine; how fast it is belongs in the bench.
+	if took > 10*time.Second {
+		t.Errorf("send_input of 1 MiB to a job that does not read took %s, want it bounded by its wait (2 s), well within 10 s", took)
 	}
 	written := num(t, r, "bytes_written")
 	if written <= 0 || written >= 1<<20 {
@@ -56,8 +58,8 @@ func TestSendInputToAJobThatDoesNotRead(t *testing.T) {
 		t.Errorf("only %d other calls were answered while send_input waited", len(others))
 	}
 	for _, d := range others {
-		if d > time.Second {
-			t.Errorf("a get_job took %s while send_input waited", d)
+		if d > 4*time.Second {
+			t.Errorf("a get_job took %s while send_input waited: it was held up by the send", d)
 		}
 	}
 	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL"})
