@@ -55,7 +55,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	return &Flags{
 		stateDir:   fs.String("state-dir", "", "directory for the job database and job output (env "+EnvStateDir+"; default $XDG_STATE_HOME/sandboxer or ~/.local/state/sandboxer)"),
 		policyPath: fs.String("policy", "", "policy YAML file (env "+EnvPolicy+"; default: built-in defaults, the same as policies/default.yaml)"),
-		toolsets:   fs.String("toolsets", "", "comma-separated toolsets to enable: exec, jobs, info, admin (env "+EnvToolsets+"; default all)"),
+		toolsets:   fs.String("toolsets", "", "comma-separated toolsets (exec, jobs, info, workspaces, admin) or presets (all, core, workspace, minimal) to enable (env "+EnvToolsets+"; default all)"),
 		logLevel:   fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)"),
 		allowBlockEdits: fs.Bool("allow-block-edits", false, "let agents add and remove their own block-list entries (policy block.agent_edits; env "+
 			policy.EnvAllowBlockEdits+"); also switches the admin toolset on"),

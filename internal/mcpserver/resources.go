@@ -53,6 +53,8 @@ func (s *Server) addResources(hooks *server.Hooks) {
 		mcp.WithTemplateMIMEType("text/plain"))
 	s.mcp.AddResourceTemplate(sourceTmpl, s.readJobResource)
 
+	s.addDocResources()
+
 	hooks.AddOnError(func(ctx context.Context, id any, method mcp.MCPMethod, message any, err error) {
 		if method != mcp.MethodResourcesRead {
 			return
@@ -168,4 +170,22 @@ func (s *Server) readJobResource(ctx context.Context, req mcp.ReadResourceReques
 		text += "\n... [more output: read_output with cursor " + fmt.Sprint(r.NextCursor) + "]\n"
 	}
 	return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: "text/plain", Text: text}}, nil
+}
+
+// addDocResources serves each listed tool's reference at sandboxer://docs/<tool>.
+func (s *Server) addDocResources() {
+	for _, t := range s.mcp.ListTools() {
+		name := t.Tool.Name
+		doc, ok := tools.Doc(name)
+		if !ok {
+			continue // TestEveryToolHasDocs keeps this from happening
+		}
+		uri := tools.DocURIPrefix + name
+		s.mcp.AddResource(mcp.NewResource(uri, name+" docs",
+			mcp.WithResourceDescription("Reference of the "+name+" tool: every argument and result field"),
+			mcp.WithMIMEType("text/markdown")),
+			func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+				return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: "text/markdown", Text: doc}}, nil
+			})
+	}
 }

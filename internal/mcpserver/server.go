@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"slices"
+	"sort"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -36,6 +38,70 @@ const (
 // Toolsets lists the toolsets that exist.
 var Toolsets = []string{tools.ToolsetExec, tools.ToolsetJobs, tools.ToolsetInfo, tools.ToolsetWorkspaces, tools.ToolsetAdmin}
 
+// Preset is a named choice of tools for --toolsets: whole toolsets, and
+// single tools. An operator trims what every agent pays for in its context.
+type Preset struct {
+	Sets  []string
+	Tools []string
+}
+
+// Presets are the named presets --toolsets takes besides the single sets.
+var Presets = map[string]Preset{
+	"all":       {Sets: Toolsets},
+	"core":      {Sets: []string{tools.ToolsetExec, tools.ToolsetJobs}},
+	"workspace": {Sets: []string{tools.ToolsetExec, tools.ToolsetJobs, tools.ToolsetWorkspaces}},
+	"minimal":   {Tools: []string{"run_command", "run_script", "start_session", "get_job", "read_output", "send_input", "kill_job"}},
+}
+
+// PresetNames are the presets' names, sorted.
+func PresetNames() []string {
+	names := make([]string, 0, len(Presets))
+	for n := range Presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// selection is what --toolsets enables: nothing named means everything.
+type selection struct{ sets, tools map[string]bool }
+
+// selectTools resolves toolset and preset names.
+func selectTools(names []string) (selection, error) {
+	sel := selection{sets: map[string]bool{}, tools: map[string]bool{}}
+	for _, n := range names {
+		if p, ok := Presets[n]; ok {
+			for _, set := range p.Sets {
+				sel.sets[set] = true
+			}
+			for _, t := range p.Tools {
+				sel.tools[t] = true
+			}
+			continue
+		}
+		if !slices.Contains(Toolsets, n) {
+			return sel, fmt.Errorf("unknown toolset %q (toolsets: %s; presets: %s)", n, strings.Join(Toolsets, ", "), strings.Join(PresetNames(), ", "))
+		}
+		sel.sets[n] = true
+	}
+	return sel, nil
+}
+
+func (sel selection) enabled(t tools.Tool) bool {
+	if len(sel.sets) == 0 && len(sel.tools) == 0 {
+		return true
+	}
+	return sel.sets[t.Toolset] || sel.tools[t.Def.Name]
+}
+
+// Instructions tell an agent the whole story at initialize, briefly.
+const Instructions = "sandboxer runs your code in hardened Docker sandboxes (no network, non-root). " +
+	"run_command runs shell, run_script runs source in a language. Each call waits up to wait_s; " +
+	"a job still running then comes back as a job_id with its output so far and goes on: follow it with " +
+	"read_output (wait_s, until), get_job, send_input, kill_job. start_session runs a REPL or shell you drive " +
+	"with send_input. Workspaces (create_workspace) keep files and packages between jobs. " +
+	"Docs: sandboxer://docs/{tool}."
+
 // Server is a configured MCP server.
 type Server struct {
 	mcp      *server.MCPServer
@@ -53,16 +119,9 @@ type Server struct {
 // the operator allows agents to edit the block list; then it is on unless the
 // toolsets named leave it out.
 func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
-	enabled := map[string]bool{}
-	for _, t := range toolsets {
-		known := false
-		for _, k := range Toolsets {
-			known = known || k == t
-		}
-		if !known {
-			return nil, fmt.Errorf("unknown toolset %q (known: %s)", t, strings.Join(Toolsets, ", "))
-		}
-		enabled[t] = true
+	sel, err := selectTools(toolsets)
+	if err != nil {
+		return nil, err
 	}
 	w := newWire()
 	hooks := &server.Hooks{}
@@ -80,14 +139,13 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 		// against its own input schema (tools' bind), after taking a single
 		// value for a list, with messages written for agents.
 		server.WithRecovery(),
-		server.WithInstructions("sandboxer runs commands in hardened, disposable Docker sandboxes. "+
-			"Use run_command; long commands return a job_id with the output so far — continue with read_output, get_job, send_input or kill_job."),
+		server.WithInstructions(Instructions),
 	)
 	s.mcp, s.notifier = srv, &notifier{srv: srv}
 	deps.Notifier = s.notifier
 	s.deps = deps
 	for _, t := range tools.All(deps) {
-		if len(enabled) > 0 && !enabled[t.Toolset] {
+		if !sel.enabled(t) {
 			continue
 		}
 		if t.Toolset == tools.ToolsetAdmin && !deps.Blocklist.EditsAllowed() {

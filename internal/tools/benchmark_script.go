@@ -21,13 +21,13 @@ const (
 
 // BenchmarkScriptArgs are benchmark_script's arguments.
 type BenchmarkScriptArgs struct {
-	Code         string            `json:"code" jsonschema:"the program's source code (at most 512 KiB)"`
+	Code         string            `json:"code" jsonschema:"source code"`
 	Language     string            `json:"language"`
-	Args         []string          `json:"args,omitempty" jsonschema:"command-line arguments for every run"`
-	Stdin        *string           `json:"stdin,omitempty" jsonschema:"text written to every run's stdin (at most 1 MiB)"`
-	Env          map[string]string `json:"env,omitempty" jsonschema:"environment variables for every run (run_script's rules)"`
-	EnvFile      string            `json:"env_file,omitempty" jsonschema:"host dotenv file under scripts.env_file_dirs (run_script's rules)"`
-	Dependencies []string          `json:"dependencies,omitempty" jsonschema:"packages the script needs (run_script's rules): installed once into a cache before the first run, not measured"`
+	Args         []string          `json:"args,omitempty" jsonschema:"program arguments"`
+	Stdin        *string           `json:"stdin,omitempty" jsonschema:"text for stdin"`
+	Env          map[string]string `json:"env,omitempty" jsonschema:"environment variables"`
+	EnvFile      string            `json:"env_file,omitempty" jsonschema:"host dotenv file under scripts.env_file_dirs"`
+	Dependencies []string          `json:"dependencies,omitempty" jsonschema:"packages, as run_script's (installed before, not measured)"`
 	Runs         *int              `json:"runs,omitempty"`
 	Warmup       *int              `json:"warmup,omitempty"`
 	TimeoutS     *float64          `json:"timeout_s,omitempty"`
@@ -67,22 +67,20 @@ func BenchmarkScript(d Deps) Tool {
 	pol := d.policyOrDefault()
 	l := pol.Limits
 	in := inputSchema[BenchmarkScriptArgs](map[string]param{
-		"language": oneOf(scriptLanguageNames()...).describe("the source's language"),
-		"runs":     between(1, maxBenchRuns).describe("measured runs, each in a fresh sandbox; default %d, at most %d", defaultBenchRuns, maxBenchRuns),
-		"warmup":   between(0, maxBenchWarmup).describe("runs made first and not measured; default %d, at most %d", defaultBenchWarmup, maxBenchWarmup),
+		"language": oneOf(scriptLanguageNames()...).describe("language"),
+		"runs":     between(1, maxBenchRuns).describe("measured runs; default %d", defaultBenchRuns),
+		"warmup":   between(0, maxBenchWarmup).describe("unmeasured runs first; default %d", defaultBenchWarmup),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
-			"timeout of each run in seconds; default %d, at most %d", l.TimeoutS.Default, l.TimeoutS.Max),
+			"seconds per run; default %d", l.TimeoutS.Default),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
-			"memory limit of each run in MiB; default %d, at most %d", l.MemoryMB.Default, l.MemoryMB.Max),
+			"MiB per run; default %d", l.MemoryMB.Default),
 		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
-			"CPU quota of each run in cores; default %s, at most %s", num(l.CPUs.Default), num(l.CPUs.Max)),
+			"CPU cores per run; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
-			"most processes and threads of each run; default %d, at most %d", l.Pids.Default, l.Pids.Max),
+			"process limit per run; default %d", l.Pids.Default),
 	})
 	def := mcp.NewTool("benchmark_script",
-		mcp.WithDescription("Run a script (as run_script would) warmup times unmeasured, then runs times, each in a fresh sandbox, one after another; "+
-			"returns each run's wall time, CPU time and peak memory and their min, median and max. The first run that fails stops the benchmark with an error naming it and why. "+
-			"The whole call must fit in the client's request timeout: keep runs × run time small."),
+		mcp.WithDescription("Run a script warmup + runs times, each in a fresh sandbox; returns wall, CPU and peak memory per run with min, median and max. Docs: sandboxer://docs/benchmark_script"),
 		mcp.WithToolTitle("Benchmark a script"),
 		annotations("Benchmark a script", false, true, false, false),
 		withInput(in),

@@ -39,13 +39,13 @@ type ListBlockedArgs struct{}
 
 // BlockCommandArgs are block_command's arguments.
 type BlockCommandArgs struct {
-	Command string `json:"command" jsonschema:"the command name to block, e.g. curl (no path: /usr/bin/curl is caught as curl); 1 to 64 characters of letters, digits, '.', '_', '+', '-'"`
-	Reason  string `json:"reason,omitempty" jsonschema:"why, shown in list_blocked_commands and in the refusal (at most 500 characters)"`
+	Command string `json:"command" jsonschema:"command name, e.g. curl"`
+	Reason  string `json:"reason,omitempty" jsonschema:"why (shown in refusals)"`
 }
 
 // UnblockCommandArgs are unblock_command's arguments.
 type UnblockCommandArgs struct {
-	Command string `json:"command" jsonschema:"a command an agent blocked earlier (entries from the operator's policy cannot be removed)"`
+	Command string `json:"command" jsonschema:"a command an agent blocked"`
 }
 
 const blockListNote = "The block list is checked on the parsed shell of every command (also in $(...), pipelines, sh -c strings, eval, after env/sudo/xargs/find -exec, through paths and quoting); " +
@@ -78,7 +78,7 @@ func blockListText(res BlockListResult, head string) string {
 func ListBlockedCommands(d Deps) Tool {
 	in := inputSchema[ListBlockedArgs](nil)
 	def := mcp.NewTool("list_blocked_commands",
-		mcp.WithDescription("List the commands no script may run here: each with its source (policy or agent) and reason, and whether agents may edit the list. "+blockListNote),
+		mcp.WithDescription("List the blocked commands, their reasons, and whether agents may edit the list. Docs: sandboxer://docs/list_blocked_commands"),
 		mcp.WithToolTitle("List blocked commands"),
 		annotations("List blocked commands", true, false, true, false),
 		withInput(in),
@@ -97,7 +97,7 @@ func ListBlockedCommands(d Deps) Tool {
 func BlockCommand(d Deps) Tool {
 	in := inputSchema[BlockCommandArgs](nil)
 	def := mcp.NewTool("block_command",
-		mcp.WithDescription("Add a command to the block list (only where the operator allows agents to edit it). The entry persists across restarts; unblock_command removes it. "+blockListNote),
+		mcp.WithDescription("Block a command on every entry point (where the operator allows agents to). Docs: sandboxer://docs/block_command"),
 		mcp.WithToolTitle("Block a command"),
 		annotations("Block a command", false, false, true, false),
 		withInput(in),
@@ -124,7 +124,7 @@ func BlockCommand(d Deps) Tool {
 func UnblockCommand(d Deps) Tool {
 	in := inputSchema[UnblockCommandArgs](nil)
 	def := mcp.NewTool("unblock_command",
-		mcp.WithDescription("Remove a command an agent blocked earlier (only where the operator allows agents to edit the list; the operator's own entries stay)."),
+		mcp.WithDescription("Unblock a command an agent blocked. Docs: sandboxer://docs/unblock_command"),
 		mcp.WithToolTitle("Unblock a command"),
 		annotations("Unblock a command", false, true, true, false),
 		withInput(in),

@@ -35,7 +35,7 @@ type ListDependencyCachesArgs struct{}
 
 // PruneDependencyCachesArgs are prune_dependency_caches' arguments.
 type PruneDependencyCachesArgs struct {
-	Keys []string `json:"keys,omitempty" jsonschema:"keys of the caches to remove (from list_dependency_caches); none = every cache"`
+	Keys []string `json:"keys,omitempty" jsonschema:"cache keys; default all"`
 }
 
 // PruneDependencyCachesResult is prune_dependency_caches' result.
@@ -53,7 +53,7 @@ func cacheOut(c deps.Cache) DependencyCache {
 func ListDependencyCaches(d Deps) Tool {
 	in := inputSchema[ListDependencyCachesArgs](nil)
 	def := mcp.NewTool("list_dependency_caches",
-		mcp.WithDescription("List run_script's dependency caches (one Docker volume per language, image and dependency list), least recently used first, with their sizes and the cap."),
+		mcp.WithDescription("List run_script's dependency caches with sizes. Docs: sandboxer://docs/list_dependency_caches"),
 		mcp.WithToolTitle("List dependency caches"),
 		annotations("List dependency caches", true, false, true, false),
 		withInput(in),
@@ -86,7 +86,7 @@ func ListDependencyCaches(d Deps) Tool {
 func PruneDependencyCaches(d Deps) Tool {
 	in := inputSchema[PruneDependencyCachesArgs](nil)
 	def := mcp.NewTool("prune_dependency_caches",
-		mcp.WithDescription("Remove run_script's dependency caches: those named by keys, or all. A removed list is installed again by the next script that asks for it."),
+		mcp.WithDescription("Remove run_script's dependency caches. Docs: sandboxer://docs/prune_dependency_caches"),
 		mcp.WithToolTitle("Prune dependency caches"),
 		annotations("Prune dependency caches", false, true, true, false),
 		withInput(in),

@@ -8,20 +8,20 @@ import (
 
 // GetJobArgs are get_job's arguments.
 type GetJobArgs struct {
-	JobID string   `json:"job_id" jsonschema:"the job's id (a uuid from run_command or list_jobs)"`
+	JobID string   `json:"job_id" jsonschema:"job id"`
 	WaitS *float64 `json:"wait_s,omitempty"`
 }
 
 func GetJob(d Deps) Tool {
 	in := inputSchema[GetJobArgs](map[string]param{
-		"wait_s": waitParam(d.policyOrDefault(), "wait up to this many seconds for the job to finish, returning as soon as it does", 0),
+		"wait_s": waitParam(d.policyOrDefault(), "seconds to wait for the end", 0),
 	})
 	def := mcp.NewTool("get_job",
-		mcp.WithDescription("A job's full record: status, reason, exit code, command, language, limits, timings and output sizes. With wait_s, waits for the job to finish first (returning early if it does)."),
+		mcp.WithDescription("A job's full record: status, reason, exit code, command, limits, timings, usage. With wait_s, waits for it to end first. Docs: sandboxer://docs/get_job"),
 		mcp.WithToolTitle("Get a job"),
 		annotations("Get a job", true, false, true, false),
 		withInput(in),
-		withOutput[JobRecord](),
+		withDescribedOutput[JobRecord]("status", "reason", "kind"),
 	)
 	return Tool{Toolset: ToolsetJobs, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args GetJobArgs

@@ -54,22 +54,14 @@ func InstallPackages(d Deps) Tool {
 	maxTimeout := float64(pol.Limits.TimeoutS.Max)
 	managers := append([]string{workspace.ManagerAuto}, workspace.Managers...)
 	in := inputSchema[InstallPackagesArgs](map[string]param{
-		"workspace": {desc: workspaceNameDesc},
-		"packages": {desc: fmt.Sprintf("packages for manager, each a name with an optional version in that manager's syntax "+
-			"(apt jq or jq=1.6-2.1; npm is-number or @scope/x@^2; pip requests==2.31.0; go example.com/cmd/x@v1.2.3; cargo ripgrep@14.1.0); "+
-			"at most %d in all", workspace.MaxPackages)},
-		"manager": oneOf(managers...).describe("the package manager of packages; default auto: the workspace language's " +
-			"(npm for javascript, typescript and solidity, pip for python, go, cargo for rust, apt otherwise)"),
-		"by_manager": {desc: "packages per manager, e.g. {\"apt\": [\"jq\"], \"npm\": [\"is-number\"]}, instead of packages and manager; managers: " +
-			strings.Join(workspace.Managers, ", ") + " (run in that order)"},
-		"timeout_s": between(1, maxTimeout).describe("the most the whole install may take, in seconds; default %d, at most %s (policy limits.timeout_s.max)",
-			min(defaultInstallTimeoutS, int(maxTimeout)), num(maxTimeout)),
+		"workspace":  {desc: workspaceNameDesc},
+		"packages":   {desc: "packages, optionally versioned as the manager writes it (jq=1.6-2.1, x@^2, requests==2.31.0, example.com/x@v1.2.3)"},
+		"manager":    oneOf(managers...).describe("manager of packages; default auto (the workspace language's)"),
+		"by_manager": {desc: "manager to packages, instead of packages and manager"},
+		"timeout_s":  between(1, maxTimeout).describe("seconds for the whole install; default %d", min(defaultInstallTimeoutS, int(maxTimeout))),
 	})
 	def := mcp.NewTool("install_packages",
-		mcp.WithDescription("Install packages into a workspace with apt (as root, into the container), npm (into /workspace/node_modules, "+
-			"saved in /workspace/package.json), pip (the sandbox user's site), go (go get in a module at /workspace, else go install) or cargo (cargo install). "+
-			"The workspace joins the install network only while this runs and has none again afterwards (jobs running meanwhile see it too). "+
-			"Installed packages stay while the workspace exists, across idle stops. Reports each package: installed or not, version, log lines."),
+		mcp.WithDescription("Install packages into a workspace with apt, pip, npm, go or cargo; the workspace has network only while it runs. Docs: sandboxer://docs/install_packages"),
 		mcp.WithToolTitle("Install packages"),
 		annotations("Install packages", false, false, true, true),
 		withInput(in),

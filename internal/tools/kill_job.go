@@ -12,7 +12,7 @@ import (
 
 // KillJobArgs are kill_job's arguments.
 type KillJobArgs struct {
-	JobID  string   `json:"job_id" jsonschema:"the job's id (a uuid from run_command or list_jobs)"`
+	JobID  string   `json:"job_id" jsonschema:"job id"`
 	Signal string   `json:"signal,omitempty"`
 	GraceS *float64 `json:"grace_s,omitempty"`
 }
@@ -31,12 +31,12 @@ func KillJob(d Deps) Tool {
 	in := inputSchema[KillJobArgs](map[string]param{
 		// The handler also takes lower case and a SIG prefix (sigterm).
 		"signal": oneOf(killSignalNames...).checkedByHandler().describe(
-			"signal sent first: TERM (default), INT, HUP, QUIT, USR1, USR2 or KILL"),
+			"signal sent first; default TERM"),
 		"grace_s": between(0, maxGraceS).describe(
-			"seconds to wait after the signal before the sandbox is removed with every process in it; default %d, at most %d", defaultGraceS, maxGraceS),
+			"seconds before the sandbox is removed; default %d", defaultGraceS),
 	})
 	def := mcp.NewTool("kill_job",
-		mcp.WithDescription("Stop a job: send it a signal (TERM by default), and if it is still running after grace_s, remove its sandbox, which kills every process in it. Killing a finished job just returns its record."),
+		mcp.WithDescription("Stop a job: a signal (TERM), then after grace_s its sandbox is removed with every process in it. Docs: sandboxer://docs/kill_job"),
 		mcp.WithToolTitle("Kill a job"),
 		annotations("Kill a job", false, true, true, false),
 		withInput(in),

@@ -67,12 +67,11 @@ type ListCommandsResult struct {
 func ListCommands(d Deps) Tool {
 	in := inputSchema[ListCommandsArgs](map[string]param{
 		"language": oneOf(d.languageNames()...).checkedByHandler().describe(
-			"look at a fresh sandbox of this language's image; default %s when workspace is not given", lang.DefaultLanguage),
-		"workspace": {desc: "look inside this workspace instead (with what was installed into it); " + workspaceNameDesc},
+			"image to look at; default %s", lang.DefaultLanguage),
+		"workspace": {desc: "look in this workspace instead"},
 	})
 	def := mcp.NewTool("list_commands",
-		mcp.WithDescription("What a sandbox offers: the commands on PATH, the versions of the usual tools, and the packages installed per manager "+
-			"(apt, pip, npm, cargo) — of a language's image (a short-lived sandbox) or of a workspace."),
+		mcp.WithDescription("What a language image or a workspace offers: commands on PATH, tool versions, installed packages. Docs: sandboxer://docs/list_commands"),
 		mcp.WithToolTitle("List commands and packages"),
 		annotations("List commands and packages", true, false, true, false),
 		withInput(in),

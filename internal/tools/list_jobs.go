@@ -18,9 +18,9 @@ type ListJobsArgs struct {
 	Status []string `json:"status,omitempty"`
 	Kind   string   `json:"kind,omitempty"`
 	// Workspace filters by workspace name.
-	Workspace string `json:"workspace,omitempty" jsonschema:"only jobs that ran in this workspace"`
+	Workspace string `json:"workspace,omitempty" jsonschema:"only jobs of this workspace"`
 	Limit     int    `json:"limit,omitempty"`
-	Cursor    string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page, unchanged; omit for the first page"`
+	Cursor    string `json:"cursor,omitempty" jsonschema:"next_cursor of the previous page"`
 }
 
 // JobSummary is one line of list_jobs.
@@ -66,13 +66,13 @@ func checkStatuses(statuses []string) error {
 
 func ListJobs(d Deps) Tool {
 	in := inputSchema[ListJobsArgs](map[string]param{
-		"status": oneOf(knownStatuses...).describe("a status or a list of statuses: only jobs with one of them"),
-		"kind":   oneOf(knownKinds...).describe("only jobs of this kind (run_command's jobs are command, start_session's are session)"),
+		"status": oneOf(knownStatuses...).describe("only these statuses"),
+		"kind":   oneOf(knownKinds...).describe("only this kind"),
 		"limit": between(1, store.MaxListLimit).describe(
-			"page size; default %d, at most %d", store.DefaultListLimit, store.MaxListLimit),
+			"page size; default %d", store.DefaultListLimit),
 	})
 	def := mcp.NewTool("list_jobs",
-		mcp.WithDescription("List jobs, newest first, optionally filtered by status and kind; paginated with limit and cursor."),
+		mcp.WithDescription("List jobs, newest first, filtered by status, kind or workspace; paginated. Docs: sandboxer://docs/list_jobs"),
 		mcp.WithToolTitle("List jobs"),
 		annotations("List jobs", true, false, true, false),
 		withInput(in),

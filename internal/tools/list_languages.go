@@ -61,7 +61,7 @@ func ListLanguages(d Deps) Tool {
 	versions := &versionCache{v: map[string]string{}}
 	in := inputSchema[ListLanguagesArgs](nil)
 	def := mcp.NewTool("list_languages",
-		mcp.WithDescription("The languages commands can run in, the image each maps to, whether that image is built, and the runtime's version (asked once per image from a sandbox)."),
+		mcp.WithDescription("Languages, their images, whether each is built, and its version. Docs: sandboxer://docs/list_languages"),
 		mcp.WithToolTitle("List languages"),
 		annotations("List languages", true, false, true, false),
 		withInput(in),

@@ -16,7 +16,7 @@ import (
 
 // ListProcessesArgs are list_processes' arguments.
 type ListProcessesArgs struct {
-	JobID string `json:"job_id,omitempty" jsonschema:"one running job's id; omit for every running job of this server"`
+	JobID string `json:"job_id,omitempty" jsonschema:"one running job; default all"`
 }
 
 // ProcessInfo is one process inside a sandbox.
@@ -45,8 +45,8 @@ type ListProcessesResult struct {
 
 // KillProcessArgs are kill_process' arguments.
 type KillProcessArgs struct {
-	JobID  string `json:"job_id" jsonschema:"the running job whose sandbox holds the process"`
-	PID    int    `json:"pid" jsonschema:"the process id inside that job's sandbox, as list_processes shows it"`
+	JobID  string `json:"job_id" jsonschema:"running job id"`
+	PID    int    `json:"pid" jsonschema:"pid as list_processes shows it"`
 	Signal string `json:"signal,omitempty"`
 }
 
@@ -125,8 +125,7 @@ func (d Deps) processes(ctx context.Context, rec *job.Job) JobProcesses {
 func ListProcesses(d Deps) Tool {
 	in := inputSchema[ListProcessesArgs](nil)
 	def := mcp.NewTool("list_processes",
-		mcp.WithDescription("List the processes inside sandboxes: of one running job (job_id), or of every running job of this server. "+
-			"Pids are the sandbox's own; the host's processes are never shown."),
+		mcp.WithDescription("List the processes inside one running job's sandbox, or all of this server's. Docs: sandboxer://docs/list_processes"),
 		mcp.WithToolTitle("List processes in sandboxes"),
 		annotations("List processes in sandboxes", true, false, false, false),
 		withInput(in),
@@ -166,11 +165,10 @@ func ListProcesses(d Deps) Tool {
 func KillProcess(d Deps) Tool {
 	in := inputSchema[KillProcessArgs](map[string]param{
 		"pid":    between(1, maxPID),
-		"signal": oneOf(processSignalNames...).checkedByHandler().describe("signal to send: TERM (default), KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT"),
+		"signal": oneOf(processSignalNames...).checkedByHandler().describe("default TERM"),
 	})
 	def := mcp.NewTool("kill_process",
-		mcp.WithDescription("Send a signal to one process inside a running job's sandbox (pid as list_processes shows it). "+
-			"The sandbox's init (pid 1) and its supervisor cannot be signalled: use kill_job to end the whole job."),
+		mcp.WithDescription("Signal one process inside a running job's sandbox. Docs: sandboxer://docs/kill_process"),
 		mcp.WithToolTitle("Signal a process in a sandbox"),
 		annotations("Signal a process in a sandbox", false, true, false, false),
 		withInput(in),

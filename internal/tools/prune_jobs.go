@@ -34,13 +34,13 @@ const maxOlderThanS = 10 * 365 * 86400
 func PruneJobs(d Deps) Tool {
 	in := inputSchema[PruneJobsArgs](map[string]param{
 		"older_than_s": between(0, maxOlderThanS).describe(
-			"only jobs that ended at least this many seconds ago; default 0 (any finished job), at most %d (ten years)", maxOlderThanS),
+			"only jobs ended this many seconds ago or more; default 0"),
 		// The handler says what to do about queued and running.
 		"status": oneOf(finishedStatuses...).checkedByHandler().describe(
-			"a status or a list of statuses: only finished jobs with one of them"),
+			"only these statuses"),
 	})
 	def := mcp.NewTool("prune_jobs",
-		mcp.WithDescription("Delete finished jobs' records and stored output. Queued and running jobs are never touched."),
+		mcp.WithDescription("Delete finished jobs' records and stored output. Docs: sandboxer://docs/prune_jobs"),
 		mcp.WithToolTitle("Prune finished jobs"),
 		annotations("Prune finished jobs", false, true, true, false),
 		withInput(in),

@@ -21,15 +21,15 @@ const (
 
 // ReadOutputArgs are read_output's arguments.
 type ReadOutputArgs struct {
-	JobID     string   `json:"job_id" jsonschema:"the job's id (a uuid from run_command or list_jobs)"`
+	JobID     string   `json:"job_id" jsonschema:"job id"`
 	Cursor    *int64   `json:"cursor,omitempty"`
 	TailLines int      `json:"tail_lines,omitempty"`
 	Stream    string   `json:"stream,omitempty"`
 	WaitS     *float64 `json:"wait_s,omitempty"`
-	Until     string   `json:"until,omitempty" jsonschema:"regular expression (RE2, at most 1024 bytes): wait until the output read matches it"`
+	Until     string   `json:"until,omitempty" jsonschema:"RE2 regex: wait until the output matches"`
 	MaxBytes  int      `json:"max_bytes,omitempty"`
-	StripANSI *bool    `json:"strip_ansi,omitempty" jsonschema:"remove terminal escape sequences and control characters; default true (false returns the bytes as the program wrote them, escapes included)"`
-	Screen    bool     `json:"screen,omitempty" jsonschema:"pty sessions: return the terminal's screen as it shows now (rows x cols, rendered by a terminal emulator: what top or vim displays) instead of the output stream; waits first as wait_s and until say; cursor, tail_lines and stream do not apply"`
+	StripANSI *bool    `json:"strip_ansi,omitempty" jsonschema:"strip escape sequences; default true"`
+	Screen    bool     `json:"screen,omitempty" jsonschema:"pty sessions: return the rendered screen instead of the stream"`
 }
 
 // ReadOutputResult is read_output's (and send_input's) result.
@@ -147,22 +147,21 @@ func (d Deps) readResult(r *job.ReadResult, stream string) (ReadOutputResult, st
 // readParams are the schema refinements of the reading arguments.
 func readParams(pol *policy.Policy, waitWhat string, defaultWait float64) map[string]param {
 	return map[string]param{
-		"cursor": atLeast(0).describe("byte offset into the stream to read from (a next_cursor); omitted: what is new since the last read"),
+		"cursor": atLeast(0).describe("a next_cursor to read from; default: what is new since the last read"),
 		"tail_lines": between(1, maxTailLines).describe(
-			"read the last N lines (1 to %d) instead of reading from a cursor; give cursor or tail_lines, not both", maxTailLines),
-		"stream": oneOf("both", "stdout", "stderr").describe("both (default: interleaved as produced), stdout or stderr"),
+			"the last N lines instead of a cursor"),
+		"stream": oneOf("both", "stdout", "stderr").describe("default both (interleaved)"),
 		"wait_s": waitParam(pol, waitWhat, defaultWait),
 		"max_bytes": between(1, maxReadBytes).describe(
-			"most bytes to return; default %d, at most %d", defaultReadBytes, maxReadBytes),
+			"default %d", defaultReadBytes),
 	}
 }
 
 func ReadOutput(d Deps) Tool {
 	in := inputSchema[ReadOutputArgs](readParams(d.policyOrDefault(),
-		"wait up to this many seconds for new output (or for until to match), returning as soon as there is some", 0))
+		"seconds to wait for new output (or until)", 0))
 	def := mcp.NewTool("read_output",
-		mcp.WithDescription("Read a job's output: what is new since the last read (default), from a byte cursor, or the last lines. "+
-			"Can wait for new output (wait_s) or until a regular expression matches (until). Output is kept per job up to a cap and stays readable after the job ends and across server restarts."),
+		mcp.WithDescription("Read a job's output: new since the last read, from a cursor, or the last lines; can wait for more or until a regex matches. Docs: sandboxer://docs/read_output"),
 		mcp.WithToolTitle("Read a job's output"),
 		annotations("Read a job's output", true, false, false, false),
 		withInput(in),

@@ -11,7 +11,7 @@ import (
 
 // ResizeTerminalArgs are resize_terminal's arguments.
 type ResizeTerminalArgs struct {
-	JobID string `json:"job_id" jsonschema:"the session's job id (from start_session or list_jobs)"`
+	JobID string `json:"job_id" jsonschema:"session job id"`
 	Rows  int    `json:"rows"`
 	Cols  int    `json:"cols"`
 }
@@ -26,11 +26,11 @@ type ResizeTerminalResult struct {
 
 func ResizeTerminal(d Deps) Tool {
 	in := inputSchema[ResizeTerminalArgs](map[string]param{
-		"rows": between(terminal.MinRows, terminal.MaxRows).describe("terminal rows, %d to %d", terminal.MinRows, terminal.MaxRows),
-		"cols": between(terminal.MinCols, terminal.MaxCols).describe("terminal columns, %d to %d", terminal.MinCols, terminal.MaxCols),
+		"rows": between(terminal.MinRows, terminal.MaxRows).describe("terminal rows"),
+		"cols": between(terminal.MinCols, terminal.MaxCols).describe("terminal columns"),
 	})
 	def := mcp.NewTool("resize_terminal",
-		mcp.WithDescription("Change the terminal size of a running pty session (start_session's default mode): the program gets SIGWINCH and sees the new size (stty size, $LINES/$COLUMNS in a new shell), and read_output's screen follows. Pipe sessions and other jobs have no terminal."),
+		mcp.WithDescription("Change a pty session's terminal size. Docs: sandboxer://docs/resize_terminal"),
 		mcp.WithToolTitle("Resize a session's terminal"),
 		annotations("Resize a session's terminal", false, false, true, false),
 		withInput(in),

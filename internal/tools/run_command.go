@@ -21,16 +21,16 @@ const timeoutSlack = 5 * time.Second
 // RunCommandArgs are run_command's arguments. Descriptions that depend on the
 // policy or the language registry are set in RunCommand.
 type RunCommandArgs struct {
-	Command       string            `json:"command" jsonschema:"shell command line, run with bash -c inside a fresh sandbox (at most 128 KiB, no NUL bytes)"`
+	Command       string            `json:"command" jsonschema:"shell command line, run with bash -c"`
 	Language      string            `json:"language,omitempty"`
-	Workspace     string            `json:"workspace,omitempty" jsonschema:"run inside this workspace (create_workspace): its files at /workspace, its installed packages, its localhost; the workspace's language is used. Omit for a fresh sandbox"`
-	Cwd           string            `json:"cwd,omitempty" jsonschema:"working directory: /workspace (default) or a path below it; a relative path is taken from /workspace; .. is refused"`
-	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command, name to value (at most 64; names [A-Za-z_][A-Za-z0-9_]*; LD_* and DYLD_* refused)"`
-	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text written to the command's stdin, which is then closed (at most 1 MiB)"`
-	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input; default true with background, else false (stdin is closed at start, so a command reading it gets end-of-file)"`
+	Workspace     string            `json:"workspace,omitempty" jsonschema:"run in this workspace"`
+	Cwd           string            `json:"cwd,omitempty" jsonschema:"working directory under /workspace; default /workspace"`
+	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables (at most 64; LD_* refused)"`
+	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text for stdin"`
+	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input"`
 	TimeoutS      *float64          `json:"timeout_s,omitempty"`
 	WaitS         *float64          `json:"wait_s,omitempty"`
-	Background    bool              `json:"background,omitempty" jsonschema:"return at once with the job_id, before the sandbox has even started (status running, or queued when every slot is taken); default false"`
+	Background    bool              `json:"background,omitempty" jsonschema:"return the job_id at once"`
 	Output        string            `json:"output,omitempty"`
 	MemoryMB      *int64            `json:"memory_mb,omitempty"`
 	CPUs          *float64          `json:"cpus,omitempty"`
@@ -68,22 +68,20 @@ func RunCommand(d Deps) Tool {
 	l := pol.Limits
 	in := inputSchema[RunCommandArgs](map[string]param{
 		"language": oneOf(d.languageNames()...).checkedByHandler().describe(
-			"runtime image to run in (list_languages tells more); default %s", lang.DefaultLanguage),
+			"default %s", lang.DefaultLanguage),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
-			"kill the job (remove its sandbox) after this many seconds: status timed_out; default %d, at most %d", l.TimeoutS.Default, l.TimeoutS.Max),
-		"wait_s": waitParam(pol, "return a running handle with the output so far after this many seconds, if the command has not ended", float64(pol.Jobs.DefaultWaitS)),
-		"output": oneOf("both", "stdout", "stderr").describe("which streams to return inline: both (default), stdout or stderr"),
+			"seconds until killed; default %d", l.TimeoutS.Default),
+		"wait_s": waitParam(pol, "seconds before returning a running job's handle", float64(pol.Jobs.DefaultWaitS)),
+		"output": oneOf("both", "stdout", "stderr").describe("streams returned inline; default both"),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
-			"memory limit in MiB (no swap on top); default %d, at most %d", l.MemoryMB.Default, l.MemoryMB.Max),
+			"memory MiB; default %d", l.MemoryMB.Default),
 		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
-			"CPU quota in cores, e.g. 0.5; default %s, at most %s", num(l.CPUs.Default), num(l.CPUs.Max)),
+			"CPU cores; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
-			"most processes and threads at once; default %d, at most %d", l.Pids.Default, l.Pids.Max),
+			"process limit; default %d", l.Pids.Default),
 	})
 	def := mcp.NewTool("run_command",
-		mcp.WithDescription("Run a shell command in a fresh, hardened sandbox container (no network, non-root, capped CPU, memory and processes). "+
-			"Waits up to wait_s; if the command is still running then, returns status running with the output so far and a job_id — the job goes on until timeout_s; "+
-			"use read_output, get_job, send_input and kill_job with that id. A non-zero exit code is a result, not an error."),
+		mcp.WithDescription("Run a shell command in a fresh sandbox (no network, non-root, capped). Waits up to wait_s, then returns a job_id with the output so far while the job goes on; a non-zero exit is a result. Docs: sandboxer://docs/run_command"),
 		mcp.WithToolTitle("Run a command in a sandbox"),
 		annotations("Run a command in a sandbox", false, true, false, false),
 		withInput(in),

@@ -32,22 +32,22 @@ const (
 
 // RunScriptArgs are run_script's arguments.
 type RunScriptArgs struct {
-	Code          string            `json:"code" jsonschema:"the program's source code (at most 512 KiB, UTF-8, no NUL bytes)"`
+	Code          string            `json:"code" jsonschema:"source code"`
 	Language      string            `json:"language"`
-	Workspace     string            `json:"workspace,omitempty" jsonschema:"run inside this workspace (create_workspace): its files at /workspace, its installed packages, its localhost. The script's language must be the workspace's (bash runs in any)"`
-	Args          []string          `json:"args,omitempty" jsonschema:"command-line arguments for the program (at most 256, each at most 32 KiB); for solidity: a contract name and calls such as inc() or set(5)"`
-	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text written to the program's stdin, which is then closed (at most 1 MiB)"`
-	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables, name to value (at most 64; LD_*, PATH and other loader or shell names refused); override env_file and the image"`
-	EnvFile       string            `json:"env_file,omitempty" jsonschema:"host path of a dotenv file (comments, quotes, export, multi-line quoted values) under a directory the policy lists in scripts.env_file_dirs; its variables override the image's, env overrides them"`
-	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input after stdin; default true with background, else false"`
+	Workspace     string            `json:"workspace,omitempty" jsonschema:"run in this workspace"`
+	Args          []string          `json:"args,omitempty" jsonschema:"program arguments"`
+	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text for stdin"`
+	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables; override env_file"`
+	EnvFile       string            `json:"env_file,omitempty" jsonschema:"host dotenv file under scripts.env_file_dirs"`
+	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input"`
 	TimeoutS      *float64          `json:"timeout_s,omitempty"`
 	WaitS         *float64          `json:"wait_s,omitempty"`
-	Background    bool              `json:"background,omitempty" jsonschema:"return at once with the job_id (status running or queued); default false"`
+	Background    bool              `json:"background,omitempty" jsonschema:"return the job_id at once"`
 	Output        string            `json:"output,omitempty"`
 	MemoryMB      *int64            `json:"memory_mb,omitempty"`
 	CPUs          *float64          `json:"cpus,omitempty"`
 	Pids          *int64            `json:"pids,omitempty"`
-	Dependencies  []string          `json:"dependencies,omitempty" jsonschema:"packages the script needs, in the language's own notation: pip requirements (python, e.g. requests==2.31.0), npm names with an optional @version (javascript, typescript), Go module paths @version (go, e.g. golang.org/x/text@v0.14.0), crate names (rust: refused on this host); at most 64; installed once into a cache (with network) and reused read-only (the script itself has none)"`
+	Dependencies  []string          `json:"dependencies,omitempty" jsonschema:"packages, e.g. requests==2.31.0, lodash@4 (cached)"`
 }
 
 // DependenciesResult says how a script's dependencies were made ready.
@@ -318,23 +318,20 @@ func RunScript(d Deps) Tool {
 	pol := d.policyOrDefault()
 	l := pol.Limits
 	in := inputSchema[RunScriptArgs](map[string]param{
-		"language": oneOf(scriptLanguageNames()...).describe("the source's language; compiled ones (go, rust, typescript, solidity) report their compile step in compile"),
+		"language": oneOf(scriptLanguageNames()...).describe("language"),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
-			"kill the job (remove its sandbox) after this many seconds, compile included: status timed_out; default %d, at most %d", l.TimeoutS.Default, l.TimeoutS.Max),
-		"wait_s": waitParam(pol, "return a running handle with the output so far after this many seconds, if the script has not ended", float64(pol.Jobs.DefaultWaitS)),
-		"output": oneOf("both", "stdout", "stderr").describe("which streams to return inline: both (default), stdout or stderr"),
+			"seconds until killed; default %d", l.TimeoutS.Default),
+		"wait_s": waitParam(pol, "seconds before returning a running job's handle", float64(pol.Jobs.DefaultWaitS)),
+		"output": oneOf("both", "stdout", "stderr").describe("streams returned inline; default both"),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
-			"memory limit in MiB, compile included (no swap on top); default %d, at most %d", l.MemoryMB.Default, l.MemoryMB.Max),
+			"memory MiB; default %d", l.MemoryMB.Default),
 		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
-			"CPU quota in cores, e.g. 0.5; default %s, at most %s", num(l.CPUs.Default), num(l.CPUs.Max)),
+			"CPU cores; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
-			"most processes and threads at once; default %d, at most %d", l.Pids.Default, l.Pids.Max),
+			"process limit; default %d", l.Pids.Default),
 	})
 	def := mcp.NewTool("run_script",
-		mcp.WithDescription("Run source code in a fresh, hardened sandbox (no network, non-root, capped CPU, memory and processes): bash, python, javascript, typescript, go, rust or solidity. "+
-			"Compiled languages are compiled first in the same sandbox; the compile step comes back in compile, and a failed one ends the job failed with reason compile_error. "+
-			"Solidity: with args naming a contract and calls (e.g. [\"Counter\", \"inc()\", \"get()\"]) the contract is deployed to an in-memory EVM and each call's return values and events are printed; without args, its ABI and bytecode sizes. "+
-			"Waits up to wait_s, then returns a running handle like run_command; the source, args and language version are kept with the job (get_job, job://{id}/source)."),
+		mcp.WithDescription("Run source code in a fresh sandbox, compiled first where needed, with cached dependencies; waits like run_command. Docs: sandboxer://docs/run_script"),
 		mcp.WithToolTitle("Run a script in a sandbox"),
 		annotations("Run a script in a sandbox", false, true, false, false),
 		withInput(in),

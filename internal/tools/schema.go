@@ -121,13 +121,42 @@ func withInput(a *argSchema) mcp.ToolOption {
 	}
 }
 
-// withOutput declares T's reflected schema, made plain, as the output schema.
-func withOutput[T any]() mcp.ToolOption {
+// withOutput declares T's reflected schema as the output schema, made plain
+// and compact: clients validate results against it, and agents pay for every
+// character of it on every turn, so it lists the top-level fields by name and
+// type, with nested objects left open (the per-tool docs resources describe
+// every field; get_job describes the job record).
+func withOutput[T any]() mcp.ToolOption { return outputSchema[T](summaryOutput) }
+
+// withDescribedOutput is compact too, but keeps the descriptions of the named
+// top-level fields, whose values need saying: for the one tool whose result
+// is the point (get_job's job record).
+func withDescribedOutput[T any](keep ...string) mcp.ToolOption {
+	return outputSchema[T](func(s *jsonschema.Schema, depth int) {
+		kept := map[string]string{}
+		for _, name := range keep {
+			p, ok := s.Properties[name]
+			if !ok {
+				panic(fmt.Sprintf("output schema of %T: %q is not a property", *new(T), name))
+			}
+			kept[name] = p.Description
+		}
+		compactOutput(s, depth)
+		for name, desc := range kept {
+			s.Properties[name].Description = desc
+		}
+	})
+}
+
+func outputSchema[T any](shrink func(*jsonschema.Schema, int)) mcp.ToolOption {
 	s, err := jsonschema.For[T](nil)
 	if err != nil {
 		panic(fmt.Sprintf("output schema of %T: %v", *new(T), err))
 	}
 	plain(s)
+	if shrink != nil {
+		shrink(s, 0)
+	}
 	raw, err := json.Marshal(s)
 	if err != nil {
 		panic(fmt.Sprintf("output schema of %T: %v", *new(T), err))
@@ -138,6 +167,37 @@ func withOutput[T any]() mcp.ToolOption {
 		}
 		t.OutputSchema.Type = "object"
 		t.OutputSchema.PropertyOrder = nil // properties by name, as mcp-go emits them
+	}
+}
+
+// compactOutput drops descriptions, the closing of objects (a result may
+// grow a field without breaking a client) and nested required lists (the top
+// level keeps its required fields).
+func compactOutput(s *jsonschema.Schema, depth int) {
+	if s == nil {
+		return
+	}
+	s.Description = ""
+	s.AdditionalProperties = nil
+	if depth > 0 {
+		s.Required = nil
+	}
+	compactOutput(s.Items, depth+1)
+	for _, p := range s.Properties {
+		compactOutput(p, depth+1)
+	}
+}
+
+// summaryOutput is compactOutput with nested objects left open.
+func summaryOutput(s *jsonschema.Schema, depth int) {
+	compactOutput(s, depth)
+	for _, p := range s.Properties {
+		if p.Type == "object" || p.Type == "array" && p.Items != nil && p.Items.Type == "object" {
+			p.Properties, p.Items = nil, nil
+			if p.Type == "array" {
+				p.Items = &jsonschema.Schema{Type: "object"}
+			}
+		}
 	}
 }
 
@@ -191,8 +251,7 @@ func (d Deps) languageNames() []string {
 // waitParam describes wait_s for a call whose default wait is def seconds.
 func waitParam(pol *policy.Policy, what string, def float64) param {
 	return between(0, float64(pol.Jobs.MaxWaitS)).checkedByHandler().describe(
-		"%s; default %s, at most %d (clients commonly time out a request at 60 s; the job goes on after the call returns)",
-		what, num(def), pol.Jobs.MaxWaitS)
+		"%s; default %s", what, num(def))
 }
 
 // Per-request floors the policy enforces (internal/policy: minTimeoutS,

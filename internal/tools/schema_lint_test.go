@@ -15,7 +15,9 @@ import (
 // "inspector --strict" would ask of tools/list): it walks every tool's input
 // and output schema as a client receives it and fails on
 //
-//   - a property without a description;
+//   - an input property without a description (output fields carry names
+//     and types only: their meaning is in the per-tool docs resources, and
+//     prose there would cost every agent tokens on every turn);
 //   - a type that is missing, a union (array), or null;
 //   - an input string property whose description names a closed set
 //     ("one of", "a or b or c") but has no enum;
@@ -64,7 +66,7 @@ func lintSchema(s map[string]any, path string, input, root bool) []string {
 		problems = append(problems, path+": "+fmt.Sprintf(format, args...))
 	}
 	desc, _ := s["description"].(string)
-	if !root && strings.TrimSpace(desc) == "" {
+	if input && !root && strings.TrimSpace(desc) == "" {
 		add("no description")
 	}
 	var typ string

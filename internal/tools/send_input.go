@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -18,35 +17,34 @@ const inputWriteSlack = 500 * time.Millisecond
 
 // SendInputArgs are send_input's arguments.
 type SendInputArgs struct {
-	JobID     string   `json:"job_id" jsonschema:"the job's id (a uuid from run_command or list_jobs)"`
-	Text      string   `json:"text,omitempty" jsonschema:"text written to the job's stdin (at most 1 MiB, with keys)"`
+	JobID     string   `json:"job_id" jsonschema:"job id"`
+	Text      string   `json:"text,omitempty" jsonschema:"text to write"`
 	Keys      []string `json:"keys,omitempty"`
-	Enter     bool     `json:"enter,omitempty" jsonschema:"after text and keys, press Enter: a carriage return on a pty session (as a terminal sends), a newline otherwise; default false"`
-	EOF       bool     `json:"eof,omitempty" jsonschema:"end of input after writing: closes stdin (on a pty session: types ctrl_d); default false"`
-	Read      *bool    `json:"read,omitempty" jsonschema:"read what the job answers afterwards, as read_output does; default true"`
+	Enter     bool     `json:"enter,omitempty" jsonschema:"press Enter after text and keys"`
+	EOF       bool     `json:"eof,omitempty" jsonschema:"close stdin after writing"`
+	Read      *bool    `json:"read,omitempty" jsonschema:"read the answer; default true"`
 	WaitS     *float64 `json:"wait_s,omitempty"`
-	Until     string   `json:"until,omitempty" jsonschema:"regular expression (RE2, at most 1024 bytes): wait until the answer matches it"`
+	Until     string   `json:"until,omitempty" jsonschema:"RE2 regex: wait until the answer matches"`
 	SettleMS  *int     `json:"settle_ms,omitempty"`
 	MaxBytes  int      `json:"max_bytes,omitempty"`
-	StripANSI *bool    `json:"strip_ansi,omitempty" jsonschema:"remove terminal escape sequences and control characters from the answer; default true"`
+	StripANSI *bool    `json:"strip_ansi,omitempty" jsonschema:"strip escape sequences; default true"`
 }
 
 // sendInputWaitS is how long send_input waits for an answer by default.
 const sendInputWaitS = 1.0
 
 func SendInput(d Deps) Tool {
-	params := readParams(d.policyOrDefault(), "wait up to this many seconds for the answer, returning as soon as there is some", sendInputWaitS)
+	params := readParams(d.policyOrDefault(), "seconds to wait for an answer", sendInputWaitS)
 	in := inputSchema[SendInputArgs](map[string]param{
 		"wait_s":    params["wait_s"],
 		"max_bytes": params["max_bytes"],
 		"keys": oneOf(keyNames...).checkedByHandler().describe(
-			"named keys typed after text, in order, as a terminal sends them (up is ESC [ A; ctrl_c on a pty interrupts the running program, ctrl_z suspends it, ctrl_d at an empty prompt is end of input): %s", strings.Join(keyNames, ", ")),
+			"keys typed after text, in order"),
 		"settle_ms": between(0, maxSettleMS).describe(
-			"without until: once the answer starts, return when output has been quiet this long, so the whole answer comes back; default %d for sessions, 0 (return with the first output) for other jobs", sessionSettle.Milliseconds()),
+			"return once output is quiet this long; default %d for sessions, else 0", sessionSettle.Milliseconds()),
 	})
 	def := mcp.NewTool("send_input",
-		mcp.WithDescription("Type into a session (start_session) or write to a running job's stdin (jobs started with background or keep_stdin_open): text, named keys (ctrl_c, up, tab, ...), enter; optionally end the input (eof). "+
-			"Then reads what it answers, as read_output does: returns when the output has settled (settle_ms), until matched, or wait_s passed, whichever comes first."),
+		mcp.WithDescription("Type text and keys (ctrl_c, up, tab…) into a session or a running job's stdin, then return its answer as read_output does. Docs: sandboxer://docs/send_input"),
 		mcp.WithToolTitle("Send input to a job"),
 		annotations("Send input to a job", false, false, false, false),
 		withInput(in),

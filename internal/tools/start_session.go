@@ -33,18 +33,18 @@ const (
 
 // StartSessionArgs are start_session's arguments.
 type StartSessionArgs struct {
-	Command      string            `json:"command,omitempty" jsonschema:"program to run, found on PATH (e.g. python3, node, bash, top), with args; a command line holding blanks and given without args is run with bash -c. Default: the language's interactive program (bash: bash, python: python3, javascript and typescript: node, others: bash)"`
-	Args         []string          `json:"args,omitempty" jsonschema:"arguments of command (at most 256; no NUL bytes)"`
+	Command      string            `json:"command,omitempty" jsonschema:"program on PATH (python3, node, top); default the language's shell or REPL"`
+	Args         []string          `json:"args,omitempty" jsonschema:"arguments of command"`
 	Language     string            `json:"language,omitempty"`
 	Mode         string            `json:"mode,omitempty"`
 	Rows         *int              `json:"rows,omitempty"`
 	Cols         *int              `json:"cols,omitempty"`
-	Name         string            `json:"name,omitempty" jsonschema:"a name to recognise the session by in get_job and list_jobs (at most 128 bytes)"`
-	Workspace    string            `json:"workspace,omitempty" jsonschema:"run inside this workspace (create_workspace): its files at /workspace, its installed packages, its localhost; the workspace's language is used. Omit for a fresh sandbox"`
-	Cwd          string            `json:"cwd,omitempty" jsonschema:"working directory: /workspace (default) or a path below it; a relative path is taken from /workspace; .. is refused"`
-	Env          map[string]string `json:"env,omitempty" jsonschema:"environment variables, name to value (at most 64; names [A-Za-z_][A-Za-z0-9_]*; LD_* and DYLD_* refused); in pty mode TERM defaults to xterm-256color"`
+	Name         string            `json:"name,omitempty" jsonschema:"a name for the session"`
+	Workspace    string            `json:"workspace,omitempty" jsonschema:"run in this workspace"`
+	Cwd          string            `json:"cwd,omitempty" jsonschema:"working directory under /workspace; default /workspace"`
+	Env          map[string]string `json:"env,omitempty" jsonschema:"environment variables (at most 64; LD_* refused)"`
 	WaitS        *float64          `json:"wait_s,omitempty"`
-	Until        string            `json:"until,omitempty" jsonschema:"regular expression (RE2, at most 1024 bytes), e.g. a prompt: wait until the initial output matches it"`
+	Until        string            `json:"until,omitempty" jsonschema:"RE2 regex, e.g. a prompt: wait until it matches"`
 	IdleTimeoutS *float64          `json:"idle_timeout_s,omitempty"`
 	TimeoutS     *float64          `json:"timeout_s,omitempty"`
 }
@@ -79,22 +79,19 @@ func StartSession(d Deps) Tool {
 	l, idle := pol.Limits, pol.Sessions.IdleTimeoutS
 	in := inputSchema[StartSessionArgs](map[string]param{
 		"language": oneOf(d.languageNames()...).checkedByHandler().describe(
-			"runtime image to run in (list_languages tells more); default %s", lang.DefaultLanguage),
+			"default %s", lang.DefaultLanguage),
 		"mode": oneOf(job.ModePTY, job.ModePipe).describe(
-			"pty (default): a terminal, as a person at a keyboard has (prompts, colours, line editing, ctrl_c as a signal, full-screen programs); pipe: plain stdin and stdout, no terminal"),
-		"rows":   between(terminal.MinRows, terminal.MaxRows).describe("terminal rows (pty mode); default %d", defaultRows),
-		"cols":   between(terminal.MinCols, terminal.MaxCols).describe("terminal columns (pty mode); default %d", defaultCols),
-		"wait_s": waitParam(pol, "wait up to this many seconds for the initial output (a prompt), returning once it has been quiet for 150 ms (or until matched)", sessionWaitS),
+			"pty (default, a terminal) or pipe"),
+		"rows":   between(terminal.MinRows, terminal.MaxRows).describe("default %d", defaultRows),
+		"cols":   between(terminal.MinCols, terminal.MaxCols).describe("default %d", defaultCols),
+		"wait_s": waitParam(pol, "seconds to wait for the first output", sessionWaitS),
 		"idle_timeout_s": between(1, float64(idle.Max)).checkedByHandler().describe(
-			"end the session (status killed, reason idle; its sandbox removed) after this many seconds without input (send_input or resize_terminal); default %d, at most %d", idle.Default, idle.Max),
+			"end after this many seconds without input; default %d", idle.Default),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
-			"end the session (status timed_out) this many seconds after its start, input or not; default and most %d", l.TimeoutS.Max),
+			"end this many seconds after start; default %d", l.TimeoutS.Max),
 	})
 	def := mcp.NewTool("start_session",
-		mcp.WithDescription("Start an interactive program (a shell that keeps its state, a Python or Node REPL, an installer asking questions, top, vim) in its own fresh sandbox, "+
-			"on a terminal (mode pty, default) or plain pipes (mode pipe). Returns its job_id and the initial output. "+
-			"Then send_input types text and keys (ctrl_c, up, tab, ...) and returns the answer; read_output reads more (screen: true shows the terminal's screen); resize_terminal, get_job, list_jobs and kill_job work on it. "+
-			fmt.Sprintf("A session without input for idle_timeout_s (default %d s) ends and its sandbox is removed.", idle.Default)),
+		mcp.WithDescription("Start an interactive program (shell, python3 REPL, node, top) on a terminal or pipes in a fresh sandbox; drive it with send_input and read_output. Docs: sandboxer://docs/start_session"),
 		mcp.WithToolTitle("Start an interactive session"),
 		annotations("Start an interactive session", false, true, false, false),
 		withInput(in),

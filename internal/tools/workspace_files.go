@@ -25,7 +25,7 @@ const (
 	defaultFileReadBytes = 256 << 10
 	defaultListEntries   = 1000
 	maxGlobBytes         = 256
-	filePathDesc         = "path of the file: relative to /workspace, or absolute under /workspace; '..' and symbolic links are refused"
+	filePathDesc         = "file path under /workspace"
 )
 
 // Encodings of file content.
@@ -58,8 +58,8 @@ type WriteFileArgs struct {
 	Path      string `json:"path"`
 	Content   string `json:"content" jsonschema:"the content: text, or base64 when encoding is base64"`
 	Encoding  string `json:"encoding,omitempty"`
-	Mode      string `json:"mode,omitempty" jsonschema:"permission bits as an octal string, e.g. \"0644\" or \"0755\" (at most 0777); default: an existing file keeps its mode, a new one gets 0644"`
-	Append    bool   `json:"append,omitempty" jsonschema:"add the content at the end of the file instead of replacing it"`
+	Mode      string `json:"mode,omitempty" jsonschema:"octal mode, e.g. 0755; default: kept, or 0644"`
+	Append    bool   `json:"append,omitempty" jsonschema:"append instead of replacing"`
 }
 
 // WriteFileResult is write_file's result.
@@ -74,13 +74,12 @@ type WriteFileResult struct {
 func WriteFile(d Deps) Tool {
 	in := inputSchema[WriteFileArgs](map[string]param{
 		"workspace": {desc: workspaceNameDesc},
-		"path":      {desc: filePathDesc + "; missing parent directories are made"},
-		"encoding":  oneOf(encodingText, encodingBase64).describe("how content is given: text (default) or base64 (for binary files)"),
-		"content":   {desc: fmt.Sprintf("the content: text, or base64 when encoding is base64; at most %d bytes once decoded", workspace.MaxWriteBytes)},
+		"path":      {desc: filePathDesc},
+		"encoding":  oneOf(encodingText, encodingBase64).describe("default text"),
+		"content":   {desc: fmt.Sprintf("text, or base64 (≤ %d bytes decoded)", workspace.MaxWriteBytes)},
 	})
 	def := mcp.NewTool("write_file",
-		mcp.WithDescription(fmt.Sprintf("Write a file in a workspace (replace it, or append to it), making missing directories. "+
-			"The file belongs to the sandbox user (uid 1000), like the files jobs make. At most %d MiB per call.", workspace.MaxWriteBytes>>20)),
+		mcp.WithDescription("Write or append a file in a workspace, making missing directories. Docs: sandboxer://docs/write_file"),
 		mcp.WithToolTitle("Write a file"),
 		annotations("Write a file", false, true, false, false),
 		withInput(in),
@@ -156,14 +155,13 @@ func ReadFile(d Deps) Tool {
 	in := inputSchema[ReadFileArgs](map[string]param{
 		"workspace":   {desc: workspaceNameDesc},
 		"path":        {desc: filePathDesc},
-		"offset_line": between(1, 1e9).describe("first line to return (1-based); with offset_line or limit_lines, lines are returned instead of bytes from the start"),
-		"limit_lines": between(1, 1e9).describe("most lines to return; default: up to max_bytes"),
+		"offset_line": between(1, 1e9).describe("first line (1-based)"),
+		"limit_lines": between(1, 1e9).describe("most lines"),
 		"max_bytes": between(1, workspace.MaxReadBytes).describe(
-			"most bytes to return; default %d, at most %d", defaultFileReadBytes, workspace.MaxReadBytes),
+			"default %d", defaultFileReadBytes),
 	})
 	def := mcp.NewTool("read_file",
-		mcp.WithDescription("Read a file of a workspace: its bytes from the start up to max_bytes, or a range of lines (offset_line, limit_lines). "+
-			"Text comes back as text; bytes that are not UTF-8 come back as base64 with encoding: base64."),
+		mcp.WithDescription("Read a workspace file, whole or by lines; non-UTF-8 comes back as base64. Docs: sandboxer://docs/read_file"),
 		mcp.WithToolTitle("Read a file"),
 		annotations("Read a file", true, false, true, false),
 		withInput(in),
@@ -221,7 +219,7 @@ func encodeContent(b []byte, truncated bool) (string, string) {
 type ListFilesArgs struct {
 	Workspace  string `json:"workspace"`
 	Path       string `json:"path,omitempty"`
-	Recursive  bool   `json:"recursive,omitempty" jsonschema:"list subdirectories too (never through symbolic links)"`
+	Recursive  bool   `json:"recursive,omitempty" jsonschema:"descend into subdirectories"`
 	Glob       string `json:"glob,omitempty"`
 	MaxEntries int    `json:"max_entries,omitempty"`
 }
@@ -248,13 +246,13 @@ type ListFilesResult struct {
 func ListFiles(d Deps) Tool {
 	in := inputSchema[ListFilesArgs](map[string]param{
 		"workspace": {desc: workspaceNameDesc},
-		"path":      {desc: "directory to list (or one file to describe): relative to /workspace, or absolute under it; default /workspace"},
-		"glob":      {desc: "shell pattern the entries' names must match, e.g. \"*.py\" (directories are still descended into when recursive)"},
+		"path":      {desc: "directory under /workspace; default /workspace"},
+		"glob":      {desc: "name pattern, e.g. *.py"},
 		"max_entries": between(1, workspace.MaxListEntries).describe(
-			"most entries to return; default %d, at most %d", defaultListEntries, workspace.MaxListEntries),
+			"default %d", defaultListEntries),
 	})
 	def := mcp.NewTool("list_files",
-		mcp.WithDescription("List the files of a workspace directory: name, type, size, mode, modification time; recursively and filtered by a glob if asked. Symbolic links are shown, never followed."),
+		mcp.WithDescription("List a workspace directory (links shown, never followed). Docs: sandboxer://docs/list_files"),
 		mcp.WithToolTitle("List files"),
 		annotations("List files", true, false, true, false),
 		withInput(in),

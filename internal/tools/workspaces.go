@@ -17,7 +17,7 @@ import (
 // ToolsetWorkspaces holds the workspace tools (named, persistent sandboxes and their files).
 const ToolsetWorkspaces = "workspaces"
 
-const workspaceNameDesc = "workspace name: 1 to 63 characters of a-z, 0-9, '_', '.', '-', starting with a letter or digit"
+const workspaceNameDesc = "workspace name"
 
 // WorkspaceInfo is one workspace as the tools show it.
 type WorkspaceInfo struct {
@@ -81,18 +81,16 @@ func CreateWorkspace(d Deps) Tool {
 	in := inputSchema[CreateWorkspaceArgs](map[string]param{
 		"name": {desc: workspaceNameDesc},
 		"language": oneOf(d.languageNames()...).checkedByHandler().describe(
-			"the language whose image the workspace runs (its tools, package managers); default %s", lang.DefaultLanguage),
+			"default %s", lang.DefaultLanguage),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
-			"memory limit of the workspace's container in MiB, shared by its jobs; default %d, at most %d", l.MemoryMB.Default, l.MemoryMB.Max),
+			"memory MiB, shared by its jobs; default %d", l.MemoryMB.Default),
 		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
-			"CPU quota of the workspace's container, shared by its jobs; default %s, at most %s", num(l.CPUs.Default), num(l.CPUs.Max)),
+			"CPU cores, shared; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
-			"most processes and threads in the workspace's container at once; default %d, at most %d", l.Pids.Default, l.Pids.Max),
+			"process limit, shared; default %d", l.Pids.Default),
 	})
 	def := mcp.NewTool("create_workspace",
-		mcp.WithDescription("Create a named, persistent workspace: a long-lived sandbox container (no network, non-root jobs) with a volume at /workspace. "+
-			"Jobs run with run_command's workspace argument share its files, installed packages and localhost; write_file, read_file and list_files "+
-			"reach its files; install_packages installs into it. It survives server restarts; idle, it is stopped and started again on its next use."),
+		mcp.WithDescription("Create a named persistent sandbox with a volume at /workspace; jobs with its workspace argument share its files and packages. Docs: sandboxer://docs/create_workspace"),
 		mcp.WithToolTitle("Create a workspace"),
 		annotations("Create a workspace", false, false, false, false),
 		withInput(in),
@@ -146,7 +144,7 @@ type ListWorkspacesResult struct {
 func ListWorkspaces(d Deps) Tool {
 	in := inputSchema[ListWorkspacesArgs](nil)
 	def := mcp.NewTool("list_workspaces",
-		mcp.WithDescription("List the workspaces: name, language, state (running or stopped), last use and limits."),
+		mcp.WithDescription("List workspaces: state, language, last use, limits. Docs: sandboxer://docs/list_workspaces"),
 		mcp.WithToolTitle("List workspaces"),
 		annotations("List workspaces", true, false, true, false),
 		withInput(in),
@@ -189,7 +187,7 @@ type DeleteWorkspaceResult struct {
 func DeleteWorkspace(d Deps) Tool {
 	in := inputSchema[DeleteWorkspaceArgs](map[string]param{"name": {desc: workspaceNameDesc}})
 	def := mcp.NewTool("delete_workspace",
-		mcp.WithDescription("Delete a workspace: its container (jobs running in it end), its volume with every file, its installed packages and its record. Cannot be undone."),
+		mcp.WithDescription("Delete a workspace with its files and packages; its jobs end. Docs: sandboxer://docs/delete_workspace"),
 		mcp.WithToolTitle("Delete a workspace"),
 		annotations("Delete a workspace", false, true, true, false),
 		withInput(in),

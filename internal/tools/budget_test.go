@@ -1,0 +1,54 @@
+package tools
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// The tool list is put into an agent's context on every turn: it has a
+// budget, counted as a client receives it (compact JSON, 4 characters a token).
+const (
+	toolListBudgetTokens = 9000
+	toolBudgetTokens     = 700
+)
+
+// toolTokens is what one tool costs in tools/list.
+func toolTokens(t *testing.T, tool Tool) int {
+	t.Helper()
+	b, err := json.Marshal(tool.Def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return (len(b) + 3) / 4
+}
+
+// TestToolListBudget holds tools/list, with every tool on, to its budget. It
+// is a size check: the table it logs is what the docs quote.
+func TestToolListBudget(t *testing.T) {
+	type row struct {
+		name   string
+		tokens int
+	}
+	var rows []row
+	total := 0
+	for _, tool := range All(Deps{}) {
+		n := toolTokens(t, tool)
+		rows = append(rows, row{tool.Def.Name, n})
+		total += n
+		if n > toolBudgetTokens {
+			t.Errorf("%s costs %d tokens in tools/list; the budget is %d a tool: shorten its descriptions (details go to its docs resource)", tool.Def.Name, n, toolBudgetTokens)
+		}
+	}
+	if total > toolListBudgetTokens {
+		t.Errorf("tools/list costs %d tokens with every tool on; the budget is %d", total, toolListBudgetTokens)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].tokens > rows[j].tokens })
+	var b strings.Builder
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-24s %4d\n", r.name, r.tokens)
+	}
+	t.Logf("tools/list: %d tools, %d tokens (chars/4)\n%s", len(rows), total, b.String())
+}
