@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -65,20 +66,11 @@ func TestToolsetPresets(t *testing.T) {
 	// A preset and a set combine.
 	sel, _ := selectTools([]string{"minimal", "info"})
 	for _, tool := range tools.All(tools.Deps{}) {
-		want := tool.Toolset == tools.ToolsetInfo || contains(Presets["minimal"].Tools, tool.Def.Name)
+		want := tool.Toolset == tools.ToolsetInfo || slices.Contains(Presets["minimal"].Tools, tool.Def.Name)
 		if sel.enabled(tool) != want {
 			t.Errorf("minimal,info: %s enabled %v", tool.Def.Name, !want)
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestDocsResources: each listed tool's docs resource is listed and readable.
