@@ -81,6 +81,10 @@ type Workspaces struct {
 	// package managers of install_packages trust ("" = none): for egress
 	// whose TLS is intercepted by a CA the images do not know.
 	InstallCAFile string `yaml:"install_ca_file"`
+	// InstallGoProxy and InstallGoSumDB are GOPROXY and GOSUMDB of go
+	// installs (Go's own defaults); jobs themselves build offline.
+	InstallGoProxy string `yaml:"install_goproxy"`
+	InstallGoSumDB string `yaml:"install_gosumdb"`
 }
 
 // Scripts configures run_script and benchmark_script.
@@ -204,7 +208,8 @@ func Default() *Policy {
 		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2},
 		Scripts:   Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300},
 		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024,
-			InstallNetwork: NetworkBridge, PipIndexURL: "", InstallCAFile: ""},
+			InstallNetwork: NetworkBridge, PipIndexURL: "", InstallCAFile: "",
+			InstallGoProxy: "https://proxy.golang.org,direct", InstallGoSumDB: "sum.golang.org"},
 		Sessions: Sessions{IdleTimeoutS: Range{Default: 600, Max: 3600}},
 		Block:    Block{Commands: []string{}},
 	}

@@ -44,6 +44,9 @@ var (
 		`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?` + // tag
 		`(?:@sha256:[a-f0-9]{64})?$`) // digest
 	runtimePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	// goEnvPattern is a plausible GOPROXY or GOSUMDB value: no quotes or
+	// control characters (it reaches an installer's environment).
+	goEnvPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:/@+,|_~%-]{0,511}( https?://[A-Za-z0-9.:/_~%-]+)?$`)
 	// networkNamePattern is a Docker network name (workspaces.install_network).
 	networkNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 	// pipIndexPattern is workspaces.pip_index_url: http(s), no spaces or quotes.
@@ -207,6 +210,12 @@ func (p *Policy) Validate() error {
 	}
 	if u := p.Workspaces.PipIndexURL; u != "" && !pipIndexPattern.MatchString(u) {
 		ps.add("workspaces.pip_index_url", "%q is not an http(s) URL", u)
+	}
+	if v := p.Workspaces.InstallGoProxy; !goEnvPattern.MatchString(v) {
+		ps.add("workspaces.install_goproxy", "%q is not a GOPROXY list (URLs, direct or off, separated by , or |)", v)
+	}
+	if v := p.Workspaces.InstallGoSumDB; !goEnvPattern.MatchString(v) {
+		ps.add("workspaces.install_gosumdb", "%q is not a GOSUMDB value (off, or a checksum database name and optional URL)", v)
 	}
 
 	for i, dir := range p.Scripts.EnvFileDirs {

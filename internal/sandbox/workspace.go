@@ -20,6 +20,9 @@ type WorkspaceSpec struct {
 	Image   string
 	Limits  Limits // memory, CPUs, pids, open files, /tmp size, engine log
 	Runtime string
+	// Env is the container's environment (over the image's): every job and
+	// install in the workspace sees it.
+	Env []string
 }
 
 // WorkspaceRefs are the engine objects of a workspace.

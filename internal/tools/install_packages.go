@@ -158,7 +158,15 @@ func InstallPackages(d Deps) Tool {
 				fmt.Fprintf(&b, "%s failed: %s\n%s\n", r.Manager, r.Error, strings.Join(r.LogTail, "\n"))
 			}
 		}
-		return structured(out, strings.TrimSpace(b.String())), nil
+		res := structured(out, strings.TrimSpace(b.String()))
+		if !out.Installed {
+			// An agent that checks isError must not go on as if the packages
+			// were there; the structured result still lists every package
+			// and each manager's log tail.
+			res.IsError = true
+			res.Content = []mcp.Content{mcp.NewTextContent("not every package was installed:\n" + strings.TrimSpace(b.String()))}
+		}
+		return res, nil
 	}}
 }
 

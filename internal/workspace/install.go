@@ -234,7 +234,7 @@ rm -rf "$c"; mkdir -p "$c/partial" || exit 70
 trap 'rm -rf "$c" ${ca:+"$ca"} ${b:+"$b"}' EXIT
 apt() {
   if [ -n "$b" ]; then set -- -o "Acquire::https::CAInfo=$b" "$@"; fi
-  apt-get -o APT::Sandbox::User=root -o "Dir::Cache::Archives=$c" "$@"
+  apt-get -o APT::Sandbox::User=root -o Acquire::Retries=0 -o "Dir::Cache::Archives=$c" "$@"
 }
 echo "+ apt-get update"
 apt -q update </dev/null || echo "apt-get update failed; installing from the lists there are"
@@ -243,14 +243,14 @@ apt install -y -q --no-install-recommends -- "$@" </dev/null
 `,
 	ManagerNpm: `cd /workspace || exit 70
 echo "+ npm install $* (into /workspace/node_modules)"
-npm install --no-audit --no-fund --loglevel=warn -- "$@" </dev/null
+npm install --no-audit --no-fund --loglevel=warn --fetch-retries=0 -- "$@" </dev/null
 `,
 	ManagerPip: `echo "+ pip install --user $*"
 if [ -n "${SBX_PIP_INDEX:-}" ]; then
   if [ -n "${SBX_PIP_TRUSTED:-}" ]; then set -- --index-url "$SBX_PIP_INDEX" --trusted-host "$SBX_PIP_TRUSTED" -- "$@"
   else set -- --index-url "$SBX_PIP_INDEX" -- "$@"; fi
 else set -- -- "$@"; fi
-python3 -m pip install --user --break-system-packages --no-input --progress-bar off "$@" </dev/null
+python3 -m pip install --user --break-system-packages --no-input --progress-bar off --retries 0 "$@" </dev/null
 `,
 	ManagerGo: `cd /workspace || exit 70
 if [ -f go.mod ]; then echo "+ go get $*"; go get -- "$@" </dev/null; else echo "+ go install $*"; go install -- "$@" </dev/null; fi
@@ -287,6 +287,11 @@ func (m *Manager) installWith(ctx context.Context, containerID, language, mgr st
 			env = append(env, "SBX_PIP_TRUSTED="+u.Hostname())
 		}
 	}
+	if mgr == ManagerGo {
+		// The image builds offline (GOPROXY=off); the install alone reaches
+		// the module proxy the policy names, and modules land on the volume.
+		env = append(env, "GOPROXY="+m.pol.Workspaces.InstallGoProxy, "GOSUMDB="+m.pol.Workspaces.InstallGoSumDB, "GOFLAGS=-mod=mod")
+	}
 	opts := sandbox.ExecOptions{User: user, Env: env}
 	if len(ca) > 0 {
 		opts.Env = append(opts.Env, "SBX_CA=1")
@@ -310,6 +315,9 @@ func (m *Manager) installWith(ctx context.Context, containerID, language, mgr st
 		res.Error = fmt.Sprintf("%s exited %d", mgr, code)
 	}
 	lines := log.lines()
+	if res.Error != "" {
+		res.Error += failureHint(mgr, lines, "workspaces.install_ca_file")
+	}
 	res.LogTail = lines
 	if len(res.LogTail) > installLogLines {
 		res.LogTail = res.LogTail[len(res.LogTail)-installLogLines:]
@@ -405,4 +413,46 @@ func (l *logTail) lines() []string {
 func PackageManagerKnown(manager string) (string, bool) {
 	_, ok := packagePatterns[manager]
 	return manager, ok
+}
+
+// tlsFailures are what installers print when a certificate does not verify:
+// retrying cannot fix it, and the installers are told not to retry.
+var tlsFailures = []string{
+	"certificate signed by unknown authority", "failed to verify certificate", "certificate verify failed",
+	"CERTIFICATE_VERIFY_FAILED", "SELF_SIGNED_CERT_IN_CHAIN", "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+	"unable to get local issuer certificate", "Certificate verification failed", "SSL certificate problem",
+}
+
+// unreachable are what installers print when their registry cannot be reached.
+var unreachable = []string{"Could not resolve host", "Temporary failure in name resolution", "Network is unreachable",
+	"Connection refused", "no such host", "Could not connect to", "failed to get `", "network failure"}
+
+// FailureHint says what fixes an install that failed for a reason the log
+// shows: a TLS certificate that does not verify names caKey, the policy key
+// that fixes it; an unreachable registry says so. "" when neither shows.
+func FailureHint(lines []string, caKey string) string {
+	for _, l := range lines {
+		for _, m := range tlsFailures {
+			if strings.Contains(l, m) {
+				return ": TLS certificate verification failed (" + truncate(strings.TrimSpace(l), 160) + "): this host's egress " +
+					"intercepts TLS with a CA the image does not trust; set " + caKey + " to a PEM file of that CA"
+			}
+		}
+	}
+	for _, l := range lines {
+		for _, m := range unreachable {
+			if strings.Contains(l, m) {
+				return ": the package registry could not be reached (" + truncate(strings.TrimSpace(l), 160) + ")"
+			}
+		}
+	}
+	return ""
+}
+
+func failureHint(manager string, lines []string, caKey string) string {
+	hint := FailureHint(lines, caKey)
+	if hint == "" && manager == ManagerCargo {
+		return ": cargo installs need crates.io (or a mirror configured in the image)"
+	}
+	return hint
 }

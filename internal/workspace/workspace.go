@@ -54,6 +54,19 @@ const pollInterval = 2 * time.Second
 // opTimeout bounds one engine call made in the background.
 const opTimeout = 30 * time.Second
 
+// CacheEnv puts the toolchains' caches and user installs of a workspace on
+// its volume, not on the /tmp tmpfs: they survive idle stops and restarts, a
+// second build is incremental, and no other workspace or fresh job reads them.
+var CacheEnv = []string{
+	"GOCACHE=/workspace/.cache/go-build",
+	"GOMODCACHE=/workspace/.cache/go-mod",
+	"GOPATH=/workspace/.cache/go",
+	"npm_config_cache=/workspace/.cache/npm",
+	"PIP_CACHE_DIR=/workspace/.cache/pip",
+	"PYTHONUSERBASE=/workspace/.local",
+	"CARGO_HOME=/workspace/.cargo",
+}
+
 // Manager creates, lists, deletes, starts and stops workspaces.
 type Manager struct {
 	rt     sandbox.WorkspaceRuntime
@@ -148,7 +161,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspa
 		return nil, err
 	}
 	refs, err := m.rt.CreateWorkspace(ctx, sandbox.WorkspaceSpec{
-		Name: req.Name, Image: req.Image, Runtime: m.pol.Runtime,
+		Name: req.Name, Image: req.Image, Runtime: m.pol.Runtime, Env: CacheEnv,
 		Limits: sandbox.Limits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
 			OpenFiles: l.OpenFiles, TmpBytes: l.TmpBytes, LogBytes: 1 << 20},
 	})

@@ -274,6 +274,17 @@ func (s *server) toolErr(tool string, args map[string]any) string {
 	return text(res)
 }
 
+// failedWith calls a tool that must fail with a tool error that still carries
+// a structured result (e.g. an install whose packages were not all installed).
+func (s *server) failedWith(tool string, args map[string]any) (map[string]any, string) {
+	s.t.Helper()
+	res := s.call(tool, args)
+	if !res.IsError {
+		s.t.Fatalf("%s(%v) should have been a tool error, got: %s", tool, args, text(res))
+	}
+	return structured(s.t, res), text(res)
+}
+
 func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
 	t.Helper()
 	data, err := json.Marshal(res.StructuredContent)

@@ -110,7 +110,10 @@ func TestWorkspaceInstallPackages(t *testing.T) {
 	if nets := wsNetworks(t, name); nets != "" {
 		t.Fatalf("after the second install the workspace is still on %q", nets)
 	}
-	r = s.ok("install_packages", map[string]any{"workspace": name, "manager": "apt", "packages": []any{"no-such-package-sbx"}})
+	r, msg := s.failedWith("install_packages", map[string]any{"workspace": name, "manager": "apt", "packages": []any{"no-such-package-sbx"}})
+	if !strings.Contains(msg, "no-such-package-sbx") {
+		t.Errorf("the tool error does not name the missing package: %q", msg)
+	}
 	if r["installed"] != false || r["packages"].([]any)[0].(map[string]any)["installed"] != false || len(r["managers"].([]any)[0].(map[string]any)["log_tail"].([]any)) == 0 {
 		t.Fatalf("missing apt package: %v", r)
 	}

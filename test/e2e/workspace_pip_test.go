@@ -65,7 +65,7 @@ func TestWorkspaceInstallPipFromLocalIndex(t *testing.T) {
 	if out := s.wsOut(name, `cd /workspace && python3 -c "import sbxdemo; print(sbxdemo.answer())"`); out != "42\n" {
 		t.Fatalf("import after install: %q", out)
 	}
-	r = s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"nosuchpkg"}})
+	r, _ = s.failedWith("install_packages", map[string]any{"workspace": name, "packages": []any{"nosuchpkg"}})
 	if r["installed"] != false {
 		t.Fatalf("missing pip package: %v", r)
 	}

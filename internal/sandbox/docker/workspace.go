@@ -62,6 +62,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		WorkingDir: defaultWorkDir,
 		User:       sandboxUser,
 		Labels:     labels,
+		Env:        ws.Env,
 	}
 	host := &container.HostConfig{
 		LogConfig:   logConfig("local", logBytes),
