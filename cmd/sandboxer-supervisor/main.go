@@ -65,6 +65,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == shimFlag {
 		os.Exit(shimMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == goCacheProgCommand {
+		os.Exit(goCacheProgMain(os.Stdin, os.Stdout))
+	}
 	if len(os.Args) > 1 && os.Args[1] == proto.FSCommand {
 		os.Exit(fsMain(os.Args[2:], os.Stdin, os.Stdout))
 	}

@@ -47,7 +47,7 @@ const PrebuildEnv = "SANDBOXER_PREBUILD_S"
 const CAEnv = "SANDBOXER_INSTALL_CA"
 
 // goCacheSeed is the go image's prebuilt standard-library build cache
-// (script.GoCacheSeed).
+// (script.GoCacheSeed), read by the image's GOCACHEPROG.
 const goCacheSeed = "/usr/local/share/go-build-seed"
 
 // completeMarker is written last by a successful install.
@@ -196,7 +196,9 @@ func RunEnv(language string) []string {
 	case "javascript", "typescript":
 		return []string{"NODE_PATH=" + Dir + "/node_modules"}
 	case "go":
-		return []string{"GOMODCACHE=" + Dir + "/gomod", "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off"}
+		// The modules' prebuilt packages are a read-only seed beside the image's.
+		return []string{"GOMODCACHE=" + Dir + "/gomod", "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off",
+			"SANDBOXER_GOCACHE_SEEDS=" + goCacheSeed + ":" + Dir + "/gocache"}
 	}
 	return nil
 }
@@ -210,13 +212,8 @@ func Setup(language string) string {
 		// ES modules ignore NODE_PATH: they find node_modules next to the source.
 		return check + ` && ln -s ` + Dir + `/node_modules node_modules`
 	case "go":
-		// The build cache of the modules' packages joins the image's seed, as
-		// symbolic links (no copy: the go command only reads an entry, and
-		// writes new ones beside it). Entries the seed has already stay: the
-		// cache is content-addressed, and a missing entry is only a rebuild.
-		return check + ` && cp ` + Dir + `/go.mod ` + Dir + `/go.sum . && chmod u+w go.mod go.sum` +
-			` && { [ -e "${GOCACHE:?}" ] || ! [ -d ` + goCacheSeed + ` ] || cp -r ` + goCacheSeed + ` "$GOCACHE"; }` +
-			` && { ! [ -d ` + Dir + `/gocache ] || { mkdir -p "$GOCACHE" && { cp -rs ` + Dir + `/gocache/. "$GOCACHE"/ 2>/dev/null || :; }; }; }`
+		// The build cache of the modules' packages is a seed (see Env).
+		return check + ` && cp ` + Dir + `/go.mod ` + Dir + `/go.sum . && chmod u+w go.mod go.sum`
 	}
 	return check
 }

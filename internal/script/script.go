@@ -30,7 +30,9 @@ const ScriptDir = "/tmp/sandboxer-script"
 // SourceBytesEnv tells the driver how many bytes of stdin are the source.
 const SourceBytesEnv = "SANDBOXER_SOURCE_BYTES"
 
-// GoCacheSeed is the go image's prebuilt build cache of common standard packages.
+// GoCacheSeed is the go image's prebuilt, read-only build cache of the
+// standard library; the image's GOCACHEPROG (the supervisor) reads it and
+// writes only to the job's own GOCACHE.
 const GoCacheSeed = "/usr/local/share/go-build-seed"
 
 // MaxSourceBytes caps the source of one script.
@@ -55,7 +57,7 @@ var languages = map[string]Language{
 		Compile: `esbuild main.ts --log-level=warning --platform=node --format=esm --target=esnext --outfile=main.mjs '--banner:js=import { createRequire as __sbxCreateRequire } from "node:module"; const require = __sbxCreateRequire(import.meta.url);'`,
 		Run:     `exec node "$D/main.mjs" "$@"`},
 	"go": {Name: "go", File: "main.go",
-		Compile: `{ [ -e "${GOCACHE:?}" ] || ! [ -d ` + GoCacheSeed + ` ] || cp -r ` + GoCacheSeed + ` "$GOCACHE"; } && { [ -f go.mod ] || go mod init script 2>/dev/null; } && go build -trimpath -o main .`,
+		Compile: `{ [ -f go.mod ] || go mod init script 2>/dev/null; } && go build -trimpath -o main .`,
 		Run:     `exec "$D/main" "$@"`},
 	"rust": {Name: "rust", File: "main.rs",
 		Compile: `rustc --edition 2021 -O --crate-name main -o main main.rs`,

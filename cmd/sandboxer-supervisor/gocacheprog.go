@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The supervisor is also the go command's build cache (GOCACHEPROG, Go ≥
+// 1.24), so that a fresh sandbox starts warm without sharing anything
+// writable: it reads entries from read-only seeds baked into the image
+// (SANDBOXER_GOCACHE_SEEDS, directories in the go command's own cache
+// layout) and writes new ones only to the job's own GOCACHE (its tmpfs, or a
+// workspace's volume). A poisoned entry one job writes is never read by
+// another job outside its workspace; the seeds cannot be written at all.
+
+// goCacheProgCommand is the argument that makes the supervisor a GOCACHEPROG.
+const goCacheProgCommand = "gocacheprog"
+
+// goCacheSeedsEnv lists the read-only seed caches, separated by ':'.
+const goCacheSeedsEnv = "SANDBOXER_GOCACHE_SEEDS"
+
+type cacheRequest struct {
+	ID       int64
+	Command  string
+	ActionID []byte `json:",omitempty"`
+	OutputID []byte `json:",omitempty"`
+	BodySize int64  `json:",omitempty"`
+	ObjectID []byte `json:",omitempty"` // older name of OutputID
+}
+
+type cacheResponse struct {
+	ID            int64
+	Err           string     `json:",omitempty"`
+	KnownCommands []string   `json:",omitempty"`
+	Miss          bool       `json:",omitempty"`
+	OutputID      []byte     `json:",omitempty"`
+	Size          int64      `json:",omitempty"`
+	Time          *time.Time `json:",omitempty"`
+	DiskPath      string     `json:",omitempty"`
+}
+
+// goCache is a directory in the go command's cache layout: the entry of
+// action A is <dir>/<A[0]>/<A>-a holding "v1 <A> <O> <size> <unixnano>",
+// and output O is the file <dir>/<O[0]>/<O>-d.
+type goCache string
+
+func (c goCache) path(id []byte, kind string) string {
+	h := hex.EncodeToString(id)
+	return filepath.Join(string(c), h[:2], h+"-"+kind)
+}
+
+// get finds an action's entry whose output file is there, whole.
+func (c goCache) get(action []byte) (out []byte, size int64, when time.Time, disk string, ok bool) {
+	data, err := os.ReadFile(c.path(action, "a"))
+	if err != nil {
+		return nil, 0, time.Time{}, "", false
+	}
+	f := strings.Fields(string(data))
+	if len(f) != 5 || f[0] != "v1" || f[1] != hex.EncodeToString(action) {
+		return nil, 0, time.Time{}, "", false
+	}
+	out, err1 := hex.DecodeString(f[2])
+	size, err2 := strconv.ParseInt(f[3], 10, 64)
+	nano, err3 := strconv.ParseInt(f[4], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return nil, 0, time.Time{}, "", false
+	}
+	disk = c.path(out, "d")
+	if st, err := os.Stat(disk); err != nil || st.Size() != size {
+		return nil, 0, time.Time{}, "", false
+	}
+	return out, size, time.Unix(0, nano), disk, true
+}
+
+// put stores an output and its action's entry, each by an atomic rename.
+func (c goCache) put(action, out []byte, body io.Reader) (string, error) {
+	disk := c.path(out, "d")
+	size, err := writeAtomic(disk, body)
+	if err != nil {
+		return "", err
+	}
+	entry := fmt.Sprintf("v1 %x %x %20d %20d\n", action, out, size, time.Now().UnixNano())
+	if _, err := writeAtomic(c.path(action, "a"), strings.NewReader(entry)); err != nil {
+		return "", err
+	}
+	return disk, nil
+}
+
+func writeAtomic(path string, body io.Reader) (int64, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o777); err != nil {
+		return 0, err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(tmp, body)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return n, err
+}
+
+// goCacheProgMain serves the go command on stdin/stdout until "close" or EOF.
+func goCacheProgMain(stdin io.Reader, stdout io.Writer) int {
+	own := goCache(os.Getenv("GOCACHE"))
+	if own == "" || !filepath.IsAbs(string(own)) {
+		logger.Print("gocacheprog: GOCACHE must be an absolute directory")
+		return 2
+	}
+	var seeds []goCache
+	for _, s := range filepath.SplitList(os.Getenv(goCacheSeedsEnv)) {
+		if s != "" && filepath.Clean(s) != filepath.Clean(string(own)) {
+			seeds = append(seeds, goCache(s))
+		}
+	}
+	w := bufio.NewWriter(stdout)
+	enc := json.NewEncoder(w)
+	respond := func(r cacheResponse) bool {
+		return enc.Encode(r) == nil && w.Flush() == nil
+	}
+	if !respond(cacheResponse{KnownCommands: []string{"get", "put", "close"}}) {
+		return 1
+	}
+	dec := json.NewDecoder(bufio.NewReader(stdin))
+	for {
+		var req cacheRequest
+		if err := dec.Decode(&req); err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0
+			}
+			logger.Printf("gocacheprog: %v", err)
+			return 1
+		}
+		res := cacheResponse{ID: req.ID}
+		switch req.Command {
+		case "get":
+			res.Miss = true
+			for _, c := range append([]goCache{own}, seeds...) {
+				if out, size, when, disk, ok := c.get(req.ActionID); ok {
+					res = cacheResponse{ID: req.ID, OutputID: out, Size: size, Time: &when, DiskPath: disk}
+					break
+				}
+			}
+		case "put":
+			out := req.OutputID
+			if out == nil {
+				out = req.ObjectID
+			}
+			var body []byte
+			if req.BodySize > 0 {
+				var b64 string
+				if err := dec.Decode(&b64); err != nil {
+					logger.Printf("gocacheprog: put body: %v", err)
+					return 1
+				}
+				var err error
+				if body, err = base64.StdEncoding.DecodeString(b64); err != nil || int64(len(body)) != req.BodySize {
+					res.Err = fmt.Sprintf("put body: %d bytes, want %d (%v)", len(body), req.BodySize, err)
+					break
+				}
+			}
+			disk, err := own.put(req.ActionID, out, bytes.NewReader(body))
+			if err != nil {
+				res.Err = err.Error()
+			}
+			res.DiskPath = disk
+		case "close":
+			respond(res)
+			return 0
+		default:
+			res.Err = fmt.Sprintf("unknown command %q", req.Command)
+		}
+		if !respond(res) {
+			return 1
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestGoCacheProg drives the real go command with the supervisor as its
+// GOCACHEPROG: a build whose standard packages are in a read-only seed
+// compiles only the program itself, writes only to its own GOCACHE, and a
+// second build is served entirely from the caches.
+func TestGoCacheProg(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds Go code")
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	mod := t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(mod, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/hello\n\ngo 1.22\n")
+	write("main.go", "package main\n\nimport (\n\t\"fmt\"\n\t\"strings\"\n)\n\nfunc main() { fmt.Println(strings.ToUpper(\"hi\")) }\n")
+	goCmd := func(env []string, args ...string) string {
+		t.Helper()
+		return goIn(t, goBin, mod, env, args...)
+	}
+	// The seed, in the go command's own layout, built from another program
+	// with the same imports, then made read-only.
+	seedMod := t.TempDir()
+	for name, content := range map[string]string{"go.mod": "module example.com/seed\n\ngo 1.22\n",
+		"main.go": "package main\n\nimport (\n\t\"fmt\"\n\t\"strings\"\n)\n\nfunc main() { fmt.Println(strings.ToLower(\"SEED\")) }\n"} {
+		if err := os.WriteFile(filepath.Join(seedMod, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed := t.TempDir()
+	goIn(t, goBin, seedMod, []string{"GOCACHE=" + seed}, "build", "-o", os.DevNull, ".")
+
+	if err := exec.Command("chmod", "-R", "a-w", seed).Run(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exec.Command("chmod", "-R", "u+w", seed).Run() })
+
+	own := t.TempDir()
+	env := []string{"GOCACHE=" + own, "GOCACHEPROG=" + supBin + " " + goCacheProgCommand, goCacheSeedsEnv + "=" + seed}
+	first := goCmd(env, "build", "-x", "-o", filepath.Join(own, "hello"), ".")
+	if strings.Contains(first, "-p fmt ") || strings.Contains(first, "-p runtime ") {
+		t.Errorf("the standard packages were compiled again despite the seed:\n%s", first)
+	}
+	if !strings.Contains(first, "-p main ") {
+		t.Errorf("the program itself was not compiled (is the cache answering for it?):\n%s", first)
+	}
+	if out, err := exec.Command(filepath.Join(own, "hello")).Output(); err != nil || string(out) != "HI\n" {
+		t.Fatalf("hello: %q %v", out, err)
+	}
+	// Its own entries are in its own GOCACHE, none in the seed.
+	entries, _ := filepath.Glob(filepath.Join(own, "*", "*-a"))
+	if len(entries) == 0 {
+		t.Errorf("no entry written to the job's own GOCACHE")
+	}
+	second := goCmd(env, "build", "-x", "-o", filepath.Join(own, "hello2"), ".")
+	if strings.Contains(second, "-p main ") {
+		t.Errorf("the second build compiled again:\n%s", second)
+	}
+	// A fresh job (another GOCACHE) sees the seed, never the first job's entries.
+	other := t.TempDir()
+	env2 := []string{"GOCACHE=" + other, "GOCACHEPROG=" + supBin + " " + goCacheProgCommand, goCacheSeedsEnv + "=" + seed}
+	if third := goCmd(env2, "build", "-x", "-o", filepath.Join(other, "hello"), "."); !strings.Contains(third, "-p main ") {
+		t.Errorf("a build with another GOCACHE was served the first job's entries:\n%s", third)
+	}
+}
+
+func goIn(t *testing.T, goBin, dir string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(goBin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=", "GOTOOLCHAIN=local", "CGO_ENABLED=0")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
