@@ -125,6 +125,7 @@ func serve(args []string) error {
 			return err
 		}
 		warm = pool.New(engine, targets, cfg.Policy.Pool.Parallel, log)
+		warm.FollowUse(pool.Follow{MaxTotal: cfg.Policy.Pool.MaxTotal, Idle: time.Duration(cfg.Policy.Pool.FollowIdleS) * time.Second})
 		rt = warm
 	}
 	// Workspaces sit in front: a job naming one runs in its container.

@@ -115,6 +115,13 @@ type Pool struct {
 	Size map[string]int `yaml:"size"`
 	// Parallel is how many sandboxes may be starting at once while refilling.
 	Parallel int `yaml:"parallel"`
+	// MaxTotal is the most warm sandboxes kept in all: past the configured
+	// sizes, a shape (language, limits) a job used gets one warm sandbox
+	// while the budget lasts; 0 keeps only the configured ones.
+	MaxTotal int `yaml:"max_total"`
+	// FollowIdleS: a shape kept for its use is dropped after this many
+	// seconds without a job.
+	FollowIdleS int64 `yaml:"follow_idle_s"`
 }
 
 // Range is a per-request integer limit: a request may ask for anything from the
@@ -205,7 +212,7 @@ func Default() *Policy {
 		Network:   NetworkNone,
 		Runtime:   "",
 		Languages: map[string]Language{},
-		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2},
+		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2, MaxTotal: 6, FollowIdleS: 300},
 		Scripts:   Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300},
 		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024,
 			InstallNetwork: NetworkBridge, PipIndexURL: "", InstallCAFile: "",

@@ -199,6 +199,8 @@ func (p *Policy) Validate() error {
 		ps.intIn("pool.size."+name, int64(p.Pool.Size[name]), 0, maxPoolSize)
 	}
 	ps.intIn("pool.parallel", int64(p.Pool.Parallel), 1, maxPoolParallel)
+	ps.intIn("pool.max_total", int64(p.Pool.MaxTotal), 0, 4*maxPoolSize)
+	ps.intIn("pool.follow_idle_s", p.Pool.FollowIdleS, 10, maxSeconds)
 	ps.intIn("workspaces.max", int64(p.Workspaces.Max), 0, maxWorkspaces)
 	ps.intIn("workspaces.idle_stop_s", p.Workspaces.IdleStopS, 0, maxSeconds)
 	ps.intIn("workspaces.disk_mb", p.Workspaces.DiskMB, 1, maxMB)

@@ -52,11 +52,21 @@ type Stat struct {
 	LastErr  string // the last start failure, if the most recent start failed
 }
 
+// Follow makes the pool follow use: a shape that finds no warm sandbox gets
+// one kept for it (a language used now is likely used again soon), within a
+// budget of warm sandboxes in all, and loses it after Idle without use.
+type Follow struct {
+	MaxTotal int           // warm sandboxes wanted in all, configured targets included
+	Idle     time.Duration // a followed shape unused this long is no longer kept
+	Now      func() time.Time
+}
+
 // Pool keeps warm sandboxes for its targets in front of a runtime.
 type Pool struct {
 	sandbox.Warmer
 	log      zerolog.Logger
 	parallel chan struct{} // starts in flight, at most cap
+	follow   Follow        // MaxTotal 0: only the configured targets
 
 	mu      sync.Mutex
 	targets []*target
@@ -77,7 +87,9 @@ type target struct {
 	lastErr  string
 	backoff  time.Duration
 	retryAt  time.Time
-	removed  bool // taken out by RemoveTarget: what it still starts is discarded
+	removed  bool      // taken out by RemoveTarget: what it still starts is discarded
+	followed bool      // added because a job of its shape came (Follow)
+	lastUse  time.Time // of a followed target
 }
 
 var _ sandbox.Runtime = (*Pool)(nil)
@@ -109,11 +121,22 @@ func New(w sandbox.Warmer, targets []Target, parallel int, log zerolog.Logger) *
 	return p
 }
 
+// FollowUse makes the pool follow use (see Follow); call before Run.
+func (p *Pool) FollowUse(f Follow) {
+	if f.Now == nil {
+		f.Now = time.Now
+	}
+	p.mu.Lock()
+	p.follow = f
+	p.mu.Unlock()
+}
+
 // Start runs spec in a warm sandbox of its shape when one is ready, else cold.
 func (p *Pool) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
 	for {
 		w := p.take(spec.PoolKey())
 		if w == nil {
+			p.followShape(spec)
 			return p.Warmer.Start(ctx, spec, out)
 		}
 		h, err := w.Launch(ctx, spec, out)
@@ -137,6 +160,9 @@ func (p *Pool) take(key string) sandbox.Warm {
 	t := p.byKey[key]
 	if t == nil || p.closed {
 		return nil
+	}
+	if t.followed {
+		t.lastUse = p.follow.Now()
 	}
 	for len(t.ready) > 0 {
 		w := t.ready[0]
@@ -165,6 +191,61 @@ func (p *Pool) signal() {
 	}
 }
 
+// followShape keeps a warm sandbox for a shape that had none, within the
+// budget. Shapes with mounts are left to whoever mounts them (AddTarget).
+func (p *Pool) followShape(spec sandbox.Spec) {
+	if len(spec.Mounts) > 0 {
+		return
+	}
+	spec.Kind, spec.JobID = sandbox.KindPool, ""
+	key := spec.PoolKey()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.follow.MaxTotal <= 0 || p.closed || p.byKey[key] != nil || p.wantedLocked()+1 > p.follow.MaxTotal {
+		return
+	}
+	tg := &target{Target: Target{Name: "follow " + spec.Image, Spec: spec, Size: 1}, key: key, followed: true, lastUse: p.follow.Now()}
+	p.targets = append(p.targets, tg)
+	p.byKey[key] = tg
+	p.log.Debug().Str("image", spec.Image).Msg("pool follows use: keeping a warm sandbox")
+	p.signal()
+}
+
+// wantedLocked is how many warm sandboxes the targets want in all.
+func (p *Pool) wantedLocked() int {
+	n := 0
+	for _, t := range p.targets {
+		n += t.Size
+	}
+	return n
+}
+
+// unfollowIdle stops keeping followed shapes unused for Follow.Idle.
+func (p *Pool) unfollowIdle() {
+	p.mu.Lock()
+	if p.follow.MaxTotal <= 0 || p.follow.Idle <= 0 {
+		p.mu.Unlock()
+		return
+	}
+	now := p.follow.Now()
+	idle := map[string]bool{}
+	for _, t := range p.targets {
+		if t.followed && now.Sub(t.lastUse) >= p.follow.Idle {
+			idle[t.key] = true
+		}
+	}
+	p.mu.Unlock()
+	if len(idle) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), discardTimeout)
+	defer cancel()
+	p.RemoveTargets(ctx, func(s sandbox.Spec) bool {
+		s.Kind, s.JobID = sandbox.KindPool, ""
+		return idle[s.PoolKey()]
+	})
+}
+
 // Run fills the pool until Close (targets may be added later: AddTarget).
 func (p *Pool) Run() {
 	p.wg.Add(1)
@@ -172,6 +253,7 @@ func (p *Pool) Run() {
 	tick := time.NewTicker(minBackoff)
 	defer tick.Stop()
 	for {
+		p.unfollowIdle()
 		p.fill()
 		select {
 		case <-p.stop:

@@ -228,3 +228,58 @@ func TestAddAndRemoveTargets(t *testing.T) {
 		}
 	}
 }
+
+// statOf is the target of an image, if the pool keeps one.
+func statOf(p *Pool, image string) (Stat, bool) {
+	for _, st := range p.Stats() {
+		if st.Image == image {
+			return st, true
+		}
+	}
+	return Stat{}, false
+}
+
+// Following use: a shape used once gets a warm sandbox (its next job is
+// served warm), within the budget of warm sandboxes in all, and is no longer
+// kept once unused for Idle.
+func TestFollowUse(t *testing.T) {
+	w := &warmer{Runtime: fake.New("test")}
+	p := New(w, []Target{{Name: "bash", Spec: spec("base"), Size: 1}}, 2, zerolog.Nop())
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	p.FollowUse(Follow{MaxTotal: 2, Idle: time.Minute, Now: clock})
+	go p.Run()
+	t.Cleanup(func() { p.Drain(context.Background()) })
+	waitFor(t, "pool full", func() bool { return ready(p) == 1 })
+
+	run(t, p, spec("node")) // cold: no target yet, one is kept from now on
+	waitFor(t, "a warm node sandbox", func() bool { st, ok := statOf(p, "node"); return ok && st.Ready == 1 })
+	run(t, p, spec("node"))
+	if st, _ := statOf(p, "node"); st.Served != 1 {
+		t.Fatalf("the second node job was not served warm: %+v", st)
+	}
+	// The budget (2: bash's 1 and node's 1) is spent: another shape runs cold, unfollowed.
+	run(t, p, spec("python"))
+	if _, ok := statOf(p, "python"); ok {
+		t.Fatalf("python followed past the budget: %+v", p.Stats())
+	}
+	// Unused for Idle: node is no longer kept, and its warm sandbox goes; the
+	// configured target stays.
+	waitFor(t, "node refilled", func() bool { st, _ := statOf(p, "node"); return st.Ready == 1 })
+	advance(2 * time.Minute)
+	p.signal()
+	waitFor(t, "node unfollowed", func() bool { _, ok := statOf(p, "node"); return !ok })
+	if _, ok := statOf(p, "base"); !ok {
+		t.Fatalf("the configured target went too: %+v", p.Stats())
+	}
+	for _, tw := range w.all() {
+		if tw.key == spec("node").PoolKey() && !tw.launched.Load() {
+			waitFor(t, "the idle warm node sandbox discarded", tw.discarded.Load)
+		}
+	}
+	// With the budget free again, python is followed now.
+	run(t, p, spec("python"))
+	waitFor(t, "python followed", func() bool { _, ok := statOf(p, "python"); return ok })
+}
