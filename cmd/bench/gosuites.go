@@ -23,7 +23,7 @@ func goSuites(ctx context.Context, o options) error {
 	}
 	defer s.close()
 	fmt.Printf("\n%-46s %9s %9s %7s  %s\n", "go test suites (-count=1)", "host ms", "ours ms", "ratio", "goal")
-	for i, mod := range []string{"github.com/google/uuid@v1.6.0", "github.com/google/go-cmp@v0.6.0"} {
+	for i, mod := range []string{"github.com/google/uuid@v1.6.0", "github.com/google/go-cmp@v0.7.0"} {
 		progress("go suites: %s", mod)
 		dir, err := moduleDir(ctx, mod)
 		if err != nil {

@@ -50,7 +50,7 @@ func TestIDs(t *testing.T) {
 		s.ok("write_file", map[string]any{"workspace": name, "path": path, "content": content})
 	}
 	r := s.ok("install_packages", map[string]any{"workspace": name,
-		"packages": []any{"github.com/google/uuid@v1.6.0", "github.com/google/go-cmp@v0.6.0"}, "timeout_s": 300})
+		"packages": []any{"github.com/google/uuid@v1.6.0", "github.com/google/go-cmp@v0.7.0"}, "timeout_s": 300})
 	if r["installed"] != true {
 		t.Fatalf("go install: %v", r)
 	}
