@@ -63,6 +63,30 @@ func features(ctx context.Context, o options, r *report) error {
 	hello = hello.minus(time.Second)
 	line("run_script python hello world", hello, "")
 
+	// javascript keeps no warm sandbox by default: its first script starts
+	// cold, and the pool then follows its use (pool.max_total).
+	progress("features: run_script javascript hello world, first then x%d", o.runs)
+	jsHello := func() error {
+		_, res, err := timed("run_script", map[string]any{"language": "javascript", "code": "console.log('hello')"})
+		if err == nil && res["stdout"] != "hello\n" {
+			err = fmt.Errorf("run_script: %v", res)
+		}
+		return err
+	}
+	firstJS := time.Now()
+	if err := jsHello(); err != nil {
+		return err
+	}
+	line("run_script javascript hello world, first", stats{time.Since(firstJS)}, "")
+	jsWarm, err := sample(o.runs, false, func() error {
+		time.Sleep(time.Second) // the followed sandbox is back
+		return jsHello()
+	})
+	if err != nil {
+		return err
+	}
+	line("run_script javascript hello world, followed", jsWarm.minus(time.Second), "p50 <= 40 ms")
+
 	progress("features: dependencies (is-number@7.0.0)")
 	code := "const isNumber = require('is-number'); console.log(isNumber(5))"
 	first, res, err := timed("run_script", map[string]any{"language": "javascript", "code": code, "dependencies": []string{"is-number@7.0.0"}})

@@ -280,7 +280,8 @@ func TestSecurityProcesses(t *testing.T) {
 				for _, p := range jobs[0].(map[string]any)["processes"].([]any) {
 					out = append(out, p.(map[string]any))
 				}
-				if len(out) > 0 && strings.Contains(mustJSON(out), "sleep 30") {
+				// A sleep process itself, not only the shell line naming it.
+				if len(out) > 0 && strings.Contains(mustJSON(out), `"command":"sleep 30`) {
 					return out
 				}
 			}

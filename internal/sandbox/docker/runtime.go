@@ -51,6 +51,11 @@ type Runtime struct {
 	removeMu   sync.Mutex
 	removing   int           // removals under way (removeLater)
 	removeIdle chan struct{} // closed while removing == 0
+
+	// execs are supervisor execs already attached in running workspaces,
+	// each waiting for its job (see StartIn).
+	execMu sync.Mutex
+	execs  map[string]*handle // workspace container id -> a waiting exec
 }
 
 // Option configures a Runtime.
@@ -86,6 +91,12 @@ func (r *Runtime) Host() string { return r.cli.DaemonHost() }
 
 // Close waits (bounded) for container removals under way, then closes the client.
 func (r *Runtime) Close() error {
+	r.execMu.Lock()
+	for id, h := range r.execs {
+		h.conn.Close() // a waiting supervisor exits at the end of its input
+		delete(r.execs, id)
+	}
+	r.execMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_ = r.Flush(ctx)

@@ -128,6 +128,7 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 
 // StopWorkspace stops the container at once: its jobs are gone by then.
 func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
+	r.dropExec(id)
 	timeout := 1
 	_, err := r.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout})
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -152,6 +153,7 @@ func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error)
 // RemoveWorkspace removes the container, then the volume; idempotent.
 func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRefs) error {
 	if refs.ContainerID != "" {
+		r.dropExec(refs.ContainerID)
 		if err := r.Remove(ctx, refs.ContainerID); err != nil {
 			return err
 		}
@@ -191,8 +193,78 @@ func (r *Runtime) SetNetwork(ctx context.Context, id, network string, connected 
 
 // StartIn runs spec as a job in a running workspace container: an exec of
 // the supervisor, attached like a job container, which is handed the spec
-// with kill mode "tree".
+// with kill mode "tree". Like the warm pool for fresh sandboxes, one exec per
+// workspace is made and attached before its job comes (an exec's create and
+// start are most of a workspace job's cost): a job takes it, and the next is
+// made in the background.
 func (r *Runtime) StartIn(ctx context.Context, containerID string, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	if h := r.takeExec(containerID); h != nil {
+		go r.refillExec(containerID)
+		if hh, err := h.launch(ctx, spec, out, false); err == nil {
+			return hh, nil
+		}
+		h.conn.Close() // it could not take the job: a fresh exec will
+	}
+	h, err := r.attachExec(ctx, containerID)
+	if err != nil {
+		return nil, err
+	}
+	go r.refillExec(containerID)
+	hh, err := h.launch(ctx, spec, out, false)
+	if err != nil {
+		h.conn.Close()
+		return nil, err
+	}
+	return hh, nil
+}
+
+// takeExec takes the waiting exec of a workspace container, if it is alive.
+func (r *Runtime) takeExec(containerID string) *handle {
+	r.execMu.Lock()
+	h := r.execs[containerID]
+	delete(r.execs, containerID)
+	r.execMu.Unlock()
+	if h == nil || h.ended() {
+		return nil
+	}
+	return h
+}
+
+// refillExec makes a workspace container's next waiting exec; one is kept
+// per container, and none for a container that stopped.
+func (r *Runtime) refillExec(containerID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	h, err := r.attachExec(ctx, containerID)
+	if err != nil {
+		return // stopped or gone: the next job makes its own
+	}
+	r.execMu.Lock()
+	if r.execs == nil {
+		r.execs = map[string]*handle{}
+	}
+	old := r.execs[containerID]
+	r.execs[containerID] = h
+	r.execMu.Unlock()
+	if old != nil {
+		old.conn.Close() // its supervisor exits on end of input
+	}
+}
+
+// dropExec closes a workspace container's waiting exec (it stops or goes).
+func (r *Runtime) dropExec(containerID string) {
+	r.execMu.Lock()
+	h := r.execs[containerID]
+	delete(r.execs, containerID)
+	r.execMu.Unlock()
+	if h != nil {
+		h.conn.Close()
+	}
+}
+
+// attachExec creates and attaches a supervisor exec in a workspace
+// container, which then waits for its spec.
+func (r *Runtime) attachExec(ctx context.Context, containerID string) (*handle, error) {
 	ex, err := r.cli.ExecCreate(ctx, containerID, client.ExecCreateOptions{
 		User: sandboxUser, AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		WorkingDir: defaultWorkDir, Cmd: []string{supervisorPath},
@@ -210,15 +282,9 @@ func (r *Runtime) StartIn(ctx context.Context, containerID string, spec sandbox.
 	h := newHandle(r, containerID, func() {})
 	h.execID = ex.ID
 	h.conn = attach.Conn
-	h.prepared = spec
 	go h.readFrames(attach.Reader, attach.Close)
 	go h.waitForEnd(client.ContainerWaitResult{}) // an exec's end is its stream's
-	hh, err := h.launch(ctx, spec, out, false)
-	if err != nil {
-		attach.Close()
-		return nil, err
-	}
-	return hh, nil
+	return h, nil
 }
 
 // execVerdict is how an exec'd supervisor ended without its report: the
