@@ -40,12 +40,13 @@ func goSuites(ctx context.Context, o options) error {
 		unpack := "mkdir -p /tmp/m && cd /tmp/m && base64 -d | tar xzf - && chmod -R u+w . && "
 		stdin := base64.StdEncoding.EncodeToString(tarball)
 		start := time.Now()
-		if err := s.longJob(ctx, map[string]any{"language": "go", "command": unpack + "go test -count=1 ./...", "stdin": stdin}); err != nil {
+		// The host's go test uses both cores: the sandbox gets them too.
+		if err := s.longJob(ctx, map[string]any{"language": "go", "command": unpack + "go test -count=1 ./...", "stdin": stdin, "cpus": 2, "memory_mb": 2048}); err != nil {
 			return err
 		}
 		fresh := time.Since(start)
 		ws := fmt.Sprintf("bench-go-%d-%d", os.Getpid(), i)
-		if _, err := s.call(ctx, "create_workspace", map[string]any{"name": ws, "language": "go"}); err != nil {
+		if _, err := s.call(ctx, "create_workspace", map[string]any{"name": ws, "language": "go", "cpus": 2, "memory_mb": 2048}); err != nil {
 			return err
 		}
 		wsArgs := func(command string) map[string]any {
