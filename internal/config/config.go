@@ -116,6 +116,11 @@ func (c *Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	for i, m := range c.Policy.Mounts {
+		if c.StateDir == m.Source || strings.HasPrefix(c.StateDir, m.Source+"/") {
+			errs = append(errs, fmt.Errorf("policy: mounts[%d].source: %q holds the server's state dir %s, which no sandbox may see", i, m.Source, c.StateDir))
+		}
+	}
 	return errors.Join(errs...)
 }
 

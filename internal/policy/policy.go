@@ -40,6 +40,27 @@ type Policy struct {
 	Sessions Sessions `yaml:"sessions"`
 	// Block is the command block list (a convenience, not a boundary).
 	Block Block `yaml:"block"`
+	// Mounts are host directories the operator grants: a job that names one
+	// sees it read-only at /mnt/<name>. Never nil after Default() or Load().
+	Mounts []Mount `yaml:"mounts"`
+}
+
+// Mount is one granted host directory.
+type Mount struct {
+	Name   string `yaml:"name"`   // ^[a-z0-9][a-z0-9-]{0,31}$; seen at /mnt/<name>
+	Source string `yaml:"source"` // an absolute directory on the engine's host
+}
+
+// MountTarget is where a granted mount appears inside a sandbox.
+func MountTarget(name string) string { return "/mnt/" + name }
+
+// MountNames are the granted mounts' names, in the policy's order.
+func (p *Policy) MountNames() []string {
+	names := make([]string, 0, len(p.Mounts))
+	for _, m := range p.Mounts {
+		names = append(names, m.Name)
+	}
+	return names
 }
 
 // Block is the command block list: commands that scripts may not run, checked
@@ -219,6 +240,7 @@ func Default() *Policy {
 			InstallGoProxy: "https://proxy.golang.org,direct", InstallGoSumDB: "sum.golang.org"},
 		Sessions: Sessions{IdleTimeoutS: Range{Default: 600, Max: 3600}},
 		Block:    Block{Commands: []string{}},
+		Mounts:   []Mount{},
 	}
 }
 

@@ -697,3 +697,39 @@ func TestRunscPidsFloor(t *testing.T) {
 		t.Fatalf("default 32 under runsc: %v", err)
 	}
 }
+
+// TestMountsValidate: a grant is refused, naming mounts[i].name or
+// mounts[i].source, for a bad name, a duplicate, a relative, missing or
+// non-directory source, /, and a source holding the engine's socket.
+func TestMountsValidate(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		mounts []Mount
+		want   string
+	}{
+		{[]Mount{{"project", dir}}, ""},
+		{[]Mount{{"Project", dir}}, "mounts[0].name"},
+		{[]Mount{{"p", dir}, {"p", dir}}, "mounts[1].name: \"p\" is granted twice"},
+		{[]Mount{{"p", "relative/dir"}}, "mounts[0].source"},
+		{[]Mount{{"p", dir + "/missing"}}, "mounts[0].source"},
+		{[]Mount{{"p", file}}, "is not a directory"},
+		{[]Mount{{"p", "/"}}, "mounts[0].source: / cannot be granted"},
+		{[]Mount{{"p", "/var/run"}}, "holds /var/run/docker.sock"},
+		{[]Mount{{"p", dir + "/../" + filepath.Base(dir)}}, "clean absolute path"},
+	}
+	for _, c := range cases {
+		p := Default()
+		p.Mounts = c.mounts
+		err := p.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.mounts, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want an error with %q", c.mounts, err, c.want)
+		}
+	}
+}

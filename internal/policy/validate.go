@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -220,6 +221,8 @@ func (p *Policy) Validate() error {
 		ps.add("workspaces.install_gosumdb", "%q is not a GOSUMDB value (off, or a checksum database name and optional URL)", v)
 	}
 
+	p.validateMounts(&ps)
+
 	for i, dir := range p.Scripts.EnvFileDirs {
 		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" {
 			ps.add(fmt.Sprintf("scripts.env_file_dirs[%d]", i), "%q must be a clean absolute directory other than /", dir)
@@ -249,4 +252,53 @@ func (p *Policy) Validate() error {
 	}
 
 	return errors.Join(ps...)
+}
+
+// mountNamePattern is a granted mount's name (mounts[i].name).
+var mountNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// engineSockets are the engine sockets no granted mount may hold.
+var engineSockets = []string{"/var/run/docker.sock", "/run/docker.sock", "/run/podman/podman.sock", "/var/run/containerd/containerd.sock", "/run/containerd/containerd.sock"}
+
+// validateMounts: each grant names a clean absolute directory that exists,
+// is not /, and holds no engine socket; names are unique.
+func (p *Policy) validateMounts(ps *problems) {
+	seen := map[string]bool{}
+	for i, m := range p.Mounts {
+		key := fmt.Sprintf("mounts[%d]", i)
+		if !mountNamePattern.MatchString(m.Name) {
+			ps.add(key+".name", "%q is not a mount name (%s)", m.Name, mountNamePattern)
+		} else if seen[m.Name] {
+			ps.add(key+".name", "%q is granted twice", m.Name)
+		}
+		seen[m.Name] = true
+		if problem := MountSourceProblem(m.Source, nil); problem != "" {
+			ps.add(key+".source", "%s", problem)
+		}
+	}
+}
+
+// MountSourceProblem says what is wrong with a mount's source, if anything:
+// it must be a clean absolute directory that exists, other than /, holding no
+// engine socket and none of the paths in forbidden (e.g. the state dir).
+func MountSourceProblem(source string, forbidden []string) string {
+	if !filepath.IsAbs(source) || filepath.Clean(source) != source || strings.ContainsAny(source, "\x00\n:") {
+		return fmt.Sprintf("%q must be a clean absolute path (no ':')", source)
+	}
+	if source == "/" {
+		return "/ cannot be granted: grant the project's own directory"
+	}
+	st, err := os.Stat(source)
+	if err != nil {
+		return fmt.Sprintf("%q: %v", source, err)
+	}
+	if !st.IsDir() {
+		return fmt.Sprintf("%q is not a directory", source)
+	}
+	for _, f := range append(append([]string{}, engineSockets...), forbidden...) {
+		if f == source || strings.HasPrefix(f, source+"/") {
+			return fmt.Sprintf("%q holds %s, which no sandbox may see", source, f)
+		}
+	}
+	return ""
 }

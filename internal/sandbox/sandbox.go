@@ -69,6 +69,9 @@ type Mount struct {
 	Volume   string
 	Target   string
 	ReadOnly bool
+	// Source, instead of Volume, is a directory on the engine's host that
+	// the operator granted (policy mounts): always mounted read-only.
+	Source string
 }
 
 // TTY is a terminal size.
@@ -185,7 +188,7 @@ func (s Spec) PoolKey() string {
 		l.TmpBytes, l.WorkdirBytes, l.LogBytes, l.OpenFiles, l.FileSizeBytes)
 	// Mounts are fixed at creation: no warm sandbox (made without) serves them.
 	for _, m := range s.Mounts {
-		key += fmt.Sprintf("|mount=%s:%s:%t", m.Volume, m.Target, m.ReadOnly)
+		key += fmt.Sprintf("|mount=%s:%s:%s:%t", m.Volume, m.Source, m.Target, m.ReadOnly)
 	}
 	return key
 }

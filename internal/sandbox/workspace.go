@@ -23,6 +23,8 @@ type WorkspaceSpec struct {
 	// Env is the container's environment (over the image's): every job and
 	// install in the workspace sees it.
 	Env []string
+	// Mounts are granted host directories (read-only) its jobs see.
+	Mounts []Mount
 }
 
 // WorkspaceRefs are the engine objects of a workspace.

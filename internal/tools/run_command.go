@@ -35,6 +35,7 @@ type RunCommandArgs struct {
 	MemoryMB      *int64            `json:"memory_mb,omitempty"`
 	CPUs          *float64          `json:"cpus,omitempty"`
 	Pids          *int64            `json:"pids,omitempty"`
+	Mounts        []string          `json:"mounts,omitempty"`
 }
 
 // RunResult is run_command's result.
@@ -79,6 +80,7 @@ func RunCommand(d Deps) Tool {
 			"CPU cores; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
 			"process limit; default %d", l.Pids.Default),
+		"mounts": d.mountsParam(),
 	})
 	def := mcp.NewTool("run_command",
 		mcp.WithDescription("Run a shell command in a fresh sandbox (no network, non-root, capped). Waits up to wait_s, then returns a job_id with the output so far while the job goes on; a non-zero exit is a result. Docs: sandboxer://docs/run_command"),
@@ -149,6 +151,13 @@ func (d Deps) commandRequest(args RunCommandArgs) (job.Request, time.Duration, *
 		}
 		language.Name, image, wsName = w.Language, w.Image, w.Name
 	}
+	if problem := noWorkspaceMounts(args.Mounts, wsName); problem != nil {
+		return job.Request{}, 0, problem
+	}
+	mounts, problem := d.mountsFor(args.Mounts)
+	if problem != nil {
+		return job.Request{}, 0, problem
+	}
 	cwd, err := validateCwd(args.Cwd)
 	if err != nil {
 		return job.Request{}, 0, errorResult("%v", err)
@@ -187,6 +196,7 @@ func (d Deps) commandRequest(args RunCommandArgs) (job.Request, time.Duration, *
 		Stdin: stdin, KeepStdinOpen: keepOpen,
 		Limits:  limits,
 		Network: d.Policy.Network,
+		Mounts:  mounts,
 	}, wait, nil
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/output"
-	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/script"
 	"github.com/sandboxer/sandboxer/internal/store"
 )
@@ -37,8 +36,8 @@ type RunScriptArgs struct {
 	Workspace     string            `json:"workspace,omitempty" jsonschema:"run in this workspace"`
 	Args          []string          `json:"args,omitempty" jsonschema:"program arguments"`
 	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text for stdin"`
-	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables; override env_file"`
-	EnvFile       string            `json:"env_file,omitempty" jsonschema:"host dotenv file under scripts.env_file_dirs"`
+	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables"`
+	EnvFile       string            `json:"env_file,omitempty" jsonschema:"dotenv file under scripts.env_file_dirs"`
 	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input"`
 	TimeoutS      *float64          `json:"timeout_s,omitempty"`
 	WaitS         *float64          `json:"wait_s,omitempty"`
@@ -47,7 +46,8 @@ type RunScriptArgs struct {
 	MemoryMB      *int64            `json:"memory_mb,omitempty"`
 	CPUs          *float64          `json:"cpus,omitempty"`
 	Pids          *int64            `json:"pids,omitempty"`
-	Dependencies  []string          `json:"dependencies,omitempty" jsonschema:"packages, e.g. requests==2.31.0, lodash@4 (cached)"`
+	Dependencies  []string          `json:"dependencies,omitempty" jsonschema:"packages, e.g. requests==2.31.0 or lodash@4"`
+	Mounts        []string          `json:"mounts,omitempty"`
 }
 
 // DependenciesResult says how a script's dependencies were made ready.
@@ -142,7 +142,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	jr, wait, problem := d.commandRequest(RunCommandArgs{
 		Command: driver, Language: scriptLanguageIn(sl.Name, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
 		TimeoutS: args.TimeoutS, WaitS: args.WaitS, Background: args.Background, Output: args.Output,
-		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids,
+		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids, Mounts: args.Mounts,
 	})
 	if problem != nil {
 		return nil, problem
@@ -171,7 +171,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 		if err != nil {
 			return nil, errorResult("%v", err)
 		}
-		jr.Mounts = []sandbox.Mount{got.Mount}
+		jr.Mounts = append(jr.Mounts, got.Mount)
 		jr.Env = append(jr.Env, deps.RunEnv(sl.Name)...)
 		dr = &DependenciesResult{List: got.List, Cache: got.Cache, InstallMS: got.InstallMS}
 	}
@@ -329,9 +329,10 @@ func RunScript(d Deps) Tool {
 			"CPU cores; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
 			"process limit; default %d", l.Pids.Default),
+		"mounts": d.mountsParam(),
 	})
 	def := mcp.NewTool("run_script",
-		mcp.WithDescription("Run source code in a fresh sandbox, compiled first where needed, with cached dependencies; waits like run_command. Docs: sandboxer://docs/run_script"),
+		mcp.WithDescription("Run source code in a fresh sandbox, compiled where needed, with cached dependencies; waits like run_command. Docs: sandboxer://docs/run_script"),
 		mcp.WithToolTitle("Run a script in a sandbox"),
 		annotations("Run a script in a sandbox", false, true, false, false),
 		withInput(in),

@@ -47,6 +47,7 @@ type StartSessionArgs struct {
 	Until        string            `json:"until,omitempty" jsonschema:"RE2 regex, e.g. a prompt: wait until it matches"`
 	IdleTimeoutS *float64          `json:"idle_timeout_s,omitempty"`
 	TimeoutS     *float64          `json:"timeout_s,omitempty"`
+	Mounts       []string          `json:"mounts,omitempty"`
 }
 
 // StartSessionResult is start_session's result.
@@ -89,6 +90,7 @@ func StartSession(d Deps) Tool {
 			"end after this many seconds without input; default %d", idle.Default),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
 			"end this many seconds after start; default %d", l.TimeoutS.Max),
+		"mounts": d.mountsParam(),
 	})
 	def := mcp.NewTool("start_session",
 		mcp.WithDescription("Start an interactive program (shell, python3 REPL, node, top) on a terminal or pipes in a fresh sandbox; drive it with send_input and read_output. Docs: sandboxer://docs/start_session"),
@@ -231,6 +233,13 @@ func (d Deps) sessionRequest(args StartSessionArgs) (job.Request, job.ReadReques
 		}
 		language.Name, image, wsName = w.Language, w.Image, w.Name
 	}
+	if problem := noWorkspaceMounts(args.Mounts, wsName); problem != nil {
+		return job.Request{}, job.ReadRequest{}, problem
+	}
+	mounts, problem := d.mountsFor(args.Mounts)
+	if problem != nil {
+		return job.Request{}, job.ReadRequest{}, problem
+	}
 	cwd, err := validateCwd(args.Cwd)
 	if err != nil {
 		return fail("%v", err)
@@ -286,7 +295,7 @@ func (d Deps) sessionRequest(args StartSessionArgs) (job.Request, job.ReadReques
 		Kind: job.KindSession, Command: commandLine(argv), Cmd: argv,
 		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
 		KeepStdinOpen: true, Limits: limits, Network: d.Policy.Network,
-		TTY: tty, Details: store.Details{Session: details},
+		TTY: tty, Details: store.Details{Session: details}, Mounts: mounts,
 	}, rr, nil
 }
 

@@ -68,6 +68,7 @@ type CreateWorkspaceArgs struct {
 	MemoryMB *int64   `json:"memory_mb,omitempty"`
 	CPUs     *float64 `json:"cpus,omitempty"`
 	Pids     *int64   `json:"pids,omitempty"`
+	Mounts   []string `json:"mounts,omitempty"`
 }
 
 // WorkspaceResult is create_workspace's result.
@@ -88,6 +89,7 @@ func CreateWorkspace(d Deps) Tool {
 			"CPU cores, shared; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
 			"process limit, shared; default %d", l.Pids.Default),
+		"mounts": d.mountsParam(),
 	})
 	def := mcp.NewTool("create_workspace",
 		mcp.WithDescription("Create a named persistent sandbox with a volume at /workspace; jobs with its workspace argument share its files and packages. Docs: sandboxer://docs/create_workspace"),
@@ -123,7 +125,11 @@ func CreateWorkspace(d Deps) Tool {
 		if problem := d.checkImage(ctx, image); problem != nil {
 			return problem, nil
 		}
-		w, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Name, Image: image, Limits: limits})
+		mounts, problem := d.mountsFor(args.Mounts)
+		if problem != nil {
+			return problem, nil
+		}
+		w, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Name, Image: image, Limits: limits, Mounts: mounts})
 		if err != nil {
 			return workspaceFailure(err), nil
 		}

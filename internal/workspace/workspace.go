@@ -127,6 +127,7 @@ func (m *Manager) Policy() *policy.Policy { return m.pol }
 type CreateRequest struct {
 	Name, Language, Image string
 	Limits                policy.Resolved
+	Mounts                []sandbox.Mount // granted host directories, read-only
 }
 
 // Create makes a workspace and starts its container.
@@ -161,7 +162,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspa
 		return nil, err
 	}
 	refs, err := m.rt.CreateWorkspace(ctx, sandbox.WorkspaceSpec{
-		Name: req.Name, Image: req.Image, Runtime: m.pol.Runtime, Env: CacheEnv,
+		Name: req.Name, Image: req.Image, Runtime: m.pol.Runtime, Env: CacheEnv, Mounts: req.Mounts,
 		Limits: sandbox.Limits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
 			OpenFiles: l.OpenFiles, TmpBytes: l.TmpBytes, LogBytes: 1 << 20},
 	})

@@ -217,11 +217,24 @@ func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *contai
 			},
 		},
 	}
-	for _, m := range spec.Mounts {
-		// Volumes only: a spec never names a host path.
-		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeVolume, Source: m.Volume, Target: m.Target, ReadOnly: m.ReadOnly})
-	}
+	host.Mounts = append(host.Mounts, engineMounts(spec.Mounts)...)
 	return cfg, host
+}
+
+// engineMounts are a spec's mounts as the engine takes them: volumes, and
+// the host directories the operator granted, always read-only and private
+// (no mount made under them later on the host shows inside).
+func engineMounts(ms []sandbox.Mount) []mount.Mount {
+	var out []mount.Mount
+	for _, m := range ms {
+		if m.Source != "" {
+			out = append(out, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: true,
+				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
+			continue
+		}
+		out = append(out, mount.Mount{Type: mount.TypeVolume, Source: m.Volume, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	return out
 }
 
 // logConfig is the engine's own logging of a sandbox. The local driver is

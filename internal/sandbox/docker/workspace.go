@@ -76,7 +76,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		// while the container exists (stopped included).
 		ReadonlyRootfs: false,
 		Tmpfs:          map[string]string{tmpPath: "rw,exec,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(tmp, 10)},
-		Mounts:         []mount.Mount{{Type: mount.TypeVolume, Source: refs.Volume, Target: defaultWorkDir}},
+		Mounts:         append([]mount.Mount{{Type: mount.TypeVolume, Source: refs.Volume, Target: defaultWorkDir}}, engineMounts(ws.Mounts)...),
 		ShmSize:        shmSize,
 		IpcMode:        "private",
 		CgroupnsMode:   "private",

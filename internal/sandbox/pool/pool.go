@@ -11,6 +11,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -192,9 +193,11 @@ func (p *Pool) signal() {
 }
 
 // followShape keeps a warm sandbox for a shape that had none, within the
-// budget. Shapes with mounts are left to whoever mounts them (AddTarget).
+// budget (granted host directories included: a recently used mount set is
+// served warm). Shapes with volumes are left to whoever mounts them
+// (AddTarget: dependency caches).
 func (p *Pool) followShape(spec sandbox.Spec) {
-	if len(spec.Mounts) > 0 {
+	if slices.ContainsFunc(spec.Mounts, func(m sandbox.Mount) bool { return m.Volume != "" }) {
 		return
 	}
 	spec.Kind, spec.JobID = sandbox.KindPool, ""

@@ -1,0 +1,56 @@
+package tools
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// mountsParam describes a mounts argument: the granted names are its enum,
+// so an agent learns them from the schema without guessing.
+func (d Deps) mountsParam() param {
+	names := d.policyOrDefault().MountNames()
+	if len(names) == 0 {
+		return param{desc: "granted host dirs, read-only at /mnt/<name> (none granted)"}
+	}
+	return oneOf(names...).checkedByHandler().describe("granted host dirs, read-only at /mnt/<name>")
+}
+
+// mountsFor resolves granted mount names into the sandbox's mounts. Nothing
+// of the host but what the operator granted is ever mounted.
+func (d Deps) mountsFor(names []string) ([]sandbox.Mount, *mcp.CallToolResult) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	granted := d.Policy.MountNames()
+	if len(granted) == 0 {
+		return nil, errorResult("mounts: the policy grants no host directory (policy key mounts); leave mounts out")
+	}
+	var out []sandbox.Mount
+	seen := map[string]bool{}
+	for _, n := range names {
+		i := slices.Index(granted, n)
+		if i < 0 {
+			return nil, errorResult("mounts: %q is not granted; the granted mounts are %s", truncate(n, 64), strings.Join(granted, ", "))
+		}
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		out = append(out, sandbox.Mount{Source: d.Policy.Mounts[i].Source, Target: policy.MountTarget(n), ReadOnly: true})
+	}
+	return out, nil
+}
+
+// noWorkspaceMounts refuses mounts on a job in a workspace: they are the
+// workspace's, set when it is created.
+func noWorkspaceMounts(names []string, workspace string) *mcp.CallToolResult {
+	if len(names) > 0 && workspace != "" {
+		return errorResult("mounts: a job in workspace %q sees the mounts the workspace was created with (create_workspace's mounts); leave mounts out", workspace)
+	}
+	return nil
+}
