@@ -146,6 +146,7 @@ func doctor(args []string) error {
 		}
 		report(facts[w.key] == w.value, w.what, w.key+"="+facts[w.key], "")
 	}
+	reportMounts(ctx, cfg.Policy, rt, job.SandboxLimits(limits, 1<<20), report)
 	if problems > 0 {
 		return fmt.Errorf("%d problem(s)", problems)
 	}
@@ -189,4 +190,34 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// reportMounts checks each granted mount from the engine's side: a sandbox
+// with it sees a readable directory it cannot write (a remote engine may not
+// have the path at all).
+func reportMounts(ctx context.Context, pol *policy.Policy, rt sandbox.Runtime, limits sandbox.Limits, report func(ok bool, what, detail, fix string)) {
+	for _, m := range pol.Mounts {
+		target := policy.MountTarget(m.Name)
+		out := &sandbox.Buffer{Max: 1 << 16}
+		what := "mount " + m.Name
+		fix := "make " + m.Source + " exist as a directory on the engine's host, or remove the grant from the policy (mounts)"
+		h, err := rt.Start(ctx, sandbox.Spec{
+			JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), WorkDir: "/workspace", Network: policy.NetworkNone,
+			Runtime: pol.Runtime, Limits: limits, Mounts: []sandbox.Mount{{Source: m.Source, Target: target, ReadOnly: true}},
+			Cmd: []string{"sh", "-c", `ls "$1" >/dev/null && if touch "$1/.sandboxer-doctor" 2>/dev/null; then echo writable; else echo read-only; fi`, "sh", target},
+		}, out)
+		if err != nil {
+			report(false, what, err.Error(), fix)
+			continue
+		}
+		select {
+		case <-h.Done():
+		case <-time.After(doctorProbeTimeout):
+			_ = h.Destroy(context.WithoutCancel(ctx))
+			report(false, what, "the check did not finish", "")
+			continue
+		}
+		got := strings.TrimSpace(out.Stdout())
+		report(got == "read-only", what, m.Source+" at "+target+": "+strings.TrimSpace(got+" "+out.Stderr()), fix)
+	}
 }

@@ -30,6 +30,20 @@ func TestDoctor(t *testing.T) {
 	}
 }
 
+// doctor checks each granted mount from the engine's side.
+func TestDoctorChecksMounts(t *testing.T) {
+	testutil.RequireDocker(t)
+	src := t.TempDir()
+	if err := os.Chmod(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pol := writePolicy(t, "mounts:\n  - {name: project, source: "+src+"}\n")
+	out, err := exec.Command(binPath, "doctor", "--policy", pol).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "mount project") || !strings.Contains(string(out), "read-only") {
+		t.Fatalf("doctor with a granted mount: %v\n%s", err, out)
+	}
+}
+
 // A bad policy stops the server at start with an error naming the key.
 func TestBadPolicyStopsServerAtStart(t *testing.T) {
 	pol := writePolicy(t, "limits:\n  memory_mb:\n    default: 8192\n    max: 4096\n")
