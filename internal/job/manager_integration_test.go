@@ -152,10 +152,14 @@ func TestKill(t *testing.T) {
 	ctx := context.Background()
 
 	honours := e.submit("sleep 100")
-	ignores := e.submit("trap '' TERM; sleep 100")
+	ignores := e.submit("trap '' TERM; echo ready; sleep 100")
 	queued := e.submit("echo never")
 	if queued.Status != StatusQueued {
 		t.Fatalf("third job: %s, want queued", describe(queued))
+	}
+	// The TERM must come after the trap is set, however late the shell runs.
+	if r, err := e.m.Read(ctx, ignores.ID, ReadRequest{Stream: output.Both, MaxBytes: 1 << 10, Wait: 30 * time.Second, Until: regexp.MustCompile("ready")}); err != nil || !r.Matched {
+		t.Fatalf("the TERM-ignoring job never said ready: %v %v", r, err)
 	}
 
 	t.Run("queued", func(t *testing.T) {

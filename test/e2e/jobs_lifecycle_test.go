@@ -133,10 +133,12 @@ func TestJobsKillJob(t *testing.T) {
 
 	// TERM is ignored by the main shell (no exec: the loop keeps bash alive),
 	// so only removing the sandbox after the grace ends it.
-	r = s.ok("run_command", map[string]any{"command": "trap '' TERM; while true; do sleep 1; done", "background": true})
+	r = s.ok("run_command", map[string]any{"command": "trap '' TERM; echo trapped; while true; do sleep 1; done", "background": true})
 	id = str(r, "job_id")
-	// Let bash install the trap before the signal comes.
-	time.Sleep(time.Second)
+	// Bash installs the trap before the signal comes, however late it runs.
+	if rd := s.ok("read_output", map[string]any{"job_id": id, "until": "trapped", "wait_s": 30}); rd["matched"] != true {
+		t.Fatalf("the TERM-ignoring job never said trapped: %v", rd)
+	}
 	start := time.Now()
 	k = s.ok("kill_job", map[string]any{"job_id": id, "grace_s": 2})
 	took := time.Since(start)
