@@ -178,7 +178,7 @@ if [ -s /tmp/pkgs ]; then timeout "${SANDBOXER_PREBUILD_S:-100}" xargs go build 
 go clean -testcache 2>/dev/null || :
 `)
 	case "rust":
-		return "", fmt.Errorf("dependencies: rust crates cannot be installed on this host (crates.io is not reachable and the rust image has no cargo); run rust scripts without dependencies")
+		return "", fmt.Errorf("dependencies: rust crates cannot be installed on this host (crates.io is not reachable from this host); run rust scripts without dependencies")
 	default:
 		return "", fmt.Errorf("dependencies: %s scripts take none", language)
 	}
