@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/audit"
+	"github.com/sandboxer/sandboxer/internal/auth"
 	"github.com/sandboxer/sandboxer/internal/blocklist"
 	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/deps"
@@ -24,6 +25,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/logging"
 	"github.com/sandboxer/sandboxer/internal/mcpserver"
+	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
@@ -112,27 +114,51 @@ func serve(args []string) error {
 		return err
 	}
 	defer lock.Release()
-	engine, err := docker.New(cfg.Instance(), docker.WithServer(lock.ID()))
+	// The metrics are made first, so every part can report to them; their
+	// state families read the parts made below, only once the listener serves.
+	var (
+		mt         *metrics.Metrics
+		tokens     *auth.Tokens
+		jobs       *job.Manager
+		workspaces *workspace.Manager
+		warm       *pool.Pool
+		depCaches  *deps.Manager
+	)
+	engineOpts := []docker.Option{docker.WithServer(lock.ID())}
+	if cfg.MetricsAddr != "" {
+		if tokens, err = auth.Load(cfg.TokenFile); err != nil {
+			return err
+		}
+		mt = metrics.New(stateSources(&jobs, &workspaces, &warm, &depCaches))
+		engineOpts = append(engineOpts, docker.WithErrorHook(mt.EngineError))
+	}
+	engine, err := docker.New(cfg.Instance(), engineOpts...)
 	if err != nil {
 		return err
 	}
 	languages := lang.NewRegistry(cfg.Policy)
+	mt.SetImageLanguages(imageLanguages(languages))
 	var rt sandbox.Runtime = engine
-	var warm *pool.Pool
 	if cfg.Policy.Pool.Enabled {
 		targets, err := poolTargets(cfg.Policy, languages)
 		if err != nil {
 			return err
 		}
 		warm = pool.New(engine, targets, cfg.Policy.Pool.Parallel, log)
+		if mt != nil {
+			warm.OnTake = mt.PoolTake
+		}
 		warm.FollowUse(pool.Follow{MaxTotal: cfg.Policy.Pool.MaxTotal, Idle: time.Duration(cfg.Policy.Pool.FollowIdleS) * time.Second})
 		rt = warm
 	}
 	// Workspaces sit in front: a job naming one runs in its container.
-	workspaces := workspace.New(engine, st, cfg.Policy, lock.ID(), log)
+	workspaces = workspace.New(engine, st, cfg.Policy, lock.ID(), log)
+	if mt != nil {
+		workspaces.OnInstall = func(manager string, ok bool) { mt.Install(manager, ok) }
+	}
 	rt = workspace.NewRuntime(rt, workspaces)
 	defer rt.Close() // removes the warm sandboxes, then waits for removals under way
-	jobs, err := job.New(rt, st, cfg.Policy, cfg.StateDir, log, job.WithServer(lock.ID(), serverlock.NewProber(cfg.StateDir)))
+	jobs, err = job.New(rt, st, cfg.Policy, cfg.StateDir, log, job.WithServer(lock.ID(), serverlock.NewProber(cfg.StateDir)), job.WithMetrics(mt))
 	if err != nil {
 		return err
 	}
@@ -150,7 +176,10 @@ func serve(args []string) error {
 	}
 	go workspaces.Run()
 
-	depCaches := deps.New(engine, cfg.Policy)
+	depCaches = deps.New(engine, cfg.Policy)
+	if mt != nil && depCaches != nil {
+		depCaches.OnInstall = func(language string, ok bool) { mt.Install("deps-"+language, ok) }
+	}
 	if warm != nil && depCaches != nil {
 		// A script with dependencies starts as fast as one without: the pool
 		// keeps a sandbox with each recently used cache mounted.
@@ -172,6 +201,9 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	if mt != nil {
+		blocked.Observe = func(d blocklist.Decision) { mt.BlockDecision(!d.Allowed, d.Rule.Command) }
+	}
 	auditLog, err := audit.Open(cfg.StateDir, audit.DefaultMaxBytes, audit.DefaultKeep)
 	if err != nil {
 		return err
@@ -180,9 +212,16 @@ func serve(args []string) error {
 	srv, err := mcpserver.New(tools.Deps{
 		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm, Workspaces: workspaces,
 		Dependencies: depCaches, Blocklist: blocked, Processes: engine,
-	}, cfg.Toolsets, mcpserver.WithAudit(auditLog, lock.ID()))
+	}, cfg.Toolsets, mcpserver.WithAudit(auditLog, lock.ID()), mcpserver.WithMetrics(mt))
 	if err != nil {
 		return err
+	}
+	if mt != nil {
+		stopHTTP, err := serveHTTP(ctx, cfg.MetricsAddr, tokens, mt, log)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
 	}
 	log.Info().Str("state_dir", cfg.StateDir).Str("engine", engine.Host()).Str("instance", cfg.Instance()).Str("server", lock.ID()).Msg("serving MCP on stdio")
 	serveErr := srv.ServeStdio(ctx, os.Stdin, os.Stdout, logging.StdLogger(log))

@@ -49,6 +49,9 @@ type Listed struct {
 // List is the block list in force: the policy's entries plus those agents
 // added (kept in the store, so they survive restarts). Safe for concurrent use.
 type List struct {
+	// Observe, when set (before use), is told of every decision (metrics).
+	Observe func(Decision)
+
 	policy map[string]Entry
 	st     Store
 	edits  bool
@@ -124,7 +127,7 @@ func (l *List) Check(script string) (Decision, error) {
 	if l == nil {
 		return Decision{Allowed: true}, nil
 	}
-	return Check(script, l.current())
+	return l.observe(Check(script, l.current()))
 }
 
 // CheckStdin is Check for a script given stdin (see the package function).
@@ -132,7 +135,16 @@ func (l *List) CheckStdin(script, stdin string) (Decision, error) {
 	if l == nil {
 		return Decision{Allowed: true}, nil
 	}
-	return CheckStdin(script, stdin, l.current())
+	return l.observe(CheckStdin(script, stdin, l.current()))
+}
+
+// observe tells Observe of a decision reached (a script that does not parse
+// is refused without one).
+func (l *List) observe(d Decision, err error) (Decision, error) {
+	if l.Observe != nil && err == nil {
+		l.Observe(d)
+	}
+	return d, err
 }
 
 // Entries lists the entries in force, by command name.

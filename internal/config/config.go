@@ -31,6 +31,10 @@ type Config struct {
 	Toolsets   []string
 	LogLevel   string
 	Policy     *policy.Policy
+	// MetricsAddr is where /metrics is served ("" = not served); a bare
+	// ":PORT" listens on loopback only. TokenFile guards it (internal/auth).
+	MetricsAddr string
+	TokenFile   string
 }
 
 // DefaultStateDir is $XDG_STATE_HOME/sandboxer, else ~/.local/state/sandboxer.
@@ -48,15 +52,18 @@ func DefaultStateDir(getenv func(string) string) string {
 // Flags registers the serve flags on fs; Load applies them after fs.Parse.
 type Flags struct {
 	stateDir, policyPath, toolsets, logLevel *string
+	metricsAddr, tokenFile                   *string
 	allowBlockEdits                          *bool
 }
 
 func RegisterFlags(fs *flag.FlagSet) *Flags {
 	return &Flags{
-		stateDir:   fs.String("state-dir", "", "directory for the job database and job output (env "+EnvStateDir+"; default $XDG_STATE_HOME/sandboxer or ~/.local/state/sandboxer)"),
-		policyPath: fs.String("policy", "", "policy YAML file (env "+EnvPolicy+"; default: built-in defaults, the same as policies/default.yaml)"),
-		toolsets:   fs.String("toolsets", "", "comma-separated toolsets (exec, jobs, info, workspaces, admin) or presets (all, core, workspace, minimal) to enable (env "+EnvToolsets+"; default all)"),
-		logLevel:   fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)"),
+		stateDir:    fs.String("state-dir", "", "directory for the job database and job output (env "+EnvStateDir+"; default $XDG_STATE_HOME/sandboxer or ~/.local/state/sandboxer)"),
+		policyPath:  fs.String("policy", "", "policy YAML file (env "+EnvPolicy+"; default: built-in defaults, the same as policies/default.yaml)"),
+		toolsets:    fs.String("toolsets", "", "comma-separated toolsets (exec, jobs, info, workspaces, admin) or presets (all, core, workspace, minimal) to enable (env "+EnvToolsets+"; default all)"),
+		logLevel:    fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)"),
+		metricsAddr: fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. :9464 (loopback) or 0.0.0.0:9464; needs --token-file (default: not served)"),
+		tokenFile:   fs.String("token-file", "", "file of client tokens, one 'NAME TOKEN [ROLE]' a line (TOKEN literal or sha256:HEX; ROLE user, readonly, metrics or admin), mode 600"),
 		allowBlockEdits: fs.Bool("allow-block-edits", false, "let agents add and remove their own block-list entries (policy block.agent_edits; env "+
 			policy.EnvAllowBlockEdits+"); also switches the admin toolset on"),
 	}
@@ -77,6 +84,9 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 		StateDir:   pick(*f.stateDir, EnvStateDir, DefaultStateDir(getenv)),
 		PolicyPath: pick(*f.policyPath, EnvPolicy, ""),
 		LogLevel:   pick(*f.logLevel, EnvLogLevel, "info"),
+	}
+	if f.metricsAddr != nil {
+		c.MetricsAddr, c.TokenFile = *f.metricsAddr, *f.tokenFile
 	}
 	if ts := pick(*f.toolsets, EnvToolsets, ""); ts != "" {
 		for _, t := range strings.Split(ts, ",") {
@@ -112,6 +122,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("state dir %q: %v", c.StateDir, err))
 	} else {
 		c.StateDir = abs
+	}
+	if c.MetricsAddr != "" && c.TokenFile == "" {
+		errs = append(errs, errors.New("--metrics-addr needs --token-file: /metrics is served only to tokens of role metrics or admin"))
 	}
 	if err := c.Policy.Validate(); err != nil {
 		errs = append(errs, err)

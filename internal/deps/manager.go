@@ -65,6 +65,9 @@ type Manager struct {
 	// before a cache's volume is removed (what mounts it must go first).
 	Warm   func(image string, m sandbox.Mount)
 	Unwarm func(ctx context.Context, volume string)
+	// OnInstall, when set, is told of each dependency install and whether
+	// it succeeded (metrics).
+	OnInstall func(language string, ok bool)
 
 	mu     sync.Mutex
 	locks  map[string]chan struct{} // per key (capacity 1): one install at a time
@@ -179,6 +182,9 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 		ictx := context.WithoutCancel(ctx)
 		t0 := time.Now()
 		size, err := m.install(ictx, language, image, key, name, script, list)
+		if m.OnInstall != nil {
+			m.OnInstall(language, err == nil)
+		}
 		if err == nil {
 			m.touch(name, size)
 			_, _ = m.enforceCap(ictx, name) // best effort

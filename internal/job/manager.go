@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -60,6 +61,8 @@ type Manager struct {
 	recovered bool // restart recovery has run against a reachable engine
 	stop      chan struct{}
 	bg        sync.WaitGroup
+
+	metrics *metrics.Metrics // nil: none
 }
 
 // liveJob is a queued or running job's in-memory state.
@@ -103,6 +106,9 @@ type Peers interface {
 func WithServer(id string, peers Peers) Option {
 	return func(m *Manager) { m.server, m.peers = id, peers }
 }
+
+// WithMetrics counts jobs' starts and ends, and times their waits.
+func WithMetrics(mt *metrics.Metrics) Option { return func(m *Manager) { m.metrics = mt } }
 
 // New makes a manager keeping job output under stateDir/jobs.
 func New(rt sandbox.Runtime, st *store.Store, pol *policy.Policy, stateDir string, log zerolog.Logger, opts ...Option) (*Manager, error) {
@@ -256,6 +262,7 @@ func (m *Manager) start(j *liveJob) error {
 	defer cancel()
 	spec := SandboxSpec(m.pol, j.req)
 	spec.JobID = j.id
+	startAt := time.Now()
 	h, err := m.rt.Start(ctx, spec, j.output())
 	if err != nil {
 		j.mu.Lock()
@@ -271,6 +278,7 @@ func (m *Manager) start(j *liveJob) error {
 	j.rec.Status = StatusRunning
 	j.rec.StartedAt = time.Now()
 	j.rec.ContainerID = h.ContainerID()
+	m.metrics.JobStarted(j.rec.Kind, j.rec.Language, startAt.Sub(j.rec.CreatedAt), j.rec.StartedAt.Sub(startAt))
 	j.timer = time.AfterFunc(j.req.Limits.Timeout, func() { m.end(j, StatusTimedOut, ReasonTimeout) })
 	m.startIdle(j)
 	rec := j.rec
@@ -451,6 +459,7 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 		ev = ev.Int("exit_code", *final.ExitCode)
 	}
 	ev.Msg("job ended")
+	m.metrics.JobEnded(final.Kind, final.Language, final.Status, final.Reason, ran)
 	m.mu.Lock()
 	delete(m.live, j.id)
 	var next *liveJob
@@ -529,6 +538,23 @@ func (m *Manager) Get(ctx context.Context, id string) (*Job, error) {
 		return nil, fmt.Errorf("%w %q: list_jobs shows the known ones", ErrNotFound, id)
 	}
 	return rec, err
+}
+
+// LiveCounts counts this server's queued and running jobs by kind and status.
+func (m *Manager) LiveCounts() map[[2]string]int {
+	m.mu.Lock()
+	live := make([]*liveJob, 0, len(m.live))
+	for _, j := range m.live {
+		live = append(live, j)
+	}
+	m.mu.Unlock()
+	n := map[[2]string]int{}
+	for _, j := range live {
+		j.mu.Lock()
+		n[[2]string{j.rec.Kind, j.rec.Status}]++
+		j.mu.Unlock()
+	}
+	return n
 }
 
 // Wait waits up to d (or until ctx ends) for a job to finish, then returns its record.

@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandboxer/sandboxer/internal/audit"
+	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
@@ -23,6 +24,24 @@ type Option func(*Server)
 // anything (every tool not annotated read-only, including tools added later).
 func WithAudit(l *audit.Log, serverID string) Option {
 	return func(s *Server) { s.audit, s.serverID = l, serverID }
+}
+
+// WithMetrics counts every tool call and times it.
+func WithMetrics(m *metrics.Metrics) Option {
+	return func(s *Server) { s.metrics = m }
+}
+
+// metricsMiddleware is the mcp-go tool middleware behind the tool families.
+func (s *Server) metricsMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if s.metrics == nil {
+			return next(ctx, req)
+		}
+		start := time.Now()
+		res, err := next(ctx, req)
+		s.metrics.ToolCall(req.Params.Name, err != nil || res != nil && res.IsError, time.Since(start))
+		return res, err
+	}
 }
 
 // auditCommandBytes caps the command kept in one audit line.

@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandboxer/sandboxer/internal/audit"
+	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
@@ -109,6 +110,7 @@ type Server struct {
 	notifier *notifier
 	wire     *wire
 	audit    *audit.Log
+	metrics  *metrics.Metrics
 	serverID string
 	readOnly map[string]bool // tools annotated read-only: not audited
 	logf     func(format string, args ...any)
@@ -133,6 +135,7 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 		server.WithHooks(hooks),
 		server.WithToolHandlerMiddleware(w.toolMiddleware),
 		server.WithToolHandlerMiddleware(s.auditMiddleware),
+		server.WithToolHandlerMiddleware(s.metricsMiddleware),
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
 		// No server.WithInputSchemaValidation: each tool checks its arguments

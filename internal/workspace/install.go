@@ -203,7 +203,11 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 		if len(specs) == 0 {
 			continue
 		}
-		results = append(results, m.installWith(ctx, w.ContainerID, w.Language, mgr, specs, ca, req.Progress))
+		r := m.installWith(ctx, w.ContainerID, w.Language, mgr, specs, ca, req.Progress)
+		if m.OnInstall != nil {
+			m.OnInstall(mgr, r.Error == "" && r.ExitCode == 0)
+		}
+		results = append(results, r)
 	}
 	return results, nil
 }

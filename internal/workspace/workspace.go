@@ -69,6 +69,10 @@ var CacheEnv = []string{
 
 // Manager creates, lists, deletes, starts and stops workspaces.
 type Manager struct {
+	// OnInstall, when set (before use), is told of each package manager's
+	// run in install_packages and whether it succeeded (metrics).
+	OnInstall func(manager string, ok bool)
+
 	rt     sandbox.WorkspaceRuntime
 	st     *store.Store
 	pol    *policy.Policy

@@ -56,6 +56,8 @@ type Runtime struct {
 	// each waiting for its job (see StartIn).
 	execMu sync.Mutex
 	execs  map[string]*handle // workspace container id -> a waiting exec
+
+	onError func(operation string) // WithErrorHook
 }
 
 // Option configures a Runtime.
@@ -65,6 +67,10 @@ type Option func(*Runtime)
 // identity, so other servers on the same state directory leave it alone while
 // that server lives.
 func WithServer(id string) Option { return func(r *Runtime) { r.server = id } }
+
+// WithErrorHook tells f of each failed engine call, by operation (the
+// error's leading words, e.g. "create container"), for the metrics.
+func WithErrorHook(f func(operation string)) Option { return func(r *Runtime) { r.onError = f } }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
 
@@ -107,6 +113,10 @@ func (r *Runtime) Close() error {
 func (r *Runtime) engineErr(err error) error {
 	if err == nil {
 		return nil
+	}
+	if r.onError != nil {
+		op, _, _ := strings.Cut(err.Error(), ":")
+		r.onError(op)
 	}
 	if client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded) && strings.Contains(err.Error(), "dial") {
 		return &sandbox.EngineError{Host: r.cli.DaemonHost(), Err: err}

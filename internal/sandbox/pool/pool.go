@@ -65,6 +65,9 @@ type Follow struct {
 // Pool keeps warm sandboxes for its targets in front of a runtime.
 type Pool struct {
 	sandbox.Warmer
+	// OnTake, when set (before Run), is told of each job that asked for a
+	// warm sandbox of its image, and whether it got one.
+	OnTake   func(image string, hit bool)
 	log      zerolog.Logger
 	parallel chan struct{} // starts in flight, at most cap
 	follow   Follow        // MaxTotal 0: only the configured targets
@@ -136,6 +139,9 @@ func (p *Pool) FollowUse(f Follow) {
 func (p *Pool) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
 	for {
 		w := p.take(spec.PoolKey())
+		if p.OnTake != nil {
+			p.OnTake(spec.Image, w != nil)
+		}
 		if w == nil {
 			p.followShape(spec)
 			return p.Warmer.Start(ctx, spec, out)

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sandboxer/sandboxer/internal/auth"
+	"github.com/sandboxer/sandboxer/internal/deps"
+	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/lang"
+	"github.com/sandboxer/sandboxer/internal/metrics"
+	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
+	"github.com/sandboxer/sandboxer/internal/workspace"
+)
+
+// loopbackAddr makes a bare ":PORT" listen on loopback only: exposing the
+// listener beyond the host is a choice the operator writes out.
+func loopbackAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
+}
+
+// serveHTTP serves /metrics (and what else mux holds) on addr until ctx
+// ends. The listener is bound before it returns, so a bad address fails the
+// start; it returns a stop function that waits for the server to end.
+func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, m *metrics.Metrics, log zerolog.Logger) (func(), error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Scrape(tokens))
+	ln, err := net.Listen("tcp", loopbackAddr(addr))
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           m.CountRequests(tokens, mux),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("metrics listener")
+		}
+	}()
+	log.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics")
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return stop, nil
+}
+
+// stateSources reads the server's parts for the metrics' state families. The
+// parts are made after the metrics (which they report to), hence pointers;
+// any may stay nil (no pool, no dependency caches).
+func stateSources(jobs **job.Manager, workspaces **workspace.Manager, warm **pool.Pool, caches **deps.Manager) metrics.Sources {
+	return metrics.Sources{
+		LiveJobs: func() map[[2]string]int {
+			if *jobs == nil {
+				return nil
+			}
+			return (*jobs).LiveCounts()
+		},
+		Workspaces: func(ctx context.Context) (map[string]int, error) {
+			if *workspaces == nil || !(*workspaces).Enabled() {
+				return nil, nil
+			}
+			list, err := (*workspaces).List(ctx)
+			if err != nil {
+				return nil, err
+			}
+			n := map[string]int{}
+			for _, w := range list {
+				n[w.State]++
+			}
+			return n, nil
+		},
+		PoolReady: func() map[string]int {
+			if *warm == nil {
+				return nil
+			}
+			n := map[string]int{}
+			for _, s := range (*warm).Stats() {
+				n[s.Image] += s.Ready
+			}
+			return n
+		},
+		Caches: func(ctx context.Context) ([]metrics.Cache, error) {
+			if *caches == nil {
+				return nil, nil
+			}
+			list, err := (*caches).List(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]metrics.Cache, 0, len(list))
+			for _, c := range list {
+				out = append(out, metrics.Cache{Language: c.Language, SizeBytes: c.SizeBytes})
+			}
+			return out, nil
+		},
+	}
+}
+
+// imageLanguages maps each language's image to its name (the first name,
+// sorted, when languages share an image).
+func imageLanguages(languages *lang.Registry) map[string]string {
+	m := map[string]string{}
+	for _, name := range languages.Names() {
+		if _, image, ok := languages.Lookup(name); ok {
+			if _, taken := m[image]; !taken {
+				m[image] = name
+			}
+		}
+	}
+	return m
+}

@@ -1,0 +1,77 @@
+package metrics
+
+import (
+	"net/http"
+	"strings"
+)
+
+// Authenticator says whose a token is (internal/auth.Tokens is one).
+type Authenticator interface {
+	Authenticate(token string) (tenant, role string, ok bool)
+}
+
+// Roles allowed to scrape.
+var scrapeRoles = map[string]bool{"metrics": true, "admin": true}
+
+// Scrape serves /metrics to a bearer token of role metrics or admin; any
+// other request gets 401 (no or unknown token) or 403 (another role).
+func (m *Metrics) Scrape(a Authenticator) http.Handler {
+	h := m.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, role, ok := a.Authenticate(BearerToken(r))
+		switch {
+		case !ok:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxer"`)
+			http.Error(w, "a token of role metrics or admin is needed: Authorization: Bearer TOKEN", http.StatusUnauthorized)
+		case !scrapeRoles[role]:
+			http.Error(w, "this token's role may not read metrics (needs metrics or admin)", http.StatusForbidden)
+		default:
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
+// BearerToken is the token of an "Authorization: Bearer TOKEN" header, or "".
+func BearerToken(r *http.Request) string {
+	v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(v)
+}
+
+// CountRequests counts each request's status and tenant (the tenant of its
+// bearer token, "anonymous" without a valid one).
+func (m *Metrics) CountRequests(a Authenticator, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		tenant, _, _ := a.Authenticate(BearerToken(r))
+		m.HTTPRequest(sw.code, tenant)
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if !s.wrote {
+		s.code, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
+}
+
+// Flush lets streamed responses (server-sent events) through.
+func (s *statusWriter) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
