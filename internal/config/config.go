@@ -22,6 +22,8 @@ const (
 	EnvPolicy   = "SANDBOXER_POLICY"
 	EnvToolsets = "SANDBOXER_TOOLSETS"
 	EnvLogLevel = "SANDBOXER_LOG_LEVEL"
+	EnvMetrics  = "SANDBOXER_METRICS_ADDR"
+	EnvTokens   = "SANDBOXER_TOKEN_FILE"
 )
 
 // Config is everything the server needs to start.
@@ -62,8 +64,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		policyPath:  fs.String("policy", "", "policy YAML file (env "+EnvPolicy+"; default: built-in defaults, the same as policies/default.yaml)"),
 		toolsets:    fs.String("toolsets", "", "comma-separated toolsets (exec, jobs, info, workspaces, admin) or presets (all, core, workspace, minimal) to enable (env "+EnvToolsets+"; default all)"),
 		logLevel:    fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)"),
-		metricsAddr: fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. :9464 (loopback) or 0.0.0.0:9464; needs --token-file (default: not served)"),
-		tokenFile:   fs.String("token-file", "", "file of client tokens, one 'NAME TOKEN [ROLE]' a line (TOKEN literal or sha256:HEX; ROLE user, readonly, metrics or admin), mode 600"),
+		metricsAddr: fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. :9464 (loopback) or 0.0.0.0:9464; needs --token-file (env "+EnvMetrics+"; default: not served)"),
+		tokenFile:   fs.String("token-file", "", "file of client tokens, one 'NAME TOKEN [ROLE]' a line (TOKEN literal or sha256:HEX; ROLE user, readonly, metrics or admin), mode 600 (env "+EnvTokens+")"),
 		allowBlockEdits: fs.Bool("allow-block-edits", false, "let agents add and remove their own block-list entries (policy block.agent_edits; env "+
 			policy.EnvAllowBlockEdits+"); also switches the admin toolset on"),
 	}
@@ -86,7 +88,7 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 		LogLevel:   pick(*f.logLevel, EnvLogLevel, "info"),
 	}
 	if f.metricsAddr != nil {
-		c.MetricsAddr, c.TokenFile = *f.metricsAddr, *f.tokenFile
+		c.MetricsAddr, c.TokenFile = pick(*f.metricsAddr, EnvMetrics, ""), pick(*f.tokenFile, EnvTokens, "")
 	}
 	if ts := pick(*f.toolsets, EnvToolsets, ""); ts != "" {
 		for _, t := range strings.Split(ts, ",") {
