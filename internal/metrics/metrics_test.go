@@ -84,7 +84,9 @@ func newServer(t *testing.T, src Sources) (*Metrics, string) {
 
 func TestFamiliesPresentAndMoving(t *testing.T) {
 	m, url := newServer(t, Sources{
-		LiveJobs:   func() map[[2]string]int { return map[[2]string]int{{"session", "running"}: 2, {"command", "queued"}: 1} },
+		LiveJobs: func() map[[2]string]int {
+			return map[[2]string]int{{"session", "running"}: 2, {"command", "queued"}: 1}
+		},
 		Workspaces: func(context.Context) (map[string]int, error) { return map[string]int{"running": 3}, nil },
 		PoolReady:  func() map[string]int { return map[string]int{"img/python": 2, "img/unknown": 1} },
 		Caches: func(context.Context) ([]Cache, error) {
@@ -157,12 +159,12 @@ func TestFamiliesPresentAndMoving(t *testing.T) {
 	}
 }
 
-// TestCardinalityBounded: a source that names a new value each time (an
+// TestCardinalityBounded (threat 49): a source that names a new value each time (an
 // agent's block-list entries, a runaway tool name) costs a bounded number of
 // series, and a job id never becomes a label.
 func TestCardinalityBounded(t *testing.T) {
 	m, url := newServer(t, Sources{})
-	for i := range 1000 {
+	for i := range 10000 {
 		m.BlockDecision(true, fmt.Sprintf("cmd%d", i))
 		m.ToolCall(fmt.Sprintf("tool%d", i), false, time.Millisecond)
 		m.JobEnded("command", fmt.Sprintf("lang%d", i), "completed", fmt.Sprintf("reason%d", i), time.Millisecond)
@@ -174,11 +176,11 @@ func TestCardinalityBounded(t *testing.T) {
 		"sandboxer_jobs_ended_total":          maxLabelValues + 1,
 	} {
 		if n := len(fams[name].GetMetric()); n > max {
-			t.Errorf("%s has %d series after 1000 distinct values, want <= %d", name, n, max)
+			t.Errorf("%s has %d series after 10,000 distinct values, want <= %d", name, n, max)
 		}
 	}
-	if got := value(fams, "sandboxer_blocklist_decisions_total", map[string]string{"rule": Other}); got != 1000-maxLabelValues {
-		t.Errorf("values past the bound counted as %q: %v, want %d", Other, got, 1000-maxLabelValues)
+	if got := value(fams, "sandboxer_blocklist_decisions_total", map[string]string{"rule": Other}); got != 10000-maxLabelValues {
+		t.Errorf("values past the bound counted as %q: %v, want %d", Other, got, 10000-maxLabelValues)
 	}
 	for _, f := range fams {
 		for _, mt := range f.Metric {
