@@ -39,7 +39,12 @@ var listenLine = regexp.MustCompile(`"addr":"([^"]+)"[^\n]*"message":"serving /m
 // httpAddr is where the server's listener is (it logs it before serving MCP).
 func (s *server) httpAddr() string {
 	s.t.Helper()
-	m := listenLine.FindStringSubmatch(s.stderr.String())
+	// stderr is copied by a goroutine: the line may land a moment after
+	// the server answered initialize.
+	var m []string
+	for deadline := time.Now().Add(30 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		m = listenLine.FindStringSubmatch(s.stderr.String())
+	}
 	if m == nil {
 		s.t.Fatalf("no 'serving /metrics' line in the log:\n%s", tail(s.stderr.String(), 2000))
 	}
