@@ -71,6 +71,16 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == proto.FSCommand {
 		os.Exit(fsMain(os.Args[2:], os.Stdin, os.Stdout))
 	}
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case proto.ScanCommand:
+			os.Exit(scanMain(os.Args[2:], os.Stdout))
+		case proto.ChangesCommand:
+			os.Exit(changesMain(os.Stdin, os.Stdout))
+		case proto.RelayCommand:
+			os.Exit(relayMain(os.Args[2:], os.Stdin, os.Stdout))
+		}
+	}
 	os.Exit(run(os.Stdin, os.Stdout))
 }
 
