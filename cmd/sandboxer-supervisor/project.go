@@ -234,8 +234,9 @@ func readFileChange(p string, c *proto.Change, maxFile int64, budget *int64) (st
 // relayMain carries stdin to 127.0.0.1:PORT (or [::1]) and the answer to
 // stdout; it exits at once, with a message, when nothing listens there.
 func relayMain(args []string, stdin io.Reader, stdout io.Writer) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: relay PORT")
+	probe := len(args) == 2 && args[1] == "probe" // only say whether something listens
+	if len(args) != 1 && !probe {
+		fmt.Fprintln(os.Stderr, "usage: relay PORT [probe]")
 		return 2
 	}
 	port, err := strconv.Atoi(args[0])
@@ -254,6 +255,9 @@ func relayMain(args []string, stdin io.Reader, stdout io.Writer) int {
 		return 1
 	}
 	defer conn.Close()
+	if probe {
+		return 0
+	}
 	go func() {
 		_, _ = io.Copy(conn, stdin)
 		if tc, ok := conn.(*net.TCPConn); ok {

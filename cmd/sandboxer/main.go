@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/auth"
+	"github.com/sandboxer/sandboxer/internal/baseline"
 	"github.com/sandboxer/sandboxer/internal/blocklist"
 	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/deps"
@@ -153,6 +154,8 @@ func serve(args []string) error {
 	}
 	// Workspaces sit in front: a job naming one runs in its container.
 	workspaces = workspace.New(engine, st, cfg.Policy, lock.ID(), log)
+	workspaces.Baselines = baseline.New(filepath.Join(cfg.StateDir, "baselines"))
+	defer workspaces.ClosePortsAll()
 	if mt != nil {
 		workspaces.OnInstall = func(manager string, ok bool) { mt.Install(manager, ok) }
 	}

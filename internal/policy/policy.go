@@ -93,6 +93,8 @@ type Workspaces struct {
 	// DiskMB is the most a workspace's files (under /workspace) may take,
 	// enforced by polling while jobs run: a job that fills past it is killed.
 	DiskMB int64 `yaml:"disk_mb"`
+	// MaxPorts is how many ports of one workspace expose_port may have open.
+	MaxPorts int `yaml:"max_ports"`
 	// InstallNetwork is the Docker network a workspace joins while
 	// install_packages runs; "none" forbids installs.
 	InstallNetwork string `yaml:"install_network"`
@@ -235,7 +237,7 @@ func Default() *Policy {
 		Languages: map[string]Language{},
 		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2, MaxTotal: 6, FollowIdleS: 300},
 		Scripts:   Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300},
-		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024,
+		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024, MaxPorts: 4,
 			InstallNetwork: NetworkBridge, PipIndexURL: "", InstallCAFile: "",
 			InstallGoProxy: "https://proxy.golang.org,direct", InstallGoSumDB: "sum.golang.org"},
 		Sessions: Sessions{IdleTimeoutS: Range{Default: 600, Max: 3600}},

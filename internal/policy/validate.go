@@ -205,6 +205,7 @@ func (p *Policy) Validate() error {
 	ps.intIn("workspaces.max", int64(p.Workspaces.Max), 0, maxWorkspaces)
 	ps.intIn("workspaces.idle_stop_s", p.Workspaces.IdleStopS, 0, maxSeconds)
 	ps.intIn("workspaces.disk_mb", p.Workspaces.DiskMB, 1, maxMB)
+	ps.intIn("workspaces.max_ports", int64(p.Workspaces.MaxPorts), 0, 64)
 	if !networkNamePattern.MatchString(p.Workspaces.InstallNetwork) || p.Workspaces.InstallNetwork == "host" {
 		ps.add("workspaces.install_network", "%q is not a Docker network name (bridge, a user-defined network, or none to forbid installs; host is refused)", p.Workspaces.InstallNetwork)
 	}

@@ -11,6 +11,9 @@ const (
 	LabelWorkspace = "dev.sandboxer.workspace"
 	// KindWorkspace labels a workspace's long-lived container.
 	KindWorkspace = "workspace"
+	// KindHelper labels a short-lived container that reads granted mounts
+	// for an import.
+	KindHelper = "helper"
 )
 
 // WorkspaceSpec says how to make a workspace's container: a long-lived
@@ -68,4 +71,16 @@ type WorkspaceRuntime interface {
 	// Exec runs a plain command in a running workspace container until it
 	// ends or ctx does, and returns its exit code.
 	Exec(ctx context.Context, containerID string, opts ExecOptions) (int, error)
+
+	// StartHelper starts a short-lived container with mounts (read-only,
+	// no network) for Exec and CopyFrom; Remove takes it away.
+	StartHelper(ctx context.Context, image string, mounts []Mount) (string, error)
+	// Remove removes a container; idempotent.
+	Remove(ctx context.Context, containerID string) error
+	// CopyFrom streams a path of a container, running or stopped, as a tar
+	// archive through the engine ("dir/." gives dir's contents).
+	CopyFrom(ctx context.Context, containerID, path string) (io.ReadCloser, error)
+	// CopyTo extracts a tar archive into a directory of a container,
+	// keeping the archive's owners, modes and times.
+	CopyTo(ctx context.Context, containerID, dir string, archive io.Reader) error
 }

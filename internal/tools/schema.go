@@ -126,7 +126,24 @@ func withInput(a *argSchema) mcp.ToolOption {
 // character of it on every turn, so it lists the top-level fields by name and
 // type, with nested objects left open (the per-tool docs resources describe
 // every field; get_job describes the job record).
-func withOutput[T any]() mcp.ToolOption { return outputSchema[T](summaryOutput) }
+func withOutput[T any](opts ...outputOption) mcp.ToolOption {
+	shrink := summaryOutput
+	for _, o := range opts {
+		shrink = o(shrink)
+	}
+	return outputSchema[T](shrink)
+}
+
+// outputOption changes how an output schema is shrunk.
+type outputOption func(func(*jsonschema.Schema, int)) func(*jsonschema.Schema, int)
+
+// withoutFields leaves the result an open object: for a tool whose result
+// another tool's schema already spells out (kill_job returns get_job's record).
+func withoutFields() outputOption {
+	return func(func(*jsonschema.Schema, int)) func(*jsonschema.Schema, int) {
+		return func(s *jsonschema.Schema, _ int) { *s = jsonschema.Schema{Type: "object"} }
+	}
+}
 
 // withDescribedOutput is compact too, but keeps the descriptions of the named
 // top-level fields, whose values need saying: for the one tool whose result

@@ -90,6 +90,8 @@ func All(d Deps) []Tool {
 		CreateWorkspace(d),
 		ListWorkspaces(d),
 		DeleteWorkspace(d),
+		WorkspaceChanges(d),
+		ExposePort(d),
 		ListDependencyCaches(d),
 		PruneDependencyCaches(d),
 		WriteFile(d),

@@ -31,10 +31,11 @@ type WorkspaceInfo struct {
 	CPUs       float64 `json:"cpus" jsonschema:"CPU quota of its container, shared by its jobs"`
 	Pids       int64   `json:"pids" jsonschema:"most processes and threads in its container at once"`
 	DiskMB     int64   `json:"disk_mb" jsonschema:"the most its /workspace may hold, in MiB (checked by polling while jobs run)"`
+	Ports      []workspace.PortInfo `json:"ports,omitempty" jsonschema:"ports open with expose_port"`
 }
 
-func workspaceInfo(w *store.Workspace) WorkspaceInfo {
-	return WorkspaceInfo{
+func workspaceInfo(ws *workspace.Manager, w *store.Workspace) WorkspaceInfo {
+	return WorkspaceInfo{Ports: ws.Ports(w.Name),
 		Name: w.Name, Language: w.Language, Image: w.Image, State: w.State,
 		CreatedAt: stamp(w.CreatedAt), LastUsedAt: stamp(w.LastUsedAt),
 		MemoryMB: w.Limits.MemoryBytes >> 20, CPUs: float64(w.Limits.NanoCPUs) / 1e9, Pids: w.Limits.Pids,
@@ -69,11 +70,14 @@ type CreateWorkspaceArgs struct {
 	CPUs     *float64 `json:"cpus,omitempty"`
 	Pids     *int64   `json:"pids,omitempty"`
 	Mounts   []string `json:"mounts,omitempty"`
+	Import   string   `json:"import,omitempty"`
+	From     string   `json:"from,omitempty"`
 }
 
 // WorkspaceResult is create_workspace's result.
 type WorkspaceResult struct {
-	Workspace WorkspaceInfo `json:"workspace" jsonschema:"the workspace"`
+	Workspace WorkspaceInfo     `json:"workspace" jsonschema:"the workspace"`
+	Origin    *workspace.Origin `json:"origin,omitempty" jsonschema:"what its files came from (import or from)"`
 }
 
 func CreateWorkspace(d Deps) Tool {
@@ -90,6 +94,8 @@ func CreateWorkspace(d Deps) Tool {
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
 			"process limit, shared; default %d", l.Pids.Default),
 		"mounts": d.mountsParam(),
+		"import": d.importParam(),
+		"from":   {desc: "workspace to fork: copy its files"},
 	})
 	def := mcp.NewTool("create_workspace",
 		mcp.WithDescription("Create a named persistent sandbox with a volume at /workspace; jobs with its workspace argument share its files and packages. Docs: sandboxer://docs/create_workspace"),
@@ -110,6 +116,16 @@ func CreateWorkspace(d Deps) Tool {
 		if err := workspace.CheckName(args.Name); err != nil {
 			return errorResult("name: %v", err), nil
 		}
+		if args.Import != "" && args.From != "" {
+			return errorResult("import and from: give one; a fork keeps its source's import baseline"), nil
+		}
+		if args.From != "" {
+			src, problem := d.workspaceFor(args.From, args.Language)
+			if problem != nil {
+				return problem, nil
+			}
+			args.Language = src.Language
+		}
 		name := args.Language
 		if name == "" {
 			name = lang.DefaultLanguage
@@ -129,12 +145,27 @@ func CreateWorkspace(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
-		w, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Name, Image: image, Limits: limits, Mounts: mounts})
+		imp, problem := d.importFor(args.Import)
+		if problem != nil {
+			return problem, nil
+		}
+		w, origin, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Name, Image: image, Limits: limits,
+			Mounts: mounts, Import: imp, From: args.From})
 		if err != nil {
 			return workspaceFailure(err), nil
 		}
-		info := workspaceInfo(w)
-		return structured(WorkspaceResult{Workspace: info}, fmt.Sprintf("workspace %s created (%s, %s)", info.Name, info.Language, info.State)), nil
+		info := workspaceInfo(ws, w)
+		text := fmt.Sprintf("workspace %s created (%s, %s)", info.Name, info.Language, info.State)
+		switch {
+		case origin != nil && origin.Import != "":
+			text += fmt.Sprintf("; imported %d files (%d KiB) from mount %s", origin.Files, origin.Bytes>>10, origin.Import)
+			if origin.SkippedCount > 0 {
+				text += fmt.Sprintf(", skipped %d sockets, FIFOs or devices", origin.SkippedCount)
+			}
+		case origin != nil:
+			text += "; forked from " + origin.From
+		}
+		return structured(WorkspaceResult{Workspace: info, Origin: origin}, text), nil
 	}}
 }
 
@@ -173,7 +204,7 @@ func ListWorkspaces(d Deps) Tool {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%d workspaces (at most %d)", len(list), res.Max)
 		for _, w := range list {
-			res.Workspaces = append(res.Workspaces, workspaceInfo(w))
+			res.Workspaces = append(res.Workspaces, workspaceInfo(ws, w))
 			fmt.Fprintf(&b, "\n%s %s %s", w.Name, w.Language, w.State)
 		}
 		return structured(res, b.String()), nil

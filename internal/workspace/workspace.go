@@ -21,6 +21,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sandboxer/sandboxer/internal/baseline"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/store"
@@ -72,6 +73,9 @@ type Manager struct {
 	// OnInstall, when set (before use), is told of each package manager's
 	// run in install_packages and whether it succeeded (metrics).
 	OnInstall func(manager string, ok bool)
+	// Baselines keeps imports' baselines (set before use; nil: imports
+	// and forks' baselines are not available).
+	Baselines *baseline.Store
 
 	rt     sandbox.WorkspaceRuntime
 	st     *store.Store
@@ -81,6 +85,7 @@ type Manager struct {
 
 	mu    sync.Mutex
 	state map[string]*wsState
+	ports map[string]map[int]*exposure // open ports by workspace
 	stop  chan struct{}
 	once  sync.Once
 	// diskUsage measures a workspace's /workspace in bytes (tests replace it).
@@ -97,7 +102,7 @@ type wsState struct {
 // New makes a manager; Run starts its background loop.
 func New(rt sandbox.WorkspaceRuntime, st *store.Store, pol *policy.Policy, server string, log zerolog.Logger) *Manager {
 	m := &Manager{rt: rt, st: st, pol: pol, server: server, log: log,
-		state: map[string]*wsState{}, stop: make(chan struct{})}
+		state: map[string]*wsState{}, ports: map[string]map[int]*exposure{}, stop: make(chan struct{})}
 	m.diskUsage = m.du
 	return m
 }
@@ -132,23 +137,74 @@ type CreateRequest struct {
 	Name, Language, Image string
 	Limits                policy.Resolved
 	Mounts                []sandbox.Mount // granted host directories, read-only
+	// Import, when set, fills /workspace with a copy of a granted mount's
+	// tree and keeps it as the baseline of Changes.
+	Import *Import
+	// From, when set, names a workspace whose files (and baseline) the new
+	// one starts with; Image and Language must be that workspace's.
+	From string
 }
 
-// Create makes a workspace and starts its container.
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspace, error) {
+// Create makes a workspace and starts its container; with Import or From,
+// the workspace starts with their files (Origin says what came).
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspace, *Origin, error) {
 	if !m.Enabled() {
-		return nil, ErrDisabled
+		return nil, nil, ErrDisabled
 	}
 	if err := CheckName(req.Name); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n, err := m.st.CountWorkspaces(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if n >= m.pol.Workspaces.Max {
-		return nil, fmt.Errorf("%w: %d exist (policy workspaces.max=%d); delete one with delete_workspace", ErrTooMany, n, m.pol.Workspaces.Max)
+		return nil, nil, fmt.Errorf("%w: %d exist (policy workspaces.max=%d); delete one with delete_workspace", ErrTooMany, n, m.pol.Workspaces.Max)
 	}
+	if _, err := m.st.GetWorkspace(ctx, req.Name); err == nil {
+		return nil, nil, fmt.Errorf("%w: %q (list_workspaces shows it; delete_workspace removes it)", ErrExists, req.Name)
+	}
+	var src *store.Workspace
+	if req.From != "" {
+		if src, err = m.Get(ctx, req.From); err != nil {
+			return nil, nil, err
+		}
+	}
+	var pending *baseline.Pending
+	var origin *Origin
+	if req.Import != nil {
+		// Before anything is made: a tree past the quota makes nothing.
+		if pending, origin, err = m.prepareImport(ctx, req.Image, req.Import); err != nil {
+			return nil, nil, err
+		}
+		defer pending.Discard() // a no-op once committed
+	}
+	w, err := m.create(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Baselines != nil {
+		_ = m.Baselines.Remove(w.Name) // left by a server that died mid-delete
+	}
+	switch {
+	case pending != nil:
+		err = m.fillImport(ctx, w, pending)
+	case src != nil:
+		origin, err = m.fillFork(ctx, w, src)
+	}
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer cancel()
+		if derr := m.Delete(cctx, w.Name); derr != nil {
+			m.log.Warn().Err(derr).Str("workspace", w.Name).Msg("remove a workspace whose copy failed")
+		}
+		return nil, nil, err
+	}
+	return w, origin, nil
+}
+
+// create makes the workspace's records, volume and container, and starts it.
+func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspace, error) {
 	s := m.ws(req.Name)
 	s.lock.Lock()
 	defer s.lock.Unlock()
@@ -221,6 +277,12 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	}
 	if err := m.st.DeleteWorkspace(ctx, name); err != nil && !errors.Is(err, store.ErrWorkspaceNotFound) {
 		return err
+	}
+	m.closePorts(name)
+	if m.Baselines != nil {
+		if err := m.Baselines.Remove(name); err != nil {
+			m.log.Warn().Err(err).Str("workspace", name).Msg("remove the workspace's baseline")
+		}
 	}
 	m.log.Info().Str("workspace", name).Msg("workspace deleted")
 	return nil

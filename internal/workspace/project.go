@@ -1,0 +1,289 @@
+package workspace
+
+// The user's project in a workspace: an import copies a granted mount's
+// tree into a new workspace and keeps it as the baseline; a fork copies
+// another workspace; Changes reports what differs from the baseline as a
+// patch in git's format. Every tree moves through the engine's archive API
+// (tar streams), never through a path on the server's host, and nothing
+// here ever writes to a mount's source.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/baseline"
+	"github.com/sandboxer/sandboxer/internal/patch"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
+)
+
+// Import names a granted mount to copy into a new workspace.
+type Import struct {
+	Name  string        // the mount's name (the policy's)
+	Mount sandbox.Mount // its source
+}
+
+// Origin is what a new workspace's files came from.
+type Origin struct {
+	Import string `json:"import,omitempty"` // the mount imported
+	From   string `json:"from,omitempty"`   // the workspace forked
+	Files  int    `json:"files,omitempty"`
+	Bytes  int64  `json:"bytes,omitempty"`
+	// Skipped are sockets, FIFOs and devices an import left out (the first
+	// ones; SkippedCount counts them all).
+	Skipped      []proto.SpecialFile `json:"skipped,omitempty"`
+	SkippedCount int                 `json:"skipped_count,omitempty"`
+}
+
+// importMountPoint is where a helper sees the mount being imported.
+const importMountPoint = "/mnt/import"
+
+// Limits of workspace_changes.
+const (
+	changesMaxFile   = 1 << 20  // a file larger than this is named, not diffed
+	changesMaxTotal  = 16 << 20 // content sent by one comparison
+	changesMaxOutput = 24 << 20 // the helper's JSON (content is base64)
+	changesTimeout   = 5 * time.Minute
+)
+
+// ErrNoBaselines: the manager was made without a place for baselines.
+var ErrNoBaselines = errors.New("imports are not available in this server (no baseline store)")
+
+func (m *Manager) quota() int64 { return m.pol.Workspaces.DiskMB << 20 }
+
+// prepareImport reads a mount's tree into a pending baseline, refusing a
+// tree past the quota before anything is made. It scans first (sizes and
+// special files, without reading content), then copies.
+func (m *Manager) prepareImport(ctx context.Context, image string, imp *Import) (*baseline.Pending, *Origin, error) {
+	if m.Baselines == nil {
+		return nil, nil, ErrNoBaselines
+	}
+	mnt := imp.Mount
+	mnt.Target, mnt.ReadOnly = importMountPoint, true
+	helper, err := m.rt.StartHelper(ctx, image, []sandbox.Mount{mnt})
+	if err != nil {
+		return nil, nil, fmt.Errorf("import %q: %w", imp.Name, err)
+	}
+	defer func() { _ = m.rt.Remove(context.WithoutCancel(ctx), helper) }()
+	var out, errb capped
+	out.max, errb.max = 1<<20, 4096
+	code, err := m.rt.Exec(ctx, helper, sandbox.ExecOptions{
+		Cmd: []string{supervisorPath, proto.ScanCommand, importMountPoint}, Stdout: &out, Stderr: &errb,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("import %q: scan: %w", imp.Name, err)
+	}
+	var scan proto.ScanResult
+	if jerr := json.Unmarshal(out.buf.Bytes(), &scan); jerr != nil {
+		return nil, nil, fmt.Errorf("import %q: the scan failed (exit %d): %s", imp.Name, code, strings.TrimSpace(errb.buf.String()))
+	}
+	if scan.Error != "" {
+		return nil, nil, fmt.Errorf("import %q: %s (the server reads the tree as uid 1000: make it readable to that user)", imp.Name, scan.Error)
+	}
+	if scan.Bytes > m.quota() {
+		return nil, nil, fmt.Errorf("import: mount %q holds %d MiB in %d files, more than a workspace may hold (policy workspaces.disk_mb=%d): nothing was made",
+			imp.Name, scan.Bytes>>20, scan.Files, m.pol.Workspaces.DiskMB)
+	}
+	tree, err := m.rt.CopyFrom(ctx, helper, importMountPoint+"/.")
+	if err != nil {
+		return nil, nil, fmt.Errorf("import %q: %w", imp.Name, err)
+	}
+	defer tree.Close()
+	pending, err := m.Baselines.Build(tree, imp.Name, m.quota())
+	if errors.Is(err, baseline.ErrTooLarge) {
+		return nil, nil, fmt.Errorf("import: mount %q grew past the quota while it was copied (policy workspaces.disk_mb=%d): nothing was made", imp.Name, m.pol.Workspaces.DiskMB)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("import %q: %w", imp.Name, err)
+	}
+	origin := &Origin{Import: imp.Name, Files: scan.Files, Bytes: pending.Manifest.Bytes,
+		Skipped: scan.Special, SkippedCount: scan.SpecialCount}
+	return pending, origin, nil
+}
+
+// fillImport copies a pending baseline's tree into the new workspace's
+// /workspace, owned by the sandbox user, and keeps the baseline.
+func (m *Manager) fillImport(ctx context.Context, w *store.Workspace, pending *baseline.Pending) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(pending.WriteTar(pw, 1000, 1000)) }()
+	err := m.rt.CopyTo(ctx, w.ContainerID, Root, pr)
+	pr.CloseWithError(errors.New("copy ended"))
+	if err != nil {
+		return fmt.Errorf("import into %q: %w", w.Name, err)
+	}
+	return pending.Commit(w.Name)
+}
+
+// fillFork copies workspace src's files (caches and user installs
+// included; not its running jobs) into w, and gives w src's baseline.
+func (m *Manager) fillFork(ctx context.Context, w, src *store.Workspace) (*Origin, error) {
+	tree, err := m.rt.CopyFrom(ctx, src.ContainerID, Root+"/.")
+	if err != nil {
+		return nil, fmt.Errorf("fork %q: %w", src.Name, err)
+	}
+	defer tree.Close()
+	counted := &quotaReader{r: tree, left: m.quota() + 64<<20} // tar headers on top of the files
+	if err := m.rt.CopyTo(ctx, w.ContainerID, Root, counted); err != nil {
+		if counted.over {
+			return nil, fmt.Errorf("from: workspace %q holds more than a workspace may (policy workspaces.disk_mb=%d): delete files there first", src.Name, m.pol.Workspaces.DiskMB)
+		}
+		return nil, fmt.Errorf("fork %q: %w", src.Name, err)
+	}
+	if m.Baselines != nil {
+		if err := m.Baselines.Copy(src.Name, w.Name); err != nil {
+			return nil, fmt.Errorf("fork %q: its baseline: %w", src.Name, err)
+		}
+	}
+	return &Origin{From: src.Name, Bytes: counted.read}, nil
+}
+
+// quotaReader fails a stream that goes past left bytes.
+type quotaReader struct {
+	r          io.Reader
+	left, read int64
+	over       bool
+}
+
+func (q *quotaReader) Read(p []byte) (int, error) {
+	n, err := q.r.Read(p)
+	q.read += int64(n)
+	if q.left -= int64(n); q.left < 0 {
+		q.over = true
+		return n, errors.New("past the workspace's disk quota")
+	}
+	return n, err
+}
+
+// ChangeSummary is one changed path.
+type ChangeSummary struct {
+	Path   string `json:"path"`
+	Change string `json:"change"` // added, modified, deleted
+	Type   string `json:"type"`   // file, symlink, dir
+	Binary bool   `json:"binary,omitempty"`
+	Note   string `json:"note,omitempty"`
+}
+
+// Changes is what a workspace changed since its baseline.
+type Changes struct {
+	// Baseline names what is compared against: "import of <mount>", or
+	// "empty" for a workspace that was not imported.
+	Baseline string
+	Changes  []ChangeSummary
+	Diff     string
+}
+
+// excludedFromChanges are the caches the server keeps on the volume
+// (CacheEnv), relative to /workspace: never part of the project.
+func excludedFromChanges() []string {
+	var out []string
+	for _, kv := range CacheEnv {
+		_, v, _ := strings.Cut(kv, "=")
+		if rel, ok := strings.CutPrefix(v, Root+"/"); ok {
+			out = append(out, rel)
+		}
+	}
+	return out
+}
+
+// Changes compares a workspace's files with its baseline, inside its
+// container (no link is followed there), and writes the patch here.
+func (m *Manager) Changes(ctx context.Context, name string) (*Changes, error) {
+	if _, err := m.Get(ctx, name); err != nil {
+		return nil, err
+	}
+	var base *baseline.Manifest
+	if m.Baselines != nil {
+		var err error
+		if base, err = m.Baselines.Load(name); err != nil {
+			return nil, err
+		}
+	}
+	req := proto.ChangesRequest{Exclude: excludedFromChanges(), MaxFileBytes: changesMaxFile, MaxTotalBytes: changesMaxTotal}
+	res := &Changes{Baseline: "empty"}
+	if base != nil {
+		req.Baseline, res.Baseline = base.Entries, "import of "+base.Source
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, changesTimeout)
+	defer cancel()
+	var out, errb capped
+	out.max, errb.max = changesMaxOutput, 4096
+	code, err := m.Exec(ctx, name, sandbox.ExecOptions{
+		Cmd: []string{supervisorPath, proto.ChangesCommand}, Stdin: bytes.NewReader(body), Stdout: &out, Stderr: &errb,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var got proto.ChangesResult
+	if jerr := json.Unmarshal(out.buf.Bytes(), &got); jerr != nil {
+		return nil, fmt.Errorf("the changes helper in workspace %q failed (exit %d): %s (an image built before workspace_changes lacks it: run `sandboxer images build`, then create the workspace again)",
+			name, code, strings.TrimSpace(errb.buf.String()))
+	}
+	if got.Error != "" {
+		return nil, fmt.Errorf("workspace %q: %s", name, got.Error)
+	}
+	sort.Slice(got.Changes, func(i, j int) bool { return got.Changes[i].Path < got.Changes[j].Path })
+	old := map[string]proto.BaselineEntry{}
+	if base != nil {
+		for _, e := range base.Entries {
+			old[e.Path] = e
+		}
+	}
+	var diff strings.Builder
+	for _, c := range got.Changes {
+		f, binary, err := m.patchFile(name, c, old[c.Path])
+		if err != nil {
+			return nil, err
+		}
+		res.Changes = append(res.Changes, ChangeSummary{Path: c.Path, Change: c.Change, Type: c.Type, Binary: binary, Note: c.Note})
+		if c.Type == "dir" {
+			continue // an unreadable directory: named, not diffed
+		}
+		if err := patch.Write(&diff, f); err != nil {
+			return nil, err
+		}
+	}
+	res.Diff = diff.String()
+	return res, nil
+}
+
+// patchFile pairs a change with its baseline side.
+func (m *Manager) patchFile(name string, c proto.Change, old proto.BaselineEntry) (patch.File, bool, error) {
+	f := patch.File{Path: c.Path}
+	if c.Change != "added" && old.Path != "" {
+		f.Old = patch.Side{Exists: true, Symlink: old.Type == "symlink", Executable: old.Mode&0o100 != 0}
+		switch old.Type {
+		case "symlink":
+			f.Old.Content = []byte(old.Target)
+		case "file":
+			b, err := m.Baselines.Blob(name, old.SHA256)
+			if err != nil {
+				return f, false, fmt.Errorf("workspace %q: its baseline lacks %s: %w", name, old.Path, err)
+			}
+			f.Old.Content = b
+			head := b[:min(len(b), 8000)]
+			f.Binary = bytes.IndexByte(head, 0) >= 0 || len(b) > changesMaxFile
+		}
+	}
+	if c.Change != "deleted" {
+		f.New = patch.Side{Exists: true, Symlink: c.Type == "symlink", Executable: c.Mode&0o100 != 0}
+		if c.Type == "symlink" {
+			f.New.Content = []byte(c.Target)
+		} else {
+			f.New.Content = c.Content
+			f.Binary = f.Binary || c.Binary || c.Omitted
+		}
+	}
+	return f, f.Binary, nil
+}
