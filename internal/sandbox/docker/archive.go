@@ -66,10 +66,11 @@ func (r *Runtime) CopyFrom(ctx context.Context, containerID, path string) (io.Re
 }
 
 // CopyTo extracts a tar archive into dir of a container, keeping the
-// archive's owners, modes and times.
+// archive's owners, modes and times. (CopyUIDGID would instead chown all to
+// the container's user, looked up by name: "1000:1000" is not one.)
 func (r *Runtime) CopyTo(ctx context.Context, containerID, dir string, archive io.Reader) error {
 	_, err := r.cli.CopyToContainer(ctx, containerID, client.CopyToContainerOptions{
-		DestinationPath: dir, Content: archive, CopyUIDGID: true,
+		DestinationPath: dir, Content: archive,
 	})
 	if err != nil {
 		return r.engineErr(fmt.Errorf("copy into container: %w", err))
