@@ -21,16 +21,16 @@ const workspaceNameDesc = "workspace name"
 
 // WorkspaceInfo is one workspace as the tools show it.
 type WorkspaceInfo struct {
-	Name       string  `json:"name" jsonschema:"the workspace's name"`
-	Language   string  `json:"language" jsonschema:"the language whose image it runs"`
-	Image      string  `json:"image" jsonschema:"the image its container was made from"`
-	State      string  `json:"state" jsonschema:"running, stopped (idle: the next job starts it again, files and packages intact) or creating"`
-	CreatedAt  string  `json:"created_at" jsonschema:"when it was made (RFC 3339, UTC)"`
-	LastUsedAt string  `json:"last_used_at,omitempty" jsonschema:"when a job last ran in it (RFC 3339, UTC)"`
-	MemoryMB   int64   `json:"memory_mb" jsonschema:"memory limit of its container in MiB, shared by its jobs"`
-	CPUs       float64 `json:"cpus" jsonschema:"CPU quota of its container, shared by its jobs"`
-	Pids       int64   `json:"pids" jsonschema:"most processes and threads in its container at once"`
-	DiskMB     int64   `json:"disk_mb" jsonschema:"the most its /workspace may hold, in MiB (checked by polling while jobs run)"`
+	Name       string               `json:"name" jsonschema:"the workspace's name"`
+	Language   string               `json:"language" jsonschema:"the language whose image it runs"`
+	Image      string               `json:"image" jsonschema:"the image its container was made from"`
+	State      string               `json:"state" jsonschema:"running, stopped (idle: the next job starts it again, files and packages intact) or creating"`
+	CreatedAt  string               `json:"created_at" jsonschema:"when it was made (RFC 3339, UTC)"`
+	LastUsedAt string               `json:"last_used_at,omitempty" jsonschema:"when a job last ran in it (RFC 3339, UTC)"`
+	MemoryMB   int64                `json:"memory_mb" jsonschema:"memory limit of its container in MiB, shared by its jobs"`
+	CPUs       float64              `json:"cpus" jsonschema:"CPU quota of its container, shared by its jobs"`
+	Pids       int64                `json:"pids" jsonschema:"most processes and threads in its container at once"`
+	DiskMB     int64                `json:"disk_mb" jsonschema:"the most its /workspace may hold, in MiB (checked by polling while jobs run)"`
 	Ports      []workspace.PortInfo `json:"ports,omitempty" jsonschema:"ports open with expose_port"`
 }
 

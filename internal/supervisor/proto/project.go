@@ -40,8 +40,8 @@ type BaselineEntry struct {
 	Type   string `json:"t"` // file, dir, symlink
 	Mode   uint32 `json:"m"` // permission bits
 	Size   int64  `json:"s,omitempty"`
-	SHA256 string `json:"h,omitempty"` // file: hex of its content
-	Target string `json:"l,omitempty"` // symlink: its target, never followed
+	SHA256 string `json:"h,omitempty"`  // file: hex of its content
+	Target string `json:"l,omitempty"`  // symlink: its target, never followed
 	MTime  int64  `json:"mt,omitempty"` // modification time, Unix nanoseconds
 }
 
