@@ -53,7 +53,7 @@ type options struct {
 	maxJobs    int           // jobs.max_concurrent of both servers
 	settle     time.Duration // pause after the pool is full, before a measured call
 	trace      bool
-	only       string // run one part alone: "gosuites"
+	only       string // run one part alone: "gosuites" or "project"
 }
 
 func main() {
@@ -68,7 +68,7 @@ func main() {
 	flag.IntVar(&o.concOff, "conc-off", 50, "trivial jobs from concurrent callers, pool off (0 = skip)")
 	flag.IntVar(&o.maxJobs, "max-jobs", 8, "jobs.max_concurrent of both servers (SANDBOXER_MAX_JOBS), so 8 jobs can run at once")
 	flag.DurationVar(&o.settle, "settle", 50*time.Millisecond, "pause once the pool is full before a measured warm call")
-	flag.StringVar(&o.only, "only", "", "run one part alone: gosuites")
+	flag.StringVar(&o.only, "only", "", "run one part alone: gosuites or project")
 	flag.BoolVar(&o.trace, "trace", false, "also print where the time of a warm call goes (from the job's timestamps)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -495,8 +495,11 @@ type report struct {
 
 func run(ctx context.Context, o options) error {
 	began := time.Now()
-	if o.only == "gosuites" {
+	switch o.only {
+	case "gosuites":
 		return goSuites(ctx, o)
+	case "project":
+		return project(ctx, o)
 	}
 	image := images.Tag("base")
 	r := &report{runs: o.runs, seqN: o.seq, concN: o.conc, callers: o.callers, seqOffN: o.seqOff, concOffN: o.concOff}
@@ -535,6 +538,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if err := goSuites(ctx, o); err != nil {
 		fmt.Printf("\ngo suites: %v\n", err)
+	}
+	if err := project(ctx, o); err != nil {
+		fmt.Printf("\nproject: %v\n", err)
 	}
 	progress("done in %s", time.Since(began).Round(time.Second))
 	return nil

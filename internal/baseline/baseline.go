@@ -8,6 +8,7 @@ package baseline
 
 import (
 	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -134,21 +135,51 @@ func (s *Store) pending() (*Pending, error) {
 // Build reads a tar stream of a tree (as the engine's archive API gives
 // it, paths under "./") into a pending baseline. Links stay links; sockets,
 // FIFOs and devices are left out and listed; files past maxBytes in all
-// fail it with ErrTooLarge.
-func (s *Store) Build(r io.Reader, source string, maxBytes int64) (*Pending, error) {
+// fail it with ErrTooLarge. When copy is not nil, the tree as kept is also
+// written to it as it is read, as WriteTar would write it: the copy into a
+// workspace runs alongside.
+func (s *Store) Build(r io.Reader, source string, maxBytes int64, copy *TarCopy) (*Pending, error) {
 	p, err := s.pending()
 	if err != nil {
 		return nil, err
 	}
 	p.Manifest = Manifest{Source: source, CreatedAt: time.Now().UTC()}
-	if err := p.read(tar.NewReader(r), maxBytes); err != nil {
+	err = p.read(tar.NewReader(r), maxBytes, copy)
+	if err == nil && copy != nil {
+		err = copy.tw().Close()
+	}
+	if err != nil {
 		p.Discard()
 		return nil, err
 	}
 	return p, nil
 }
 
-func (p *Pending) read(tr *tar.Reader, maxBytes int64) error {
+// TarCopy is where Build copies the tree it keeps, with every file owned
+// by UID:GID.
+type TarCopy struct {
+	W        io.Writer
+	UID, GID int
+	w        *tar.Writer
+}
+
+func (c *TarCopy) tw() *tar.Writer {
+	if c.w == nil {
+		c.w = tar.NewWriter(c.W)
+	}
+	return c.w
+}
+
+func (p *Pending) read(tr *tar.Reader, maxBytes int64, copy *TarCopy) (err error) {
+	// Small files are written to disk by a writer of their own, so the
+	// stream (and the copy into the workspace riding on it) does not wait
+	// for each file's creation.
+	w := p.startWriter()
+	defer func() {
+		if werr := w.wait(); err == nil {
+			err = werr
+		}
+	}()
 	sums := map[string]proto.BaselineEntry{} // regular files by path, for hard links
 	for {
 		h, err := tr.Next()
@@ -176,8 +207,22 @@ func (p *Pending) read(tr *tar.Reader, maxBytes int64) error {
 			if p.Manifest.Bytes > maxBytes {
 				return fmt.Errorf("%w: its files hold over %d MiB", ErrTooLarge, maxBytes>>20)
 			}
-			sum, err := p.putBlob(tr)
-			if err != nil {
+			var content io.Reader = tr
+			if copy != nil {
+				e.Type, e.Size = "file", h.Size
+				if err := copy.tw().WriteHeader(header(e, copy.UID, copy.GID)); err != nil {
+					return err
+				}
+				content = io.TeeReader(tr, copy.tw())
+			}
+			var sum string
+			if h.Size <= smallFile {
+				b, err := io.ReadAll(content)
+				if err != nil {
+					return fmt.Errorf("read the tree's archive: %w", err)
+				}
+				sum = w.put(b)
+			} else if sum, err = p.putBlob(content); err != nil {
 				return err
 			}
 			e.Type, e.Size, e.SHA256 = "file", h.Size, sum
@@ -193,9 +238,25 @@ func (p *Pending) read(tr *tar.Reader, maxBytes int64) error {
 				return fmt.Errorf("%w: its files hold over %d MiB", ErrTooLarge, maxBytes>>20)
 			}
 			e.Type, e.Size, e.SHA256 = "file", src.Size, src.SHA256
+			if copy != nil {
+				// Written as a file of its own: the workspace's copy
+				// need not keep the link.
+				w.flush()
+				if err := copy.tw().WriteHeader(header(e, copy.UID, copy.GID)); err != nil {
+					return err
+				}
+				if err := p.copyBlob(copy.tw(), e); err != nil {
+					return err
+				}
+			}
 		default:
 			p.Manifest.Skipped = append(p.Manifest.Skipped, proto.SpecialFile{Path: name, Type: tarSpecial(h.Typeflag)})
 			continue
+		}
+		if copy != nil && e.Type != "file" {
+			if err := copy.tw().WriteHeader(header(e, copy.UID, copy.GID)); err != nil {
+				return err
+			}
 		}
 		p.Manifest.Entries = append(p.Manifest.Entries, e)
 	}
@@ -223,6 +284,63 @@ func cleanName(n string) (string, bool) {
 	return c, true
 }
 
+// smallFile is the largest file handed to the background writer.
+const smallFile = 1 << 20
+
+type blobWriter struct {
+	p    *Pending
+	ch   chan blobJob
+	done chan error
+	seen map[string]bool
+}
+
+// blobJob is content to write, or (with flushed set) a barrier.
+type blobJob struct {
+	b       []byte
+	flushed chan struct{}
+}
+
+func (p *Pending) startWriter() *blobWriter {
+	w := &blobWriter{p: p, ch: make(chan blobJob, 64), done: make(chan error, 1), seen: map[string]bool{}}
+	go func() {
+		var first error
+		for j := range w.ch {
+			if j.flushed != nil {
+				close(j.flushed)
+				continue
+			}
+			if first == nil {
+				_, first = p.putBlob(bytes.NewReader(j.b))
+			}
+		}
+		w.done <- first
+	}()
+	return w
+}
+
+// flush waits until everything queued is on disk (or failed).
+func (w *blobWriter) flush() {
+	f := make(chan struct{})
+	w.ch <- blobJob{flushed: f}
+	<-f
+}
+
+// put queues content for writing and returns its hash.
+func (w *blobWriter) put(b []byte) string {
+	h := sha256.Sum256(b)
+	sum := hex.EncodeToString(h[:])
+	if !w.seen[sum] {
+		w.seen[sum] = true
+		w.ch <- blobJob{b: b}
+	}
+	return sum
+}
+
+func (w *blobWriter) wait() error {
+	close(w.ch)
+	return <-w.done
+}
+
 func (p *Pending) putBlob(r io.Reader) (string, error) {
 	f, err := os.CreateTemp(filepath.Join(p.dir, "objects"), ".tmp-")
 	if err != nil {
@@ -246,31 +364,40 @@ func (p *Pending) putBlob(r io.Reader) (string, error) {
 func (p *Pending) WriteTar(w io.Writer, uid, gid int) error {
 	tw := tar.NewWriter(w)
 	for _, e := range p.Manifest.Entries {
-		h := &tar.Header{Name: e.Path, Mode: int64(e.Mode), Uid: uid, Gid: gid, ModTime: time.Unix(0, e.MTime), Format: tar.FormatPAX}
-		switch e.Type {
-		case "dir":
-			h.Typeflag, h.Name = tar.TypeDir, e.Path+"/"
-		case "symlink":
-			h.Typeflag, h.Linkname = tar.TypeSymlink, e.Target
-		case "file":
-			h.Typeflag, h.Size = tar.TypeReg, e.Size
-		}
-		if err := tw.WriteHeader(h); err != nil {
+		if err := tw.WriteHeader(header(e, uid, gid)); err != nil {
 			return err
 		}
 		if e.Type == "file" {
-			f, err := os.Open(filepath.Join(p.dir, "objects", e.SHA256))
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, io.LimitReader(f, e.Size))
-			f.Close()
-			if err != nil {
+			if err := p.copyBlob(tw, e); err != nil {
 				return err
 			}
 		}
 	}
 	return tw.Close()
+}
+
+func (p *Pending) copyBlob(w io.Writer, e proto.BaselineEntry) error {
+	f, err := os.Open(filepath.Join(p.dir, "objects", e.SHA256))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, io.LimitReader(f, e.Size))
+	return err
+}
+
+// header is the tar header of an entry, owned by uid:gid.
+func header(e proto.BaselineEntry, uid, gid int) *tar.Header {
+	h := &tar.Header{Name: e.Path, Mode: int64(e.Mode), Uid: uid, Gid: gid, ModTime: time.Unix(0, e.MTime), Format: tar.FormatPAX}
+	switch e.Type {
+	case "dir":
+		h.Typeflag, h.Name = tar.TypeDir, e.Path+"/"
+	case "symlink":
+		h.Typeflag, h.Linkname = tar.TypeSymlink, e.Target
+	case "file":
+		h.Typeflag, h.Size = tar.TypeReg, e.Size
+	}
+	return h
 }
 
 // Commit puts the baseline in place as workspace name's (replacing any).

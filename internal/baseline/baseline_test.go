@@ -39,6 +39,7 @@ func archive(t *testing.T, entries ...entry) *bytes.Buffer {
 
 func TestBuildKeepsLinksAsLinksAndSkipsSpecials(t *testing.T) {
 	s := New(t.TempDir())
+	var copied bytes.Buffer
 	p, err := s.Build(archive(t,
 		entry{name: "./", typ: tar.TypeDir},
 		entry{name: "./a.txt", body: "hello\n", typ: tar.TypeReg},
@@ -46,7 +47,7 @@ func TestBuildKeepsLinksAsLinksAndSkipsSpecials(t *testing.T) {
 		entry{name: "./evil", link: "/etc/shadow", typ: tar.TypeSymlink},
 		entry{name: "./pipe", typ: tar.TypeFifo},
 		entry{name: "./dev", typ: tar.TypeChar},
-	), "proj", 1<<20)
+	), "proj", 1<<20, &TarCopy{W: &copied, UID: 1000, GID: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +99,12 @@ func TestBuildKeepsLinksAsLinksAndSkipsSpecials(t *testing.T) {
 	if strings.Join(names, ",") != "a.txt,hard,evil" {
 		t.Fatalf("written back: %v", names)
 	}
+	// The copy made while building is the same tree.
+	var again bytes.Buffer
+	(&Pending{Manifest: *m, s: s, dir: s.wsDir("ws")}).WriteTar(&again, 1000, 1000)
+	if !bytes.Equal(copied.Bytes(), again.Bytes()) {
+		t.Fatalf("the copy made while building differs from WriteTar's (%d vs %d bytes)", copied.Len(), again.Len())
+	}
 	// A fork's copy, then removal of the original, leaves the copy whole.
 	if err := s.Copy("ws", "fork"); err != nil {
 		t.Fatal(err)
@@ -110,11 +117,11 @@ func TestBuildKeepsLinksAsLinksAndSkipsSpecials(t *testing.T) {
 
 func TestBuildRefuses(t *testing.T) {
 	s := New(t.TempDir())
-	_, err := s.Build(archive(t, entry{name: "../escape", body: "x", typ: tar.TypeReg}), "p", 1<<20)
+	_, err := s.Build(archive(t, entry{name: "../escape", body: "x", typ: tar.TypeReg}), "p", 1<<20, nil)
 	if err == nil || !strings.Contains(err.Error(), "outside") {
 		t.Fatalf("a path leaving the tree: %v", err)
 	}
-	_, err = s.Build(archive(t, entry{name: "big", body: strings.Repeat("x", 2048), typ: tar.TypeReg}), "p", 1024)
+	_, err = s.Build(archive(t, entry{name: "big", body: strings.Repeat("x", 2048), typ: tar.TypeReg}), "p", 1024, nil)
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("past the limit: %v", err)
 	}

@@ -59,10 +59,18 @@ var ErrNoBaselines = errors.New("imports are not available in this server (no ba
 
 func (m *Manager) quota() int64 { return m.pol.Workspaces.DiskMB << 20 }
 
-// prepareImport reads a mount's tree into a pending baseline, refusing a
-// tree past the quota before anything is made. It scans first (sizes and
-// special files, without reading content), then copies.
-func (m *Manager) prepareImport(ctx context.Context, image string, imp *Import) (*baseline.Pending, *Origin, error) {
+// importer is an import under way: a helper container that sees the
+// mount, and what its scan found.
+type importer struct {
+	imp    *Import
+	helper string
+	origin *Origin
+}
+
+// prepareImport starts a helper that sees the mount and scans the tree
+// (sizes and special files, no content read): a tree past the quota is
+// refused here, before anything else is made. close removes the helper.
+func (m *Manager) prepareImport(ctx context.Context, image string, imp *Import) (_ *importer, done func(), err error) {
 	if m.Baselines == nil {
 		return nil, nil, ErrNoBaselines
 	}
@@ -72,7 +80,12 @@ func (m *Manager) prepareImport(ctx context.Context, image string, imp *Import) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("import %q: %w", imp.Name, err)
 	}
-	defer func() { _ = m.rt.Remove(context.WithoutCancel(ctx), helper) }()
+	remove := func() { _ = m.rt.Remove(context.WithoutCancel(ctx), helper) }
+	defer func() {
+		if err != nil {
+			remove()
+		}
+	}()
 	var out, errb capped
 	out.max, errb.max = 1<<20, 4096
 	code, err := m.rt.Exec(ctx, helper, sandbox.ExecOptions{
@@ -92,34 +105,45 @@ func (m *Manager) prepareImport(ctx context.Context, image string, imp *Import) 
 		return nil, nil, fmt.Errorf("import: mount %q holds %d MiB in %d files, more than a workspace may hold (policy workspaces.disk_mb=%d): nothing was made",
 			imp.Name, scan.Bytes>>20, scan.Files, m.pol.Workspaces.DiskMB)
 	}
-	tree, err := m.rt.CopyFrom(ctx, helper, importMountPoint+"/.")
-	if err != nil {
-		return nil, nil, fmt.Errorf("import %q: %w", imp.Name, err)
-	}
-	defer tree.Close()
-	pending, err := m.Baselines.Build(tree, imp.Name, m.quota())
-	if errors.Is(err, baseline.ErrTooLarge) {
-		return nil, nil, fmt.Errorf("import: mount %q grew past the quota while it was copied (policy workspaces.disk_mb=%d): nothing was made", imp.Name, m.pol.Workspaces.DiskMB)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("import %q: %w", imp.Name, err)
-	}
-	origin := &Origin{Import: imp.Name, Files: scan.Files, Bytes: pending.Manifest.Bytes,
-		Skipped: scan.Special, SkippedCount: scan.SpecialCount}
-	return pending, origin, nil
+	return &importer{imp: imp, helper: helper,
+		origin: &Origin{Import: imp.Name, Files: scan.Files, Skipped: scan.Special, SkippedCount: scan.SpecialCount}}, remove, nil
 }
 
-// fillImport copies a pending baseline's tree into the new workspace's
-// /workspace, owned by the sandbox user, and keeps the baseline.
-func (m *Manager) fillImport(ctx context.Context, w *store.Workspace, pending *baseline.Pending) error {
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(pending.WriteTar(pw, 1000, 1000)) }()
-	err := m.rt.CopyTo(ctx, w.ContainerID, Root, pr)
-	pr.CloseWithError(errors.New("copy ended"))
+// fillImport streams the mount's tree from the helper into the new
+// workspace's /workspace (owned by the sandbox user) and, as it passes,
+// into the baseline kept for Changes.
+func (m *Manager) fillImport(ctx context.Context, w *store.Workspace, im *importer) (*Origin, error) {
+	tree, err := m.rt.CopyFrom(ctx, im.helper, importMountPoint+"/.")
 	if err != nil {
-		return fmt.Errorf("import into %q: %w", w.Name, err)
+		return nil, fmt.Errorf("import %q: %w", im.imp.Name, err)
 	}
-	return pending.Commit(w.Name)
+	defer tree.Close()
+	pr, pw := io.Pipe()
+	type built struct {
+		p   *baseline.Pending
+		err error
+	}
+	done := make(chan built, 1)
+	go func() {
+		p, err := m.Baselines.Build(tree, im.imp.Name, m.quota(), &baseline.TarCopy{W: pw, UID: 1000, GID: 1000})
+		pw.CloseWithError(err)
+		done <- built{p, err}
+	}()
+	err = m.rt.CopyTo(ctx, w.ContainerID, Root, pr)
+	pr.CloseWithError(errors.New("copy ended"))
+	b := <-done
+	if b.err != nil {
+		if errors.Is(b.err, baseline.ErrTooLarge) {
+			return nil, fmt.Errorf("import: mount %q grew past the quota while it was copied (policy workspaces.disk_mb=%d): nothing was kept", im.imp.Name, m.pol.Workspaces.DiskMB)
+		}
+		return nil, fmt.Errorf("import %q: %w", im.imp.Name, b.err)
+	}
+	defer b.p.Discard() // a no-op once committed
+	if err != nil {
+		return nil, fmt.Errorf("import into %q: %w", w.Name, err)
+	}
+	im.origin.Bytes = b.p.Manifest.Bytes
+	return im.origin, b.p.Commit(w.Name)
 }
 
 // fillFork copies workspace src's files (caches and user installs

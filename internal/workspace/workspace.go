@@ -170,14 +170,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspa
 			return nil, nil, err
 		}
 	}
-	var pending *baseline.Pending
-	var origin *Origin
+	var im *importer
 	if req.Import != nil {
 		// Before anything is made: a tree past the quota makes nothing.
-		if pending, origin, err = m.prepareImport(ctx, req.Image, req.Import); err != nil {
+		var done func()
+		if im, done, err = m.prepareImport(ctx, req.Image, req.Import); err != nil {
 			return nil, nil, err
 		}
-		defer pending.Discard() // a no-op once committed
+		defer done()
 	}
 	w, err := m.create(ctx, req)
 	if err != nil {
@@ -186,9 +186,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspa
 	if m.Baselines != nil {
 		_ = m.Baselines.Remove(w.Name) // left by a server that died mid-delete
 	}
+	var origin *Origin
 	switch {
-	case pending != nil:
-		err = m.fillImport(ctx, w, pending)
+	case im != nil:
+		origin, err = m.fillImport(ctx, w, im)
 	case src != nil:
 		origin, err = m.fillFork(ctx, w, src)
 	}
