@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -126,10 +127,12 @@ func serve(args []string) error {
 		depCaches  *deps.Manager
 	)
 	engineOpts := []docker.Option{docker.WithServer(lock.ID())}
-	if cfg.MetricsAddr != "" {
+	if cfg.TokenFile != "" {
 		if tokens, err = auth.Load(cfg.TokenFile); err != nil {
 			return err
 		}
+	}
+	if cfg.MetricsAddr != "" {
 		mt = metrics.New(stateSources(&jobs, &workspaces, &warm, &depCaches))
 		engineOpts = append(engineOpts, docker.WithErrorHook(mt.EngineError))
 	}
@@ -226,8 +229,27 @@ func serve(args []string) error {
 		}
 		defer stopHTTP()
 	}
-	log.Info().Str("state_dir", cfg.StateDir).Str("engine", engine.Host()).Str("instance", cfg.Instance()).Str("server", lock.ID()).Msg("serving MCP on stdio")
-	serveErr := srv.ServeStdio(ctx, os.Stdin, os.Stdout, logging.StdLogger(log))
+	var serveErr error
+	if cfg.HTTPAddr != "" {
+		serveErr = srv.ServeHTTP(ctx, cfg.HTTPAddr, mcpserver.HTTPOptions{
+			Tokens: authenticator(tokens), RatePerTenant: cfg.HTTPRate, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey,
+			Ready: func(addr string) {
+				log.Info().Str("state_dir", cfg.StateDir).Str("engine", engine.Host()).Str("instance", cfg.Instance()).Str("server", lock.ID()).
+					Str("addr", addr).Bool("tokens", tokens != nil).Bool("tls", cfg.TLSCert != "").Msg("serving MCP on http")
+				if tokens != nil && cfg.TLSCert == "" && !mcpserver.IsLoopback(addr) {
+					log.Warn().Str("addr", addr).Msg("plain HTTP beyond loopback: tokens cross the network in clear; give --tls-cert and --tls-key")
+				}
+			},
+			Mount: func(mux *http.ServeMux) {
+				if mt != nil && tokens != nil {
+					mux.Handle("GET /metrics", mt.Scrape(tokens))
+				}
+			},
+		})
+	} else {
+		log.Info().Str("state_dir", cfg.StateDir).Str("engine", engine.Host()).Str("instance", cfg.Instance()).Str("server", lock.ID()).Msg("serving MCP on stdio")
+		serveErr = srv.ServeStdio(ctx, os.Stdin, os.Stdout, logging.StdLogger(log))
+	}
 
 	// stdin ended or a signal came: end every job, flush state, exit promptly.
 	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 10*time.Second)
@@ -242,6 +264,15 @@ func serve(args []string) error {
 		return serveErr
 	}
 	return nil
+}
+
+// authenticator is nil when no token file was given (an untyped nil, so
+// the HTTP transport sees none).
+func authenticator(t *auth.Tokens) mcpserver.Authenticator {
+	if t == nil {
+		return nil
+	}
+	return t
 }
 
 // poolTargets are the warm sandboxes the policy asks for, per language.

@@ -24,6 +24,7 @@ const (
 	EnvLogLevel = "SANDBOXER_LOG_LEVEL"
 	EnvMetrics  = "SANDBOXER_METRICS_ADDR"
 	EnvTokens   = "SANDBOXER_TOKEN_FILE"
+	EnvHTTP     = "SANDBOXER_HTTP_ADDR"
 )
 
 // Config is everything the server needs to start.
@@ -37,6 +38,12 @@ type Config struct {
 	// ":PORT" listens on loopback only. TokenFile guards it (internal/auth).
 	MetricsAddr string
 	TokenFile   string
+	// HTTPAddr, when set, serves MCP over Streamable HTTP at /mcp there
+	// instead of stdio. HTTPRate is each tenant's requests a second (0 =
+	// unlimited); TLSCert and TLSKey make it HTTPS.
+	HTTPAddr        string
+	HTTPRate        float64
+	TLSCert, TLSKey string
 }
 
 // DefaultStateDir is $XDG_STATE_HOME/sandboxer, else ~/.local/state/sandboxer.
@@ -55,6 +62,8 @@ func DefaultStateDir(getenv func(string) string) string {
 type Flags struct {
 	stateDir, policyPath, toolsets, logLevel *string
 	metricsAddr, tokenFile                   *string
+	httpAddr, tlsCert, tlsKey                *string
+	httpRate                                 *float64
 	allowBlockEdits                          *bool
 }
 
@@ -65,6 +74,10 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		toolsets:    fs.String("toolsets", "", "comma-separated toolsets (exec, jobs, info, workspaces, admin) or presets (all, core, workspace, minimal) to enable (env "+EnvToolsets+"; default all)"),
 		logLevel:    fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)"),
 		metricsAddr: fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. :9464 (loopback) or 0.0.0.0:9464; needs --token-file (env "+EnvMetrics+"; default: not served)"),
+		httpAddr:    fs.String("http", "", "serve MCP over Streamable HTTP at /mcp on this address (e.g. 127.0.0.1:8080) instead of stdio; beyond loopback it needs --token-file (env "+EnvHTTP+")"),
+		httpRate:    fs.Float64("http-rate", 50, "requests a second one tenant may make over HTTP, bursts of twice that; past it, 429 with Retry-After (0 = unlimited)"),
+		tlsCert:     fs.String("tls-cert", "", "certificate file (PEM) for HTTPS on --http"),
+		tlsKey:      fs.String("tls-key", "", "private key file (PEM) for --tls-cert"),
 		tokenFile:   fs.String("token-file", "", "file of client tokens, one 'NAME TOKEN [ROLE]' a line (TOKEN literal or sha256:HEX; ROLE user, readonly, metrics or admin), mode 600 (env "+EnvTokens+")"),
 		allowBlockEdits: fs.Bool("allow-block-edits", false, "let agents add and remove their own block-list entries (policy block.agent_edits; env "+
 			policy.EnvAllowBlockEdits+"); also switches the admin toolset on"),
@@ -89,6 +102,9 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 	}
 	if f.metricsAddr != nil {
 		c.MetricsAddr, c.TokenFile = pick(*f.metricsAddr, EnvMetrics, ""), pick(*f.tokenFile, EnvTokens, "")
+	}
+	if f.httpAddr != nil {
+		c.HTTPAddr, c.HTTPRate, c.TLSCert, c.TLSKey = pick(*f.httpAddr, EnvHTTP, ""), *f.httpRate, *f.tlsCert, *f.tlsKey
 	}
 	if ts := pick(*f.toolsets, EnvToolsets, ""); ts != "" {
 		for _, t := range strings.Split(ts, ",") {
@@ -124,6 +140,15 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("state dir %q: %v", c.StateDir, err))
 	} else {
 		c.StateDir = abs
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
+	}
+	if c.TLSCert != "" && c.HTTPAddr == "" {
+		errs = append(errs, errors.New("--tls-cert serves --http: give --http too"))
+	}
+	if c.HTTPRate < 0 {
+		errs = append(errs, errors.New("--http-rate must be >= 0"))
 	}
 	if c.MetricsAddr != "" && c.TokenFile == "" {
 		errs = append(errs, errors.New("--metrics-addr needs --token-file: /metrics is served only to tokens of role metrics or admin"))

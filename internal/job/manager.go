@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/terminal"
 )
 
@@ -525,9 +526,26 @@ func (m *Manager) steerable(ctx context.Context, id string) (*Job, error) {
 	return rec, nil
 }
 
+// visible refuses a job another tenant owns exactly as an unknown one: the
+// store decides (its lookup filters by ctx's tenant, internal/tenant). A
+// live job is in the store from Submit on.
+func (m *Manager) visible(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if tenant.Scope(ctx) == "" {
+		return nil
+	}
+	_, err := m.st.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w %q: list_jobs shows the known ones", ErrNotFound, id)
+	}
+	return err
+}
+
 // Get returns a job's record.
 func (m *Manager) Get(ctx context.Context, id string) (*Job, error) {
-	if err := checkID(id); err != nil {
+	if err := m.visible(ctx, id); err != nil {
 		return nil, err
 	}
 	if j := m.liveJob(id); j != nil {
@@ -559,6 +577,9 @@ func (m *Manager) LiveCounts() map[[2]string]int {
 
 // Wait waits up to d (or until ctx ends) for a job to finish, then returns its record.
 func (m *Manager) Wait(ctx context.Context, id string, d time.Duration) (*Job, error) {
+	if err := m.visible(ctx, id); err != nil {
+		return nil, err
+	}
 	j := m.liveJob(id)
 	if j == nil {
 		return m.Get(ctx, id)
@@ -583,6 +604,9 @@ func (m *Manager) Wait(ctx context.Context, id string, d time.Duration) (*Job, e
 // Kill signals a job and removes its sandbox after grace if it is still
 // running. Killing a finished job is not an error: it returns its record.
 func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Duration, reason string) (*Job, error) {
+	if err := m.visible(ctx, id); err != nil {
+		return nil, err
+	}
 	j := m.liveJob(id)
 	if j == nil {
 		return m.steerable(ctx, id)
@@ -628,6 +652,9 @@ func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Durati
 // read its stdin), that is fewer than len(data), with the error saying so.
 // Writes to one job are serialized.
 func (m *Manager) SendInput(ctx context.Context, id string, data []byte, eof bool) (int, error) {
+	if err := m.visible(ctx, id); err != nil {
+		return 0, err
+	}
 	j := m.liveJob(id)
 	if j == nil {
 		if _, err := m.steerable(ctx, id); err != nil {

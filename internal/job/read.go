@@ -56,6 +56,9 @@ type jobOutput struct {
 // outputOf resolves a job's output. A finished job's capture is opened
 // closed, for reading only.
 func (m *Manager) outputOf(ctx context.Context, id string) (*jobOutput, error) {
+	if err := m.visible(ctx, id); err != nil {
+		return nil, err
+	}
 	if j := m.liveJob(id); j != nil {
 		return &jobOutput{id: id, live: j, capture: j.capture, done: j.done}, nil
 	}

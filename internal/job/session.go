@@ -90,6 +90,9 @@ func (j *liveJob) touch() {
 
 // Resize changes a PTY session's terminal size (and its emulated screen's).
 func (m *Manager) Resize(ctx context.Context, id string, rows, cols int) (*Job, error) {
+	if err := m.visible(ctx, id); err != nil {
+		return nil, err
+	}
 	j := m.liveJob(id)
 	if j == nil {
 		rec, err := m.steerable(ctx, id)
@@ -159,6 +162,9 @@ const maxReplayBytes = 4 << 20
 // as output arrives; for a session that ended, replayed from its stored
 // output (its last 4 MiB) at its last size.
 func (m *Manager) Screen(ctx context.Context, id string) (terminal.Screen, *Job, error) {
+	if err := m.visible(ctx, id); err != nil {
+		return terminal.Screen{}, nil, err
+	}
 	if j := m.liveJob(id); j != nil && j.term != nil {
 		return j.term.Screen(), j.snapshot(), nil
 	}

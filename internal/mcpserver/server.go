@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/metrics"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
@@ -136,6 +137,7 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 		server.WithToolHandlerMiddleware(w.toolMiddleware),
 		server.WithToolHandlerMiddleware(s.auditMiddleware),
 		server.WithToolHandlerMiddleware(s.metricsMiddleware),
+		server.WithToolHandlerMiddleware(s.roleMiddleware),
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
 		// No server.WithInputSchemaValidation: each tool checks its arguments
@@ -182,6 +184,8 @@ func (s *Server) ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writ
 	if errLog != nil {
 		s.logf = errLog.Printf
 	}
+	// stdio's client is the tenant "local" (internal/tenant).
+	ctx = tenant.With(ctx, tenant.Tenant{Name: tenant.Local})
 	err := stdio.Listen(ctx, s.wire.reader(stdin, maxMessageBytes), s.notifier.w)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil

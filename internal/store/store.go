@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"modernc.org/sqlite"
+
+	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
 // Sentinel errors; test with errors.Is.
@@ -233,11 +235,16 @@ var migrations = []string{
 		added_by  TEXT NOT NULL DEFAULT '',
 		added_at  INTEGER NOT NULL
 	) STRICT;`,
+	// 5: the tenant (a token's client; stdio's is "local") that owns each
+	// job and workspace: the store filters by it (internal/tenant).
+	`ALTER TABLE jobs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'local';
+	ALTER TABLE workspaces ADD COLUMN tenant TEXT NOT NULL DEFAULT 'local';
+	CREATE INDEX jobs_tenant ON jobs (tenant, created_at);`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build
 // creates and understands; it equals len(migrations).
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 func init() {
 	if len(migrations) != SchemaVersion {
@@ -698,7 +705,8 @@ func (s *Store) CreateJob(ctx context.Context, j *Job) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`) VALUES (`+placeholders(len(args))+`)`, args...)
+	args = append(args, tenant.Owner(ctx))
+	_, err = s.db.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`, tenant) VALUES (`+placeholders(len(args))+`)`, args...)
 	if err != nil {
 		if code, ok := sqliteCode(err); ok && code == sqliteConstraintPrimaryKey {
 			return fmt.Errorf("%w: %s", ErrExists, j.ID)
@@ -773,7 +781,8 @@ func (s *Store) SetReadCursors(ctx context.Context, id string, combined, stdout,
 
 // GetJob returns the job with that ID, or an error wrapping ErrNotFound.
 func (s *Store) GetJob(ctx context.Context, id string) (*Job, error) {
-	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
+	where, args := tenantScope(ctx, `id = ?`, id)
+	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+where, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -781,6 +790,15 @@ func (s *Store) GetJob(ctx context.Context, id string) (*Job, error) {
 		return nil, fmt.Errorf("store: get job %s: %w", id, err)
 	}
 	return j, nil
+}
+
+// tenantScope adds the filter of ctx's tenant (none for the server's own
+// work and for admins) to a WHERE clause.
+func tenantScope(ctx context.Context, where string, args ...any) (string, []any) {
+	if t := tenant.Scope(ctx); t != "" {
+		return where + ` AND tenant = ?`, append(args, t)
+	}
+	return where, args
 }
 
 // cursor is the position after the last job of a page.
@@ -825,6 +843,9 @@ func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]*Job, string, err
 		where []string
 		args  []any
 	)
+	if t := tenant.Scope(ctx); t != "" {
+		where, args = append(where, `tenant = ?`), append(args, t)
+	}
 	if len(f.Status) > 0 {
 		where = append(where, `status IN (`+placeholders(len(f.Status))+`)`)
 		args = append(args, stringArgs(f.Status)...)
@@ -892,6 +913,9 @@ func (s *Store) JobsWithStatus(ctx context.Context, statuses ...string) ([]*Job,
 func (s *Store) DeleteJobs(ctx context.Context, f PruneFilter) ([]string, error) {
 	where := []string{`status NOT IN (?, ?)`}
 	args := []any{statusQueued, statusRunning}
+	if t := tenant.Scope(ctx); t != "" {
+		where, args = append(where, `tenant = ?`), append(args, t)
+	}
 	if len(f.Status) > 0 {
 		where = append(where, `status IN (`+placeholders(len(f.Status))+`)`)
 		args = append(args, stringArgs(f.Status)...)

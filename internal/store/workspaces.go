@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
 // ErrWorkspaceNotFound: no workspace with that name.
@@ -91,7 +93,8 @@ func (s *Store) CreateWorkspace(ctx context.Context, w *Workspace) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO workspaces (`+workspaceColumns+`) VALUES (`+placeholders(len(args))+`)`, args...)
+	args = append(args, tenant.Owner(ctx))
+	_, err = s.db.ExecContext(ctx, `INSERT INTO workspaces (`+workspaceColumns+`, tenant) VALUES (`+placeholders(len(args))+`)`, args...)
 	if err != nil {
 		if code, ok := sqliteCode(err); ok && code == sqliteConstraintPrimaryKey {
 			return fmt.Errorf("%w: %s", ErrWorkspaceExists, w.Name)
@@ -128,7 +131,8 @@ func (s *Store) UpdateWorkspace(ctx context.Context, w *Workspace) error {
 
 // GetWorkspace returns the workspace with that name, or an error wrapping ErrWorkspaceNotFound.
 func (s *Store) GetWorkspace(ctx context.Context, name string) (*Workspace, error) {
-	w, err := scanWorkspace(s.db.QueryRowContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE name = ?`, name))
+	where, args := tenantScope(ctx, `name = ?`, name)
+	w, err := scanWorkspace(s.db.QueryRowContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE `+where, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrWorkspaceNotFound, name)
 	}
@@ -138,9 +142,10 @@ func (s *Store) GetWorkspace(ctx context.Context, name string) (*Workspace, erro
 	return w, nil
 }
 
-// ListWorkspaces returns every workspace, by name.
+// ListWorkspaces returns every workspace (of ctx's tenant), by name.
 func (s *Store) ListWorkspaces(ctx context.Context) ([]*Workspace, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces ORDER BY name`)
+	where, args := tenantScope(ctx, `1 = 1`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE `+where+` ORDER BY name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: list workspaces: %w", err)
 	}
@@ -156,7 +161,8 @@ func (s *Store) ListWorkspaces(ctx context.Context) ([]*Workspace, error) {
 	return out, rows.Err()
 }
 
-// CountWorkspaces returns how many workspaces exist.
+// CountWorkspaces returns how many workspaces exist (every tenant's: the
+// policy's workspaces.max bounds the host).
 func (s *Store) CountWorkspaces(ctx context.Context) (int, error) {
 	var n int
 	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM workspaces`).Scan(&n); err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/blocklist"
+
+	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
 // ToolsetAdmin holds the tools that change what the server allows. Its tools
@@ -196,14 +198,18 @@ func (d Deps) checkInput(ctx context.Context, text string) *mcp.CallToolResult {
 // ClientName is "name version" of the MCP client of ctx's session, from its
 // initialize request (or its per-request info in the stateless revision).
 func ClientName(ctx context.Context) string {
+	name := ""
+	if t, ok := tenant.From(ctx); ok && t.Name != tenant.Local {
+		name = t.Name + ":" // a token's tenant first: who it was, not what it says it is
+	}
 	s := server.ClientSessionFromContext(ctx)
 	if s == nil {
-		return ""
+		return strings.TrimSuffix(name, ":")
 	}
 	ci, ok := s.(server.SessionWithClientInfo)
 	if !ok {
-		return ""
+		return strings.TrimSuffix(name, ":")
 	}
 	info := ci.GetClientInfo()
-	return strings.TrimSpace(truncate(info.Name, 100) + " " + truncate(info.Version, 50))
+	return strings.TrimSpace(name + " " + truncate(info.Name, 100) + " " + truncate(info.Version, 50))
 }

@@ -72,7 +72,7 @@ func InstallPackages(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		w, problem := d.workspaceFor(args.Workspace, "")
+		w, problem := d.workspaceFor(ctx, args.Workspace, "")
 		if problem != nil {
 			return problem, nil
 		}

@@ -87,7 +87,7 @@ func ListCommands(d Deps) Tool {
 		var out string
 		res := ListCommandsResult{}
 		if args.Workspace != "" {
-			if _, problem := d.workspaceFor(args.Workspace, args.Language); problem != nil {
+			if _, problem := d.workspaceFor(ctx, args.Workspace, args.Language); problem != nil {
 				return problem, nil
 			}
 			ws, _ := d.workspaces()

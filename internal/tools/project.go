@@ -54,7 +54,7 @@ func WorkspaceChanges(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		if _, problem := d.workspaceFor(args.Workspace, ""); problem != nil {
+		if _, problem := d.workspaceFor(ctx, args.Workspace, ""); problem != nil {
 			return problem, nil
 		}
 		if args.Cursor < 0 {
@@ -138,7 +138,7 @@ func ExposePort(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		if _, problem := d.workspaceFor(args.Workspace, ""); problem != nil {
+		if _, problem := d.workspaceFor(ctx, args.Workspace, ""); problem != nil {
 			return problem, nil
 		}
 		if args.Port < 1 || args.Port > 65535 {

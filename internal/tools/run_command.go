@@ -94,7 +94,7 @@ func RunCommand(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		jr, wait, problem := d.commandRequest(args)
+		jr, wait, problem := d.commandRequest(ctx, args)
 		if problem != nil {
 			return problem, nil
 		}
@@ -126,7 +126,7 @@ func (d Deps) checkImage(ctx context.Context, image string) *mcp.CallToolResult 
 }
 
 // commandRequest validates run_command's arguments into a job request.
-func (d Deps) commandRequest(args RunCommandArgs) (job.Request, time.Duration, *mcp.CallToolResult) {
+func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Request, time.Duration, *mcp.CallToolResult) {
 	if err := validateCommand("command", args.Command); err != nil {
 		return job.Request{}, 0, errorResult("%v", err)
 	}
@@ -145,7 +145,7 @@ func (d Deps) commandRequest(args RunCommandArgs) (job.Request, time.Duration, *
 	}
 	var wsName string
 	if args.Workspace != "" {
-		w, problem := d.workspaceFor(args.Workspace, args.Language)
+		w, problem := d.workspaceFor(ctx, args.Workspace, args.Language)
 		if problem != nil {
 			return job.Request{}, 0, problem
 		}

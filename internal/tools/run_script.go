@@ -139,7 +139,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 		setup = deps.Setup(sl.Name)
 	}
 	driver := sl.Driver(setup)
-	jr, wait, problem := d.commandRequest(RunCommandArgs{
+	jr, wait, problem := d.commandRequest(ctx, RunCommandArgs{
 		Command: driver, Language: scriptLanguageIn(sl.Name, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
 		TimeoutS: args.TimeoutS, WaitS: args.WaitS, Background: args.Background, Output: args.Output,
 		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids, Mounts: args.Mounts,

@@ -104,7 +104,7 @@ func StartSession(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		jr, rr, problem := d.sessionRequest(args)
+		jr, rr, problem := d.sessionRequest(ctx, args)
 		if problem != nil {
 			return problem, nil
 		}
@@ -150,7 +150,7 @@ func StartSession(d Deps) Tool {
 
 // sessionRequest validates start_session's arguments into a job request and
 // the read of the initial output.
-func (d Deps) sessionRequest(args StartSessionArgs) (job.Request, job.ReadRequest, *mcp.CallToolResult) {
+func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Request, job.ReadRequest, *mcp.CallToolResult) {
 	fail := func(format string, a ...any) (job.Request, job.ReadRequest, *mcp.CallToolResult) {
 		return job.Request{}, job.ReadRequest{}, errorResult(format, a...)
 	}
@@ -227,7 +227,7 @@ func (d Deps) sessionRequest(args StartSessionArgs) (job.Request, job.ReadReques
 	}
 	var wsName string
 	if args.Workspace != "" {
-		w, problem := d.workspaceFor(args.Workspace, args.Language)
+		w, problem := d.workspaceFor(ctx, args.Workspace, args.Language)
 		if problem != nil {
 			return job.Request{}, job.ReadRequest{}, problem
 		}

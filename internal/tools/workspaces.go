@@ -120,7 +120,7 @@ func CreateWorkspace(d Deps) Tool {
 			return errorResult("import and from: give one; a fork keeps its source's import baseline"), nil
 		}
 		if args.From != "" {
-			src, problem := d.workspaceFor(args.From, args.Language)
+			src, problem := d.workspaceFor(ctx, args.From, args.Language)
 			if problem != nil {
 				return problem, nil
 			}
@@ -249,7 +249,7 @@ func DeleteWorkspace(d Deps) Tool {
 // workspaceFor checks a job's workspace argument: the workspace must exist,
 // and a language given with it must be the workspace's. Every tool that runs
 // a job takes a workspace this way and puts the name in job.Request.Workspace.
-func (d Deps) workspaceFor(name, language string) (*store.Workspace, *mcp.CallToolResult) {
+func (d Deps) workspaceFor(ctx context.Context, name, language string) (*store.Workspace, *mcp.CallToolResult) {
 	ws, problem := d.workspaces()
 	if problem != nil {
 		return nil, problem
@@ -257,7 +257,7 @@ func (d Deps) workspaceFor(name, language string) (*store.Workspace, *mcp.CallTo
 	if err := workspace.CheckName(name); err != nil {
 		return nil, errorResult("workspace: %v", err)
 	}
-	w, err := ws.Get(context.Background(), name)
+	w, err := ws.Get(ctx, name)
 	if err != nil {
 		return nil, workspaceFailure(err)
 	}

@@ -1,0 +1,231 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandboxer/sandboxer/internal/tenant"
+)
+
+// Limits of the Streamable HTTP transport.
+const (
+	MaxHTTPBody        = 4 << 20 // a request's body (tool arguments are capped below this)
+	httpHeaderTimeout  = 10 * time.Second
+	httpIdleTimeout    = 2 * time.Minute
+	httpMaxHeaderBytes = 64 << 10
+	// SessionIdleTTL ends an MCP session that sent nothing for this long.
+	SessionIdleTTL  = 30 * time.Minute
+	shutdownTimeout = 30 * time.Second
+)
+
+// Authenticator says whose a bearer token is (internal/auth.Tokens is one).
+type Authenticator interface {
+	Authenticate(token string) (name, role string, ok bool)
+}
+
+// HTTPOptions configure ServeHTTP.
+type HTTPOptions struct {
+	// Tokens authenticates every request; nil serves loopback only, every
+	// client as the tenant "local".
+	Tokens Authenticator
+	// RatePerTenant is how many requests a second one tenant may make
+	// (burst: twice that); 0: unlimited.
+	RatePerTenant float64
+	// Mount adds handlers (/metrics, /ui) beside /mcp on the same listener.
+	Mount func(mux *http.ServeMux)
+	// TLSCert and TLSKey, when set, serve HTTPS.
+	TLSCert, TLSKey string
+	// Ready, when set, is told the address once the listener is bound.
+	Ready func(addr string)
+}
+
+// IsLoopback says whether addr (host:port) is bound to loopback only.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ServeHTTP serves MCP over Streamable HTTP at /mcp on addr until ctx ends,
+// then drains the requests in flight. Each request's bearer token names its
+// tenant (internal/tenant): the store shows a tenant only what it owns.
+func (s *Server) ServeHTTP(ctx context.Context, addr string, o HTTPOptions) error {
+	if o.Tokens == nil && !IsLoopback(addr) {
+		return fmt.Errorf("--http %s: without --token-file the server listens on loopback only (127.0.0.1:PORT); give a token file to listen elsewhere", addr)
+	}
+	streamable := server.NewStreamableHTTPServer(s.mcp,
+		server.WithEndpointPath("/mcp"),
+		server.WithSessionIdleTTL(SessionIdleTTL),
+		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
+			if t, ok := r.Context().Value(requestTenant{}).(tenant.Tenant); ok {
+				return tenant.With(ctx, t)
+			}
+			return ctx
+		}),
+	)
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", s.guard(o, streamable))
+	if o.Mount != nil {
+		o.Mount(mux)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: httpHeaderTimeout,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+	}
+	if o.Ready != nil {
+		o.Ready(ln.Addr().String())
+	}
+	served := make(chan error, 1)
+	go func() {
+		if o.TLSCert != "" {
+			served <- srv.ServeTLS(ln, o.TLSCert, o.TLSKey)
+		} else {
+			served <- srv.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	_ = streamable.Shutdown(sctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+type requestTenant struct{}
+
+// guard checks a request before any MCP processing: its token (401 with
+// WWW-Authenticate), its Origin (403), its size (413) and its tenant's rate
+// (429 with Retry-After).
+func (s *Server) guard(o HTTPOptions, next http.Handler) http.Handler {
+	limits := &rateLimits{rate: o.RatePerTenant, buckets: map[string]*bucket{}}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t := tenant.Tenant{Name: tenant.Local}
+		if o.Tokens != nil {
+			name, role, ok := o.Tokens.Authenticate(bearer(r))
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxer"`)
+				http.Error(w, "a valid token is needed: Authorization: Bearer TOKEN", http.StatusUnauthorized)
+				return
+			}
+			if role == "metrics" {
+				http.Error(w, "a token of role metrics may only read /metrics", http.StatusForbidden)
+				return
+			}
+			t = tenant.Tenant{Name: name, Admin: role == "admin", ReadOnly: role == "readonly"}
+		}
+		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
+			http.Error(w, "cross-origin request refused (Origin "+truncateString(origin, 100)+")", http.StatusForbidden)
+			return
+		}
+		if r.ContentLength > MaxHTTPBody {
+			http.Error(w, "request body over "+strconv.Itoa(MaxHTTPBody)+" bytes", http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxHTTPBody)
+		if wait, ok := limits.take(t.Name); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+1)))
+			http.Error(w, "too many requests from "+t.Name, http.StatusTooManyRequests)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestTenant{}, t)))
+	})
+}
+
+func bearer(r *http.Request) string {
+	v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(v)
+}
+
+// sameOrigin says whether a browser's Origin names the host it asks: a page
+// of another site (DNS rebinding, a hostile tab) is refused.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return strings.EqualFold(u.Host, host)
+}
+
+func truncateString(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// rateLimits are token buckets, one per tenant.
+type rateLimits struct {
+	rate    float64
+	mu      sync.Mutex
+	buckets map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func (l *rateLimits) take(name string) (time.Duration, bool) {
+	if l.rate <= 0 {
+		return 0, true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	burst := 2 * l.rate
+	b := l.buckets[name]
+	now := time.Now()
+	if b == nil {
+		b = &bucket{tokens: burst, at: now}
+		l.buckets[name] = b
+	}
+	b.tokens = min(burst, b.tokens+now.Sub(b.at).Seconds()*l.rate)
+	b.at = now
+	if b.tokens < 1 {
+		return time.Duration((1 - b.tokens) / l.rate * float64(time.Second)), false
+	}
+	b.tokens--
+	return 0, true
+}
+
+// roleMiddleware keeps a read-only token to the tools that change nothing.
+func (s *Server) roleMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if t, ok := tenant.From(ctx); ok && t.ReadOnly && !s.readOnly[req.Params.Name] {
+			return mcp.NewToolResultError(fmt.Sprintf("%s: this token (%s) is read-only: it may call only tools that change nothing (get_job, list_jobs, read_output, list_workspaces, …)", req.Params.Name, t.Name)), nil
+		}
+		return next(ctx, req)
+	}
+}

@@ -1,0 +1,258 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/testutil"
+)
+
+// Streamable HTTP end to end: tokens, tenants that see only their own, the
+// HTTP guards (THREATS 28), driven by mcp-go's Streamable HTTP client.
+
+const (
+	aliceToken  = "alice-token-0123456789abcdef"
+	bobToken    = "bob-token-0123456789abcdef00"
+	opsToken  = "admin-token-0123456789abcdef"
+	readerToken = "reader-token-0123456789abcde"
+)
+
+var httpLine = regexp.MustCompile(`"addr":"([0-9.:\[\]]+)".*serving MCP on http|serving MCP on http.*"addr":"([0-9.:\[\]]+)"`)
+
+// httpServer is a sandboxer serving MCP over HTTP.
+type httpServer struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	base   string
+	exited chan struct{}
+}
+
+func startHTTPServer(t *testing.T, extra ...string) *httpServer {
+	t.Helper()
+	testutil.RequireDocker(t)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	body := fmt.Sprintf("# name token role\nalice %s\nbob %s user\nops %s admin\nreader %s readonly\n", aliceToken, bobToken, opsToken, readerToken)
+	if err := os.WriteFile(tokens, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &httpServer{t: t, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	args := append([]string{"serve", "--state-dir", filepath.Join(dir, "state"), "--log-level", "debug",
+		"--http", "127.0.0.1:0", "--token-file", tokens}, extra...)
+	h.cmd = exec.Command(binPath, args...)
+	h.cmd.Stderr = h.stderr
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = h.cmd.Wait(); close(h.exited) }()
+	t.Cleanup(func() {
+		_ = h.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-h.exited:
+		case <-time.After(60 * time.Second):
+			_ = h.cmd.Process.Kill()
+			t.Errorf("the HTTP server did not stop within 60 s of SIGTERM")
+		}
+	})
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := httpLine.FindStringSubmatch(h.stderr.String()); m != nil {
+			h.base = "http://" + m[1] + m[2]
+			return h
+		}
+		select {
+		case <-h.exited:
+			t.Fatalf("the server exited:\n%s", h.stderr.String())
+		default:
+		}
+	}
+	t.Fatalf("no 'serving MCP on http' line:\n%s", h.stderr.String())
+	return nil
+}
+
+// client connects one MCP client with a token.
+func (h *httpServer) client(token string) *client.Client {
+	h.t.Helper()
+	c, err := client.NewStreamableHttpClient(h.base+"/mcp", transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "e2e-http", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		h.t.Fatalf("initialize: %v\n%s", err, tail(h.stderr.String(), 3000))
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func callHTTP(t *testing.T, c *client.Client, tool string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	req := mcp.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = tool, args
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	return res
+}
+
+func okHTTP(t *testing.T, c *client.Client, tool string, args map[string]any) map[string]any {
+	t.Helper()
+	res := callHTTP(t, c, tool, args)
+	if res.IsError {
+		t.Fatalf("%s(%v): %s", tool, args, text(res))
+	}
+	return structured(t, res)
+}
+
+func errHTTP(t *testing.T, c *client.Client, tool string, args map[string]any) string {
+	t.Helper()
+	res := callHTTP(t, c, tool, args)
+	if !res.IsError {
+		t.Fatalf("%s(%v) succeeded, want a tool error: %s", tool, args, text(res))
+	}
+	return text(res)
+}
+
+// TestHTTPTenantsSeeOnlyTheirOwn: another tenant's job id and workspace
+// name answer exactly as unknown ones; an admin sees everything; a
+// read-only token changes nothing.
+func TestHTTPTenantsSeeOnlyTheirOwn(t *testing.T) {
+	t.Parallel()
+	h := startHTTPServer(t)
+	alice, bob, admin, reader := h.client(aliceToken), h.client(bobToken), h.client(opsToken), h.client(readerToken)
+
+	job := okHTTP(t, alice, "run_command", map[string]any{"command": "echo alice-secret-output"})
+	id := str(job, "job_id")
+	if !strings.Contains(str(job, "stdout"), "alice-secret-output") {
+		t.Fatalf("alice's job: %v", job)
+	}
+	running := okHTTP(t, alice, "run_command", map[string]any{"command": "sleep 60", "background": true})
+	okHTTP(t, alice, "create_workspace", map[string]any{"name": "e2e-http-alice"})
+	t.Cleanup(func() {
+		_ = exec.Command("sh", "-c", "docker rm -f $(docker ps -aq --filter label=dev.sandboxer.workspace=e2e-http-alice) 2>/dev/null; docker volume rm $(docker volume ls -q --filter label=dev.sandboxer.workspace=e2e-http-alice) 2>/dev/null").Run()
+	})
+
+	unknown := "00000000-0000-4000-8000-000000000000"
+	normalize := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, id, "ID"), unknown, "ID") }
+	for _, c := range []struct {
+		tool string
+		args func(string) map[string]any
+	}{
+		{"get_job", func(j string) map[string]any { return map[string]any{"job_id": j} }},
+		{"read_output", func(j string) map[string]any { return map[string]any{"job_id": j} }},
+		{"kill_job", func(j string) map[string]any { return map[string]any{"job_id": j} }},
+		{"send_input", func(j string) map[string]any { return map[string]any{"job_id": j, "text": "x"} }},
+	} {
+		theirs, none := errHTTP(t, bob, c.tool, c.args(id)), errHTTP(t, bob, c.tool, c.args(unknown))
+		if normalize(theirs) != normalize(none) || strings.Contains(theirs, "alice") {
+			t.Fatalf("%s on alice's job tells bob something: %q vs unknown %q", c.tool, theirs, none)
+		}
+	}
+	if theirs := errHTTP(t, bob, "kill_job", map[string]any{"job_id": str(running, "job_id")}); !strings.Contains(theirs, "list_jobs") {
+		t.Fatalf("bob kills alice's running job: %q", theirs)
+	}
+	if list := okHTTP(t, bob, "list_jobs", map[string]any{}); strings.Contains(mustJSON(list), id) {
+		t.Fatalf("bob lists alice's job: %v", list)
+	}
+	if list := okHTTP(t, bob, "list_workspaces", map[string]any{}); strings.Contains(mustJSON(list), "e2e-http-alice") {
+		t.Fatalf("bob lists alice's workspace: %v", list)
+	}
+	theirs := errHTTP(t, bob, "run_command", map[string]any{"command": "ls", "workspace": "e2e-http-alice"})
+	none := errHTTP(t, bob, "run_command", map[string]any{"command": "ls", "workspace": "e2e-http-nobody"})
+	if strings.ReplaceAll(theirs, "e2e-http-alice", "W") != strings.ReplaceAll(none, "e2e-http-nobody", "W") {
+		t.Fatalf("alice's workspace answers bob differently from an unknown one: %q vs %q", theirs, none)
+	}
+	errHTTP(t, bob, "read_file", map[string]any{"workspace": "e2e-http-alice", "path": "x"})
+	errHTTP(t, bob, "delete_workspace", map[string]any{"name": "e2e-http-alice"})
+
+	// The admin sees both tenants' work; alice still has hers.
+	if list := okHTTP(t, admin, "list_jobs", map[string]any{}); !strings.Contains(mustJSON(list), id) {
+		t.Fatalf("the admin does not list alice's job: %v", list)
+	}
+	okHTTP(t, admin, "get_job", map[string]any{"job_id": id})
+	okHTTP(t, alice, "kill_job", map[string]any{"job_id": str(running, "job_id"), "grace_s": 0})
+
+	// A read-only token reads, and changes nothing.
+	if msg := errHTTP(t, reader, "run_command", map[string]any{"command": "true"}); !strings.Contains(msg, "read-only") {
+		t.Fatalf("a read-only token runs a command: %q", msg)
+	}
+	okHTTP(t, reader, "list_jobs", map[string]any{})
+	okHTTP(t, alice, "delete_workspace", map[string]any{"name": "e2e-http-alice"})
+}
+
+// TestHTTPGuards (THREATS 28): no or a wrong token → 401 with
+// WWW-Authenticate and no MCP processing; a foreign Origin → 403; an
+// oversized body → 413; a tenant past its rate → 429 with Retry-After; no
+// token file → loopback only.
+func TestHTTPGuards(t *testing.T) {
+	t.Parallel()
+	h := startHTTPServer(t, "--http-rate", "2")
+	initBody := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	post := func(token, origin, body string) *http.Response {
+		req, _ := http.NewRequest("POST", h.base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for _, token := range []string{"", "not-a-token-000000000000", aliceToken + "x"} {
+		if r := post(token, "", initBody); r.StatusCode != 401 || !strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Fatalf("token %q: %s %q", token, r.Status, r.Header.Get("WWW-Authenticate"))
+		}
+	}
+	if r := post(bobToken, "http://evil.example", initBody); r.StatusCode != 403 {
+		t.Fatalf("a foreign Origin: %s", r.Status)
+	}
+	if r := post(bobToken, "", `{"x":"`+strings.Repeat("a", 5<<20)+`"}`); r.StatusCode != 413 {
+		t.Fatalf("a 5 MiB body: %s", r.Status)
+	}
+	limited := false
+	for i := 0; i < 20 && !limited; i++ {
+		r := post(aliceToken, "", initBody)
+		if r.StatusCode == 429 {
+			limited = r.Header.Get("Retry-After") != ""
+		}
+	}
+	if !limited {
+		t.Fatal("20 quick requests at --http-rate 2 were never refused with 429 and Retry-After")
+	}
+
+	// Without a token file, only loopback.
+	out, err := exec.Command(binPath, "serve", "--state-dir", t.TempDir(), "--http", "0.0.0.0:0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "loopback") {
+		t.Fatalf("serving 0.0.0.0 without a token file: %v %s", err, tail(string(out), 500))
+	}
+}
