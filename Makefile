@@ -12,7 +12,7 @@ BIN   := bin/sandboxer
 SUPERVISOR := images/supervisor/sandboxer-supervisor
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build supervisor engine base-image images run test test-unit test-integration leftovers lint bench clean doctor gvisor
+.PHONY: all build supervisor engine base-image images run test test-unit test-integration leftovers lint bench clean doctor gvisor conformance
 
 all: build
 
@@ -62,9 +62,14 @@ doctor: images
 test: images
 	$(GO) build -race -o $(BIN)-race ./cmd/sandboxer
 	SANDBOXER_BIN=$(CURDIR)/$(BIN)-race $(GO) test $(GOTEST_FLAGS) ./...
+	bash scripts/conformance.sh $(CURDIR)/$(BIN)-race
 	@# Fault tests restart the Docker daemon, so they run alone, after the rest.
 	SANDBOXER_FAULT_TESTS=1 SANDBOXER_BIN=$(CURDIR)/$(BIN)-race $(GO) test -count=1 ./test/faults
 	SANDBOXER_CHECK_LEFTOVERS=1 $(GO) test -count=1 -run TestNoLeftoverContainers ./test/leftovers
+
+# The official MCP conformance suite against the Streamable HTTP server (docs/http.md).
+conformance: build
+	bash scripts/conformance.sh $(CURDIR)/$(BIN)
 
 # Pure unit tests only: no engine needed (also under CI=true). Every package whose
 # tests are all pure, plus the job state machine's tests on the fake runtime
