@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"strconv"
 	"strings"
@@ -82,6 +83,9 @@ func (s *Server) ServeHTTP(ctx context.Context, addr string, o HTTPOptions) erro
 	)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s.guard(o, streamable))
+	if s.deps.Workspaces != nil {
+		mux.Handle("/preview/", s.guard(o, s.preview()))
+	}
 	if o.Mount != nil {
 		o.Mount(mux)
 	}
@@ -228,4 +232,62 @@ func (s *Server) roleMiddleware(next server.ToolHandlerFunc) server.ToolHandlerF
 		}
 		return next(ctx, req)
 	}
+}
+
+// preview serves /preview/<workspace>/<port>/... : an HTTP reverse proxy to
+// a port expose_port opened, through the same relay as its loopback URL,
+// for the workspace's own tenant (another tenant's workspace is unknown: 404).
+// The bearer token stays here: it is never passed on to the workspace.
+func (s *Server) preview() http.Handler {
+	ws := s.deps.Workspaces
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/preview/"), "/", 3)
+		if len(parts) < 2 {
+			http.Error(w, "use /preview/<workspace>/<port>/", http.StatusNotFound)
+			return
+		}
+		name := parts[0]
+		port, err := strconv.Atoi(parts[1])
+		if err != nil || port < 1 || port > 65535 {
+			http.Error(w, "bad port in /preview/<workspace>/<port>/", http.StatusNotFound)
+			return
+		}
+		if len(parts) == 2 {
+			http.Redirect(w, r, r.URL.Path+"/", http.StatusFound)
+			return
+		}
+		ctx := r.Context()
+		if t, ok := ctx.Value(requestTenant{}).(tenant.Tenant); ok {
+			ctx = tenant.With(ctx, t)
+		}
+		if _, err := ws.Get(ctx, name); err != nil {
+			http.Error(w, "no such workspace or port", http.StatusNotFound)
+			return
+		}
+		open := false
+		for _, p := range ws.Ports(name) {
+			open = open || p.Port == port
+		}
+		if !open {
+			http.Error(w, "no such workspace or port (expose_port opens a port)", http.StatusNotFound)
+			return
+		}
+		proxy := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "127.0.0.1:"+parts[1]
+				pr.Out.URL.Path = "/" + parts[2]
+				pr.Out.URL.RawPath = ""
+				pr.Out.Host = "127.0.0.1:" + parts[1]
+				pr.Out.Header.Del("Authorization")
+				pr.SetXForwarded()
+			},
+			Transport: &http.Transport{
+				DialContext: func(context.Context, string, string) (net.Conn, error) {
+					return ws.DialPort(ctx, name, port)
+				},
+				DisableKeepAlives: true,
+			},
+		}
+		proxy.ServeHTTP(w, r)
+	})
 }

@@ -7,6 +7,7 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sort"
@@ -29,6 +30,7 @@ type PortInfo struct {
 type exposure struct {
 	info   PortInfo
 	ln     net.Listener
+	ctx    context.Context // ends when the port is closed
 	cancel context.CancelFunc
 	conns  sync.WaitGroup
 }
@@ -57,7 +59,7 @@ func (m *Manager) ExposePort(ctx context.Context, name string, port int) (info P
 			return PortInfo{}, false, fmt.Errorf("listen on loopback: %w", lerr)
 		}
 		rctx, cancel := context.WithCancel(context.Background())
-		e = &exposure{ln: ln, cancel: cancel, info: PortInfo{Port: port,
+		e = &exposure{ln: ln, ctx: rctx, cancel: cancel, info: PortInfo{Port: port,
 			URL: "http://" + ln.Addr().String() + "/", OpenedAt: time.Now().UTC().Format(time.RFC3339)}}
 		if open == nil {
 			open = map[int]*exposure{}
@@ -72,6 +74,37 @@ func (m *Manager) ExposePort(ctx context.Context, name string, port int) (info P
 	defer cancel()
 	code, err := m.Exec(pctx, name, sandbox.ExecOptions{Cmd: []string{supervisorPath, proto.RelayCommand, strconv.Itoa(port), "probe"}})
 	return e.info, err == nil && code == 0, nil
+}
+
+// ErrPortNotOpen is a port expose_port has not opened.
+var ErrPortNotOpen = errors.New("port not open")
+
+// DialPort connects to an open port of workspace name through the same
+// relay as the port's URL (the HTTP listener's /preview uses it). The
+// caller's ctx must carry its tenant: another tenant's workspace is unknown.
+func (m *Manager) DialPort(ctx context.Context, name string, port int) (net.Conn, error) {
+	if _, err := m.Get(ctx, name); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	e := m.ports[name][port]
+	m.mu.Unlock()
+	if e == nil {
+		return nil, fmt.Errorf("%w: %d of workspace %q (expose_port opens it)", ErrPortNotOpen, port, name)
+	}
+	client, inside := net.Pipe()
+	e.conns.Add(1)
+	go func() {
+		defer e.conns.Done()
+		defer inside.Close()
+		stop := context.AfterFunc(e.ctx, func() { inside.Close() })
+		defer stop()
+		_, _ = m.Exec(e.ctx, name, sandbox.ExecOptions{
+			Cmd:   []string{supervisorPath, proto.RelayCommand, strconv.Itoa(port)},
+			Stdin: inside, Stdout: inside,
+		})
+	}()
+	return client, nil
 }
 
 // ClosePort closes an open port; false when it was not open.

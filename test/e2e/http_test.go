@@ -256,3 +256,71 @@ func TestHTTPGuards(t *testing.T) {
 		t.Fatalf("serving 0.0.0.0 without a token file: %v %s", err, tail(string(out), 500))
 	}
 }
+
+// TestHTTPPreview: an exposed port is also served at
+// /preview/<workspace>/<port>/ on the HTTP listener, to its tenant only,
+// and the tenant's token never reaches the workspace.
+func TestHTTPPreview(t *testing.T) {
+	t.Parallel()
+	h := startHTTPServer(t)
+	alice := h.client(aliceToken)
+	okHTTP(t, alice, "create_workspace", map[string]any{"name": "e2e-preview", "language": "python"})
+	t.Cleanup(func() {
+		_ = exec.Command("sh", "-c", "docker rm -f $(docker ps -aq --filter label=dev.sandboxer.workspace=e2e-preview) 2>/dev/null; docker volume rm $(docker volume ls -q --filter label=dev.sandboxer.workspace=e2e-preview) 2>/dev/null").Run()
+	})
+	server := "import http.server as h\n" +
+		"class H(h.BaseHTTPRequestHandler):\n" +
+		"    def do_GET(s):\n" +
+		"        b = ('path=' + s.path + '\\n' + str(s.headers)).encode()\n" +
+		"        s.send_response(200); s.send_header('Content-Length', str(len(b))); s.end_headers(); s.wfile.write(b)\n" +
+		"h.HTTPServer(('127.0.0.1', 8000), H).serve_forever()\n"
+	okHTTP(t, alice, "write_file", map[string]any{"workspace": "e2e-preview", "path": "echo.py", "content": server})
+	okHTTP(t, alice, "run_command", map[string]any{"workspace": "e2e-preview", "command": "exec python3 echo.py", "background": true})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		r := okHTTP(t, alice, "expose_port", map[string]any{"workspace": "e2e-preview", "port": 8000})
+		if r["listening"] == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the echo server never listened: %v", r)
+		}
+	}
+	get := func(token, path string) (int, string) {
+		req, _ := http.NewRequest("GET", h.base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := resp.Body.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		return resp.StatusCode, b.String()
+	}
+	code, body := get(aliceToken, "/preview/e2e-preview/8000/some/page?q=1")
+	if code != 200 || !strings.Contains(body, "path=/some/page?q=1") {
+		t.Fatalf("alice's preview: %d %q", code, body)
+	}
+	if strings.Contains(strings.ToLower(body), "authorization") || strings.Contains(body, aliceToken) {
+		t.Fatalf("the token reached the workspace: %q", body)
+	}
+	if code, _ := get(bobToken, "/preview/e2e-preview/8000/"); code != 404 {
+		t.Fatalf("bob's preview of alice's workspace: %d, want 404", code)
+	}
+	if code, _ := get("", "/preview/e2e-preview/8000/"); code != 401 {
+		t.Fatalf("a preview without a token: %d, want 401", code)
+	}
+	if code, _ := get(aliceToken, "/preview/e2e-preview/8001/"); code != 404 {
+		t.Fatalf("a preview of a port not opened: %d, want 404", code)
+	}
+	okHTTP(t, alice, "delete_workspace", map[string]any{"name": "e2e-preview"})
+}
