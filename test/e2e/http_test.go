@@ -26,7 +26,7 @@ import (
 const (
 	aliceToken  = "alice-token-0123456789abcdef"
 	bobToken    = "bob-token-0123456789abcdef00"
-	opsToken  = "admin-token-0123456789abcdef"
+	opsToken    = "admin-token-0123456789abcdef"
 	readerToken = "reader-token-0123456789abcde"
 )
 
