@@ -131,6 +131,11 @@ func serve(args []string) error {
 		if tokens, err = auth.Load(cfg.TokenFile); err != nil {
 			return err
 		}
+		for _, e := range tokens.Entries() {
+			if err := mcpserver.CheckToolsets(e.Toolsets); err != nil {
+				return fmt.Errorf("token file %s: %s: toolsets=: %w", cfg.TokenFile, e.Name, err)
+			}
+		}
 	}
 	if cfg.MetricsAddr != "" {
 		mt = metrics.New(stateSources(&jobs, &workspaces, &warm, &depCaches))

@@ -1,7 +1,9 @@
 // Package auth reads the token file that guards the HTTP listener (metrics
-// and console): one client per line, `NAME TOKEN [ROLE]`. TOKEN is the token
-// itself or `sha256:HEX` of it; ROLE is user (the default), readonly,
-// metrics or admin. Blank lines and lines starting with # are skipped.
+// and console): one client per line, `NAME TOKEN [ROLE] [LIMIT...]`. TOKEN is
+// the token itself or `sha256:HEX` of it; ROLE is user (the default),
+// readonly, metrics or admin; a LIMIT is jobs=N (concurrent jobs),
+// workspaces=N or toolsets=a,b (the toolsets and presets it may call).
+// Blank lines and lines starting with # are skipped.
 //
 // Tokens are kept only as SHA-256 digests and compared in constant time.
 package auth
@@ -14,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -27,8 +30,12 @@ const (
 
 // Entry is one client of the token file.
 type Entry struct {
-	Name   string
-	Role   string
+	Name string
+	Role string
+	// Limits of the token (0 or empty: none beyond the policy's).
+	Jobs, Workspaces int
+	Toolsets         []string
+
 	digest [sha256.Size]byte
 }
 
@@ -64,12 +71,22 @@ func Parse(r io.Reader) (*Tokens, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) < 2 || len(f) > 3 {
-			return nil, fmt.Errorf("line %d: want NAME TOKEN [ROLE]", n)
+		if len(f) < 2 {
+			return nil, fmt.Errorf("line %d: want NAME TOKEN [ROLE] [jobs=N] [workspaces=N] [toolsets=a,b]", n)
 		}
 		e := Entry{Name: f[0], Role: RoleUser}
-		if len(f) == 3 {
-			e.Role = f[2]
+		for i, field := range f[2:] {
+			k, v, isLimit := strings.Cut(field, "=")
+			if !isLimit {
+				if i != 0 {
+					return nil, fmt.Errorf("line %d: %q: the role comes third, limits (jobs=N, workspaces=N, toolsets=a,b) after it", n, field)
+				}
+				e.Role = field
+				continue
+			}
+			if err := e.setLimit(k, v); err != nil {
+				return nil, fmt.Errorf("line %d: %v", n, err)
+			}
 		}
 		switch e.Role {
 		case RoleUser, RoleReadonly, RoleMetrics, RoleAdmin:
@@ -101,6 +118,52 @@ func Parse(r io.Reader) (*Tokens, error) {
 		return nil, fmt.Errorf("no tokens")
 	}
 	return t, nil
+}
+
+func (e *Entry) setLimit(k, v string) error {
+	switch k {
+	case "jobs", "workspaces":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return fmt.Errorf("%s=%q: want a number from 1 to 10000", k, v)
+		}
+		if k == "jobs" {
+			e.Jobs = n
+		} else {
+			e.Workspaces = n
+		}
+	case "toolsets":
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				e.Toolsets = append(e.Toolsets, s)
+			}
+		}
+		if len(e.Toolsets) == 0 {
+			return fmt.Errorf("toolsets= names no toolset")
+		}
+	default:
+		return fmt.Errorf("unknown limit %q (jobs, workspaces, toolsets)", k)
+	}
+	return nil
+}
+
+// Entries are the file's clients (no digests), for checks at start.
+func (t *Tokens) Entries() []Entry {
+	out := make([]Entry, len(t.entries))
+	for i, e := range t.entries {
+		out[i] = Entry{Name: e.Name, Role: e.Role, Jobs: e.Jobs, Workspaces: e.Workspaces, Toolsets: e.Toolsets}
+	}
+	return out
+}
+
+// Limits are a client's limits (see Entry).
+func (t *Tokens) Limits(name string) (jobs, workspaces int, toolsets []string) {
+	for _, e := range t.entries {
+		if e.Name == name {
+			return e.Jobs, e.Workspaces, e.Toolsets
+		}
+	}
+	return 0, 0, nil
 }
 
 // Authenticate returns the client (tenant) and role a token belongs to.

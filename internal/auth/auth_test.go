@@ -59,3 +59,21 @@ func TestLoadRefusesReadableFile(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestParseLimits(t *testing.T) {
+	toks, err := Parse(strings.NewReader("carol carol-token-0123456789 user jobs=2 workspaces=1 toolsets=core,info\ndave dave-token-0123456789ab jobs=3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, w, ts := toks.Limits("carol"); j != 2 || w != 1 || strings.Join(ts, ",") != "core,info" {
+		t.Fatalf("carol: %d %d %v", j, w, ts)
+	}
+	if _, role, ok := toks.Authenticate("dave-token-0123456789ab"); !ok || role != RoleUser {
+		t.Fatalf("dave: %q %v (a limit in the role's place leaves the role user)", role, ok)
+	}
+	for _, bad := range []string{"x tok-0123456789abcdef jobs=0", "x tok-0123456789abcdef jobs=2 admin", "x tok-0123456789abcdef cpu=2", "x tok-0123456789abcdef toolsets="} {
+		if _, err := Parse(strings.NewReader(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}

@@ -149,6 +149,18 @@ func (m *Manager) openCapture(id string) (*output.Capture, error) {
 // Submit records a job and starts it, or queues it when every slot is taken.
 // A start failure is returned as an error (the record says start_error too).
 func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
+	if t, ok := tenant.From(ctx); ok && t.MaxJobs > 0 {
+		// The store counts the tenant's own (its filter), so a token's
+		// limit is its alone.
+		n, err := m.st.CountActiveJobs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if n >= t.MaxJobs {
+			return nil, fmt.Errorf("%w: %d of this token's jobs are queued or running, the most its token allows (jobs=%d in the token file); wait for one to end or kill one",
+				ErrQueueFull, n, t.MaxJobs)
+		}
+	}
 	id := uuid.NewString()
 	capture, err := m.openCapture(id)
 	if err != nil {

@@ -127,6 +127,17 @@ func (s *Server) ServeHTTP(ctx context.Context, addr string, o HTTPOptions) erro
 
 type requestTenant struct{}
 
+// limiter gives a token's limits (internal/auth.Tokens is one).
+type limiter interface {
+	Limits(name string) (jobs, workspaces int, toolsets []string)
+}
+
+// CheckToolsets says what is wrong with a token's toolsets limit, if anything.
+func CheckToolsets(names []string) error {
+	_, err := selectTools(names)
+	return err
+}
+
 // guard checks a request before any MCP processing: its token (401 with
 // WWW-Authenticate), its Origin (403), its size (413) and its tenant's rate
 // (429 with Retry-After).
@@ -146,9 +157,16 @@ func (s *Server) guard(o HTTPOptions, next http.Handler) http.Handler {
 				return
 			}
 			t = tenant.Tenant{Name: name, Admin: role == "admin", ReadOnly: role == "readonly"}
+			if l, ok := o.Tokens.(limiter); ok {
+				t.MaxJobs, t.MaxWorkspaces, t.Toolsets = l.Limits(name)
+			}
 		}
 		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
 			http.Error(w, "cross-origin request refused (Origin "+truncateString(origin, 100)+")", http.StatusForbidden)
+			return
+		}
+		if v := r.Header.Get("MCP-Protocol-Version"); v != "" && !mcp.IsValidProtocolVersion(v) {
+			http.Error(w, "unsupported MCP-Protocol-Version "+truncateString(v, 40)+" (supported: "+strings.Join(mcp.ValidProtocolVersions, ", ")+")", http.StatusBadRequest)
 			return
 		}
 		if r.ContentLength > MaxHTTPBody {
@@ -227,8 +245,14 @@ func (l *rateLimits) take(name string) (time.Duration, bool) {
 // roleMiddleware keeps a read-only token to the tools that change nothing.
 func (s *Server) roleMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if t, ok := tenant.From(ctx); ok && t.ReadOnly && !s.readOnly[req.Params.Name] {
+		t, ok := tenant.From(ctx)
+		if ok && t.ReadOnly && !s.readOnly[req.Params.Name] {
 			return mcp.NewToolResultError(fmt.Sprintf("%s: this token (%s) is read-only: it may call only tools that change nothing (get_job, list_jobs, read_output, list_workspaces, …)", req.Params.Name, t.Name)), nil
+		}
+		if ok && len(t.Toolsets) > 0 {
+			if sel, err := selectTools(t.Toolsets); err != nil || !sel.enabled(s.tools[req.Params.Name]) {
+				return mcp.NewToolResultError(fmt.Sprintf("%s: this token (%s) may call only the tools of %s", req.Params.Name, t.Name, strings.Join(t.Toolsets, ", "))), nil
+			}
 		}
 		return next(ctx, req)
 	}

@@ -114,6 +114,7 @@ type Server struct {
 	metrics  *metrics.Metrics
 	serverID string
 	readOnly map[string]bool // tools annotated read-only: not audited
+	tools    map[string]tools.Tool
 	logf     func(format string, args ...any)
 }
 
@@ -128,7 +129,7 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 	}
 	w := newWire()
 	hooks := &server.Hooks{}
-	s := &Server{wire: w, readOnly: map[string]bool{}}
+	s := &Server{wire: w, readOnly: map[string]bool{}, tools: map[string]tools.Tool{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -157,6 +158,7 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 			continue // agents may not edit the block list: the tools do not exist
 		}
 		s.readOnly[t.Def.Name] = readOnly(t.Def)
+		s.tools[t.Def.Name] = t
 		srv.AddTool(t.Def, t.Handler)
 	}
 	s.addResources(hooks)

@@ -944,6 +944,16 @@ func (s *Store) DeleteJobs(ctx context.Context, f PruneFilter) ([]string, error)
 	return ids, nil
 }
 
+// CountActiveJobs counts the queued and running jobs (of ctx's tenant).
+func (s *Store) CountActiveJobs(ctx context.Context) (int, error) {
+	where, args := tenantScope(ctx, `status IN (?, ?)`, statusQueued, statusRunning)
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM jobs WHERE `+where, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count active jobs: %w", err)
+	}
+	return n, nil
+}
+
 // CountJobs returns the number of stored jobs.
 func (s *Store) CountJobs(ctx context.Context) (int, error) {
 	var n int

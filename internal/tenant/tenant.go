@@ -17,6 +17,11 @@ type Tenant struct {
 	Admin bool
 	// ReadOnly may call only tools that change nothing.
 	ReadOnly bool
+	// MaxJobs and MaxWorkspaces bound its queued-or-running jobs and its
+	// workspaces (0: only the policy's bounds); Toolsets, when set, are the
+	// toolsets and presets it may call.
+	MaxJobs, MaxWorkspaces int
+	Toolsets               []string
 }
 
 type key struct{}

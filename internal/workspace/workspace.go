@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
 // States of a workspace's record.
@@ -160,6 +161,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspa
 	}
 	if n >= m.pol.Workspaces.Max {
 		return nil, nil, fmt.Errorf("%w: %d exist (policy workspaces.max=%d); delete one with delete_workspace", ErrTooMany, n, m.pol.Workspaces.Max)
+	}
+	if t, ok := tenant.From(ctx); ok && t.MaxWorkspaces > 0 {
+		mine, err := m.st.ListWorkspaces(ctx) // the store lists the tenant's own
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(mine) >= t.MaxWorkspaces {
+			return nil, nil, fmt.Errorf("%w: this token has %d workspaces, the most it allows (workspaces=%d in the token file); delete one with delete_workspace", ErrTooMany, len(mine), t.MaxWorkspaces)
+		}
 	}
 	if _, err := m.st.GetWorkspace(ctx, req.Name); err == nil {
 		return nil, nil, fmt.Errorf("%w: %q (list_workspaces shows it; delete_workspace removes it)", ErrExists, req.Name)

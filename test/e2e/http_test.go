@@ -28,6 +28,8 @@ const (
 	bobToken    = "bob-token-0123456789abcdef00"
 	opsToken    = "admin-token-0123456789abcdef"
 	readerToken = "reader-token-0123456789abcde"
+	carolToken  = "carol-token-0123456789abcdef"
+	daveToken   = "dave-token-0123456789abcdef0"
 )
 
 var httpLine = regexp.MustCompile(`"addr":"([0-9.:\[\]]+)".*serving MCP on http|serving MCP on http.*"addr":"([0-9.:\[\]]+)"`)
@@ -46,7 +48,8 @@ func startHTTPServer(t *testing.T, extra ...string) *httpServer {
 	testutil.RequireDocker(t)
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
-	body := fmt.Sprintf("# name token role\nalice %s\nbob %s user\nops %s admin\nreader %s readonly\n", aliceToken, bobToken, opsToken, readerToken)
+	body := fmt.Sprintf("# name token role limits\nalice %s\nbob %s user\nops %s admin\nreader %s readonly\ncarol %s user jobs=1 toolsets=core\ndave %s workspaces=1\n",
+		aliceToken, bobToken, opsToken, readerToken, carolToken, daveToken)
 	if err := os.WriteFile(tokens, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -236,6 +239,12 @@ func TestHTTPGuards(t *testing.T) {
 	if r := post(bobToken, "http://evil.example", initBody); r.StatusCode != 403 {
 		t.Fatalf("a foreign Origin: %s", r.Status)
 	}
+	req, _ := http.NewRequest("POST", h.base+"/mcp", strings.NewReader(initBody))
+	req.Header.Set("Authorization", "Bearer "+bobToken)
+	req.Header.Set("MCP-Protocol-Version", "1999-01-01")
+	if r, err := (&http.Client{Timeout: 30 * time.Second}).Do(req); err != nil || r.StatusCode != 400 {
+		t.Fatalf("an unknown MCP-Protocol-Version: %v %v", r, err)
+	}
 	if r := post(bobToken, "", `{"x":"`+strings.Repeat("a", 5<<20)+`"}`); r.StatusCode != 413 {
 		t.Fatalf("a 5 MiB body: %s", r.Status)
 	}
@@ -323,4 +332,29 @@ func TestHTTPPreview(t *testing.T) {
 		t.Fatalf("a preview of a port not opened: %d, want 404", code)
 	}
 	okHTTP(t, alice, "delete_workspace", map[string]any{"name": "e2e-preview"})
+}
+
+// TestHTTPTokenLimits: a token's jobs=, workspaces= and toolsets= hold.
+func TestHTTPTokenLimits(t *testing.T) {
+	t.Parallel()
+	h := startHTTPServer(t)
+	carol, dave := h.client(carolToken), h.client(daveToken)
+	first := okHTTP(t, carol, "run_command", map[string]any{"command": "sleep 60", "background": true})
+	if msg := errHTTP(t, carol, "run_command", map[string]any{"command": "true"}); !strings.Contains(msg, "jobs=1") {
+		t.Fatalf("a second job past jobs=1: %q", msg)
+	}
+	// Another tenant's jobs do not count against carol's limit.
+	okHTTP(t, dave, "run_command", map[string]any{"command": "true"})
+	if msg := errHTTP(t, carol, "list_workspaces", map[string]any{}); !strings.Contains(msg, "core") {
+		t.Fatalf("a tool outside toolsets=core: %q", msg)
+	}
+	okHTTP(t, carol, "kill_job", map[string]any{"job_id": str(first, "job_id"), "grace_s": 0})
+	okHTTP(t, dave, "create_workspace", map[string]any{"name": "e2e-dave-1"})
+	t.Cleanup(func() {
+		_ = exec.Command("sh", "-c", "docker rm -f $(docker ps -aq --filter label=dev.sandboxer.workspace=e2e-dave-1) 2>/dev/null; docker volume rm $(docker volume ls -q --filter label=dev.sandboxer.workspace=e2e-dave-1) 2>/dev/null").Run()
+	})
+	if msg := errHTTP(t, dave, "create_workspace", map[string]any{"name": "e2e-dave-2"}); !strings.Contains(msg, "workspaces=1") {
+		t.Fatalf("a second workspace past workspaces=1: %q", msg)
+	}
+	okHTTP(t, dave, "delete_workspace", map[string]any{"name": "e2e-dave-1"})
 }
