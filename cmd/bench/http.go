@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+const (
+	httpClients    = 8
+	jobsPerClient  = 25
+	httpStartLimit = 60 * time.Second
+)
+
+var httpAddrLine = regexp.MustCompile(`"addr":"([^"]+)".*serving MCP on http`)
+
+// httpVsStdio runs 8 callers × 25 trivial jobs through one stdio server and
+// through 8 Streamable HTTP clients of one HTTP server, and compares the
+// calls' p50.
+func httpVsStdio(ctx context.Context, o options) error {
+	s, err := startServer(ctx, o, "stdio", "")
+	if err != nil {
+		return err
+	}
+	progress("http: %d callers x %d jobs over stdio", httpClients, jobsPerClient)
+	stdio, err := callersLatency(ctx, func(int) func(map[string]any) error {
+		return func(args map[string]any) error { _, err := s.runJob(ctx, args); return err }
+	})
+	s.close()
+	if err != nil {
+		return err
+	}
+
+	dir, err := os.MkdirTemp("", "sandboxer-bench-http-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	logPath := filepath.Join(dir, "server.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(o.bin, "serve", "--state-dir", filepath.Join(dir, "state"), "--http", "127.0.0.1:0", "--http-rate", "0", "--log-level", "info")
+	cmd.Stderr = logf
+	cmd.Env = append(os.Environ(), "SANDBOXER_MAX_JOBS="+strconv.Itoa(o.maxJobs)) // as startServer's
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	var addr string
+	for deadline := time.Now().Add(httpStartLimit); addr == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		b, _ := os.ReadFile(logPath)
+		if m := httpAddrLine.FindSubmatch(b); m != nil {
+			addr = string(m[1])
+		}
+	}
+	if addr == "" {
+		return fmt.Errorf("the HTTP server did not start: %s", tail(logPath))
+	}
+	clients := make([]*client.Client, httpClients)
+	for i := range clients {
+		c, err := client.NewStreamableHttpClient("http://" + addr + "/mcp")
+		if err != nil {
+			return err
+		}
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+		init := mcp.InitializeRequest{}
+		init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+		init.Params.ClientInfo = mcp.Implementation{Name: "bench-http", Version: "1"}
+		if _, err := c.Initialize(ctx, init); err != nil {
+			return err
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	progress("http: %d clients x %d jobs over Streamable HTTP", httpClients, jobsPerClient)
+	overHTTP, err := callersLatency(ctx, func(i int) func(map[string]any) error {
+		hs := &server{c: clients[i]}
+		return func(args map[string]any) error { _, err := hs.runJob(ctx, args); return err }
+	})
+	if err != nil {
+		return err
+	}
+	d := overHTTP.p50() - stdio.p50()
+	fmt.Printf("\n%-50s %10s %10s %9s  %s\n", fmt.Sprintf("%d clients x %d jobs (run_command true)", httpClients, jobsPerClient), "stdio ms", "http ms", "diff ms", "goal")
+	fmt.Printf("%-50s %10.1f %10.1f %9.1f  <= 2 ms %s\n", "p50 of a call", ms(stdio.p50()), ms(overHTTP.p50()), ms(d), yes(d <= 2*time.Millisecond))
+	fmt.Printf("%-50s %10.1f %10.1f\n", "p95 of a call", ms(stdio.p95()), ms(overHTTP.p95()))
+	return nil
+}
+
+// callersLatency runs httpClients callers at once, jobsPerClient calls each,
+// and returns every call's latency.
+func callersLatency(ctx context.Context, caller func(i int) func(map[string]any) error) (stats, error) {
+	var mu sync.Mutex
+	var all stats
+	var wg sync.WaitGroup
+	errs := make(chan error, httpClients)
+	for i := 0; i < httpClients; i++ {
+		call := caller(i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < jobsPerClient; j++ {
+				t0 := time.Now()
+				if err := call(map[string]any{"command": "true"}); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				all = append(all, time.Since(t0))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil && !strings.Contains(err.Error(), "context canceled") {
+		return nil, err
+	}
+	return all, nil
+}
