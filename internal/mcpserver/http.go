@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandboxer/sandboxer/internal/tenant"
+	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
 // Limits of the Streamable HTTP transport.
@@ -75,6 +76,7 @@ func (s *Server) ServeHTTP(ctx context.Context, addr string, o HTTPOptions) erro
 		server.WithEndpointPath("/mcp"),
 		server.WithSessionIdleTTL(SessionIdleTTL),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
+			ctx = tools.WithKeepOnCancel(ctx)
 			if t, ok := r.Context().Value(requestTenant{}).(tenant.Tenant); ok {
 				return tenant.With(ctx, t)
 			}

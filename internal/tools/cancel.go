@@ -30,6 +30,27 @@ func CancelReason(ctx context.Context) (reason string, ok bool) {
 	return "", false
 }
 
+type keepOnCancelKey struct{}
+
+// WithKeepOnCancel marks the calls of a transport that cannot tell a
+// client's timeout from a deliberate cancellation (Streamable HTTP: a
+// dropped request and a cancel look alike): their jobs outlive a cancelled
+// call, and kill_job stops them.
+func WithKeepOnCancel(ctx context.Context) context.Context {
+	return context.WithValue(ctx, keepOnCancelKey{}, true)
+}
+
+// keepsJob says whether a cancelled call leaves its job running.
+func keepsJob(ctx context.Context) (why string, keep bool) {
+	if reason, ok := CancelReason(ctx); ok && ClientTimedOut(reason) {
+		return "the client's request timeout (" + reason + ")", true
+	}
+	if v, _ := ctx.Value(keepOnCancelKey{}).(bool); v {
+		return "the client (over HTTP a cancelled or dropped call leaves its job running)", true
+	}
+	return "", false
+}
+
 // ClientTimedOut says whether a cancellation reason means the client gave up
 // only because its own request timed out, rather than to stop the work.
 // The reasons clients send (params.reason of notifications/cancelled):

@@ -289,8 +289,8 @@ func (d Deps) submitAndWait(ctx context.Context, req mcp.CallToolRequest, jr job
 		return nil, failure(err)
 	}
 	if ctx.Err() != nil && !job.Finished(rec.Status) {
-		if reason, ok := CancelReason(ctx); ok && ClientTimedOut(reason) {
-			return nil, errorResult("call cancelled by the client's request timeout (%s); job %s goes on: read_output, get_job or kill_job with its job_id", reason, rec.ID)
+		if why, keep := keepsJob(ctx); keep {
+			return nil, errorResult("call cancelled by %s; job %s goes on: read_output, get_job or kill_job with its job_id", why, rec.ID)
 		}
 		id := rec.ID
 		if _, err := d.Jobs.Kill(context.Background(), id, "KILL", 0, job.ReasonCancelled); err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -357,4 +358,65 @@ func TestHTTPTokenLimits(t *testing.T) {
 		t.Fatalf("a second workspace past workspaces=1: %q", msg)
 	}
 	okHTTP(t, dave, "delete_workspace", map[string]any{"name": "e2e-dave-1"})
+}
+
+// TestHTTPProgressAndDroppedCalls: a long wait streams progress over SSE;
+// a call the client drops (its own timeout) leaves the job running.
+func TestHTTPProgressAndDroppedCalls(t *testing.T) {
+	t.Parallel()
+	h := startHTTPServer(t)
+	alice := h.client(aliceToken)
+	var mu sync.Mutex
+	progress := 0
+	alice.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == string(mcp.MethodNotificationProgress) {
+			mu.Lock()
+			progress++
+			mu.Unlock()
+		}
+	})
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "run_command"
+	req.Params.Arguments = map[string]any{"command": "for i in 1 2 3 4; do echo tick$i; sleep 1; done", "wait_s": 30}
+	req.Params.Meta = &mcp.Meta{ProgressToken: "e2e-progress"}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	res, err := alice.CallTool(ctx, req)
+	cancel()
+	if err != nil || res.IsError {
+		t.Fatalf("a long run_command over HTTP: %v %v", err, res)
+	}
+	mu.Lock()
+	got := progress
+	mu.Unlock()
+	if got == 0 {
+		t.Fatal("no progress notification reached the HTTP client during a 4 s wait")
+	}
+
+	// The client gives up after 2 s; the job goes on.
+	req.Params.Arguments = map[string]any{"command": "sleep 30", "wait_s": 50}
+	req.Params.Meta = nil
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	_, err = alice.CallTool(ctx, req)
+	cancel()
+	if err == nil {
+		t.Fatal("a call past the client's own deadline returned")
+	}
+	var running []any
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		list := okHTTP(t, alice, "list_jobs", map[string]any{"status": []any{"running"}})
+		running, _ = list["jobs"].([]any)
+		if len(running) == 1 {
+			break
+		}
+	}
+	if len(running) != 1 {
+		t.Fatalf("after a dropped call, running jobs: %v", running)
+	}
+	// Still running a moment later: the dropped call did not kill it.
+	time.Sleep(2 * time.Second)
+	id := str(running[0].(map[string]any), "job_id")
+	if rec := okHTTP(t, alice, "get_job", map[string]any{"job_id": id}); str(rec, "status") != "running" {
+		t.Fatalf("the job of a dropped call: %v", rec)
+	}
+	okHTTP(t, alice, "kill_job", map[string]any{"job_id": id, "grace_s": 0})
 }
