@@ -122,6 +122,9 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 	} else {
 		c.Policy = policy.Default()
 	}
+	if c.TokenFile == "" {
+		c.TokenFile = c.Policy.HTTP.TokenFile
+	}
 	if err := c.Policy.ApplyEnv(getenv); err != nil {
 		return nil, err
 	}

@@ -68,3 +68,22 @@ func TestInstanceFollowsStateDir(t *testing.T) {
 		t.Fatalf("instances: %s %s", a.Instance(), b.Instance())
 	}
 }
+
+func TestTokenFileFromPolicyOrFlag(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pol, []byte("http:\n  token_file: /etc/sandboxer/tokens\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := load(t, []string{"--policy", pol, "--state-dir", dir}, nil)
+	if err != nil || c.TokenFile != "/etc/sandboxer/tokens" {
+		t.Fatalf("policy http.token_file: %q %v", c.TokenFile, err)
+	}
+	c, err = load(t, []string{"--policy", pol, "--state-dir", dir, "--token-file", "/x/tokens"}, nil)
+	if err != nil || c.TokenFile != "/x/tokens" {
+		t.Fatalf("--token-file over the policy: %q %v", c.TokenFile, err)
+	}
+	if _, err := load(t, []string{"--state-dir", dir, "--tls-cert", "/c.pem"}, nil); err == nil {
+		t.Fatal("--tls-cert without --tls-key and --http was accepted")
+	}
+}

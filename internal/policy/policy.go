@@ -43,6 +43,14 @@ type Policy struct {
 	// Mounts are host directories the operator grants: a job that names one
 	// sees it read-only at /mnt/<name>. Never nil after Default() or Load().
 	Mounts []Mount `yaml:"mounts"`
+	// HTTP configures serve --http (docs/http.md).
+	HTTP HTTP `yaml:"http"`
+}
+
+// HTTP configures the Streamable HTTP listener.
+type HTTP struct {
+	// TokenFile is the token file, as --token-file (which wins when given).
+	TokenFile string `yaml:"token_file"`
 }
 
 // Mount is one granted host directory.

@@ -206,6 +206,9 @@ func (p *Policy) Validate() error {
 	ps.intIn("workspaces.idle_stop_s", p.Workspaces.IdleStopS, 0, maxSeconds)
 	ps.intIn("workspaces.disk_mb", p.Workspaces.DiskMB, 1, maxMB)
 	ps.intIn("workspaces.max_ports", int64(p.Workspaces.MaxPorts), 0, 64)
+	if f := p.HTTP.TokenFile; f != "" && (!filepath.IsAbs(f) || strings.ContainsAny(f, "\x00\n")) {
+		ps.add("http.token_file", "%q is not an absolute path of a token file", f)
+	}
 	if !networkNamePattern.MatchString(p.Workspaces.InstallNetwork) || p.Workspaces.InstallNetwork == "host" {
 		ps.add("workspaces.install_network", "%q is not a Docker network name (bridge, a user-defined network, or none to forbid installs; host is refused)", p.Workspaces.InstallNetwork)
 	}
