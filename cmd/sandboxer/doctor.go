@@ -59,10 +59,13 @@ func doctor(args []string) error {
 
 	info, err := rt.EngineInfo(ctx)
 	if err != nil {
-		report(false, "engine", err.Error(), "run `make engine` (installs and starts dockerd on Debian as root) or set DOCKER_HOST")
+		report(false, "engine", rt.Endpoint().String()+": "+err.Error(), "run `make engine` (installs and starts dockerd on Debian as root) or set DOCKER_HOST")
 		return fmt.Errorf("%d problem(s)", problems)
 	}
-	report(true, "engine", fmt.Sprintf("%s, Docker %s, API %s (engine max %s)", info.Host, info.ServerVersion, info.APIVersion, info.MaxAPIVersion), "")
+	report(true, "engine", fmt.Sprintf("%s, %s %s, API %s (engine max %s)", info.Endpoint, info.Product, info.ServerVersion, info.APIVersion, info.MaxAPIVersion), "")
+	if info.Endpoint.Remote {
+		report(true, "remote engine", "sandboxes run where the engine is; the state directory stays here. Mount sources name paths on the engine's host", "")
+	}
 	report(true, "cgroups", "v"+info.CgroupVersion+" ("+info.CgroupDriver+")", "")
 	report(info.StorageDriver != "", "storage driver", info.StorageDriver, "")
 	rts := strings.Join(info.Runtimes, ", ")

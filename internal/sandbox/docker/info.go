@@ -3,6 +3,9 @@ package docker
 import (
 	"context"
 	"sort"
+	"strings"
+
+	"github.com/moby/moby/api/types/system"
 
 	"github.com/moby/moby/client"
 )
@@ -10,6 +13,8 @@ import (
 // EngineInfo is what doctor reports about the engine.
 type EngineInfo struct {
 	Host          string
+	Endpoint      Endpoint
+	Product       string // "Docker" or "Podman" (Podman's Docker-compatible API)
 	ServerVersion string
 	APIVersion    string // negotiated
 	MaxAPIVersion string // the engine's highest
@@ -25,15 +30,15 @@ type EngineInfo struct {
 // EngineInfo asks the engine about itself.
 func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
 	if err := r.Ping(ctx); err != nil {
-		return EngineInfo{Host: r.Host()}, err
+		return EngineInfo{Host: r.Host(), Endpoint: r.endpoint}, err
 	}
 	info, err := r.cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
-		return EngineInfo{Host: r.Host()}, r.engineErr(err)
+		return EngineInfo{Host: r.Host(), Endpoint: r.endpoint}, r.engineErr(err)
 	}
 	ver, err := r.cli.ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
-		return EngineInfo{Host: r.Host()}, r.engineErr(err)
+		return EngineInfo{Host: r.Host(), Endpoint: r.endpoint}, r.engineErr(err)
 	}
 	i := info.Info
 	var runtimes []string
@@ -42,8 +47,19 @@ func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
 	}
 	sort.Strings(runtimes)
 	return EngineInfo{
-		Host: r.Host(), ServerVersion: i.ServerVersion, APIVersion: r.cli.ClientVersion(), MaxAPIVersion: ver.APIVersion,
+		Host: r.Host(), Endpoint: r.endpoint, Product: product(ver.Components), ServerVersion: i.ServerVersion, APIVersion: r.cli.ClientVersion(), MaxAPIVersion: ver.APIVersion,
 		CgroupVersion: i.CgroupVersion, CgroupDriver: i.CgroupDriver, StorageDriver: i.Driver,
 		Runtimes: runtimes, DefaultRT: i.DefaultRuntime, NCPU: i.NCPU, MemTotal: i.MemTotal,
 	}, nil
+}
+
+// product tells Podman's Docker-compatible service from Docker: Podman names
+// itself among the version's components.
+func product(components []system.ComponentVersion) string {
+	for _, c := range components {
+		if strings.Contains(strings.ToLower(c.Name), "podman") {
+			return "Podman"
+		}
+	}
+	return "Docker"
 }

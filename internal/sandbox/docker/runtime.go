@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,7 @@ const (
 // Runtime runs sandboxes as Docker containers.
 type Runtime struct {
 	cli      *client.Client
+	endpoint Endpoint
 	instance string // value of sandbox.LabelInstance on everything this server makes
 	server   string // value of sandbox.LabelServer: this server process
 
@@ -74,15 +76,22 @@ func WithErrorHook(f func(operation string)) Option { return func(r *Runtime) { 
 
 var _ sandbox.Runtime = (*Runtime)(nil)
 
-// New connects to the engine named by DOCKER_HOST (or the default socket),
-// negotiating the API version on first use. It succeeds even when the engine is
-// down, so a server can start and recover once the engine is back.
+// New connects to the engine the Docker CLI would use (DOCKER_HOST with its
+// TLS variables, else DOCKER_CONTEXT or the CLI's current context, else the
+// local socket), negotiating the API version on first use. It refuses a TCP
+// engine without TLS verification unless SANDBOXER_ENGINE_INSECURE=1. It
+// succeeds even when the engine is down, so a server can start and recover
+// once the engine is back.
 func New(instance string, opts ...Option) (*Runtime, error) {
-	cli, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	ep, copts, err := resolveEndpoint(os.Getenv)
 	if err != nil {
-		return nil, fmt.Errorf("docker client: %w", err)
+		return nil, err
 	}
-	r := &Runtime{cli: cli, instance: instance}
+	cli, err := client.New(append(copts, client.WithAPIVersionNegotiation())...)
+	if err != nil {
+		return nil, fmt.Errorf("docker client for %s: %w", ep.Host, err)
+	}
+	r := &Runtime{cli: cli, endpoint: ep, instance: instance}
 	for _, o := range opts {
 		o(r)
 	}
@@ -93,7 +102,10 @@ func New(instance string, opts ...Option) (*Runtime, error) {
 func (r *Runtime) Client() *client.Client { return r.cli }
 
 // Host is where the engine is looked for.
-func (r *Runtime) Host() string { return r.cli.DaemonHost() }
+func (r *Runtime) Host() string { return r.endpoint.Host }
+
+// Endpoint says where the engine is and how it is reached.
+func (r *Runtime) Endpoint() Endpoint { return r.endpoint }
 
 // Close waits (bounded) for container removals under way, then closes the client.
 func (r *Runtime) Close() error {
@@ -119,7 +131,7 @@ func (r *Runtime) engineErr(err error) error {
 		r.onError(op)
 	}
 	if client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded) && strings.Contains(err.Error(), "dial") {
-		return &sandbox.EngineError{Host: r.cli.DaemonHost(), Err: err}
+		return &sandbox.EngineError{Host: r.endpoint.Host, Err: err}
 	}
 	return err
 }
@@ -129,7 +141,7 @@ func (r *Runtime) Ping(ctx context.Context) error {
 	defer cancel()
 	_, err := r.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
 	if err != nil {
-		return &sandbox.EngineError{Host: r.cli.DaemonHost(), Err: err}
+		return &sandbox.EngineError{Host: r.endpoint.Host, Err: err}
 	}
 	return nil
 }
