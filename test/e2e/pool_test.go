@@ -164,11 +164,11 @@ func TestDeadlineHoldsWithoutServer(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
 	r := s.ok("run_command", map[string]any{"command": "sleep 600", "timeout_s": 5, "background": true})
-	rec := s.waitJob(str(r, "job_id"), "running", 10*time.Second)
-	if cid := str(rec, "container_id"); cid == "" {
-		time.Sleep(time.Second)
+	// "running" holds while the sandbox may still be starting: wait for its container.
+	rec := s.waitJob(str(r, "job_id"), "running", 30*time.Second)
+	for deadline := time.Now().Add(30 * time.Second); str(rec, "container_id") == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		rec = s.ok("get_job", map[string]any{"job_id": str(r, "job_id")})
 	}
-	rec = s.ok("get_job", map[string]any{"job_id": str(r, "job_id")})
 	cid := str(rec, "container_id")
 	s.kill9()
 	cli := engineClient(t)

@@ -14,8 +14,12 @@ import (
 func TestSendInputToAJobThatDoesNotRead(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	id := str(s.ok("run_command", map[string]any{"command": "sleep 60", "background": true}), "job_id")
-	s.waitJob(id, "running", 10*time.Second)
+	id := str(s.ok("run_command", map[string]any{"command": "echo started; exec sleep 60", "background": true}), "job_id")
+	// "running" holds from the moment a slot is taken, while the sandbox may
+	// still be starting (seconds on a busy machine): wait for the process.
+	if rd := s.ok("read_output", map[string]any{"job_id": id, "until": "started", "wait_s": 50}); rd["matched"] != true {
+		t.Fatalf("the job never started: %v", rd)
+	}
 
 	var wg sync.WaitGroup
 	var others []time.Duration
