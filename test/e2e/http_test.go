@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -240,6 +241,16 @@ func TestHTTPGuards(t *testing.T) {
 	if r := post(bobToken, "http://evil.example", initBody); r.StatusCode != 403 {
 		t.Fatalf("a foreign Origin: %s", r.Status)
 	}
+	// DNS rebinding without an Origin: a loopback listener asked for
+	// another Host (a name that now resolves to 127.0.0.1) → 403.
+	rebound, _ := http.NewRequest("POST", h.base+"/mcp", strings.NewReader(initBody))
+	rebound.Host = "evil.example"
+	rebound.Header.Set("Content-Type", "application/json")
+	rebound.Header.Set("Accept", "application/json, text/event-stream")
+	rebound.Header.Set("Authorization", "Bearer "+bobToken)
+	if r, err := (&http.Client{Timeout: 30 * time.Second}).Do(rebound); err != nil || r.StatusCode != 403 {
+		t.Fatalf("a foreign Host on loopback: %v %v", r, err)
+	}
 	req, _ := http.NewRequest("POST", h.base+"/mcp", strings.NewReader(initBody))
 	req.Header.Set("Authorization", "Bearer "+bobToken)
 	req.Header.Set("MCP-Protocol-Version", "1999-01-01")
@@ -419,4 +430,44 @@ func TestHTTPProgressAndDroppedCalls(t *testing.T) {
 		t.Fatalf("the job of a dropped call: %v", rec)
 	}
 	okHTTP(t, alice, "kill_job", map[string]any{"job_id": id, "grace_s": 0})
+}
+
+// TestHTTPSlowRequest (THREATS 64): a client that opens a connection and
+// sends its headers a byte at a time, never finishing, is cut off by the
+// header timeout (10 s) instead of holding the connection open for ever.
+// The bound is 4x the promise; nothing here measures speed.
+func TestHTTPSlowRequest(t *testing.T) {
+	t.Parallel()
+	h := startHTTPServer(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + aliceToken + "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	// Trickle a header byte now and then, as a slowloris does, until the
+	// server closes the connection (a write or the read fails).
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		buf := make([]byte, 512)
+		for {
+			if _, err := conn.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	deadline := time.After(40 * time.Second)
+	for {
+		select {
+		case <-closed:
+			return
+		case <-deadline:
+			t.Fatal("a connection trickling its headers was still open after 40 s (header timeout 10 s)")
+		case <-time.After(500 * time.Millisecond):
+			_, _ = conn.Write([]byte("X"))
+		}
+	}
 }
