@@ -8,7 +8,7 @@ import (
 )
 
 const (
-	fInlineBytes  = 16 << 10 // policy default output.inline_bytes
+	fInlineBytes = 16 << 10 // policy default output.inline_bytes
 	// fMaxFloodGrowth bounds what the floods add to the server's resident
 	// memory (kB): they push well over 100 MiB through it, of which it keeps
 	// 16 MiB a job. Growth, not an absolute figure: the race-detector build
