@@ -280,6 +280,9 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	// Ports first, before the workspace's lock: closing waits for their
+	// relays, and a relay just accepted may be waiting for that lock.
+	m.closePorts(name)
 	s := m.ws(name)
 	s.lock.Lock()
 	defer s.lock.Unlock()
@@ -289,7 +292,6 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	if err := m.st.DeleteWorkspace(ctx, name); err != nil && !errors.Is(err, store.ErrWorkspaceNotFound) {
 		return err
 	}
-	m.closePorts(name)
 	if m.Baselines != nil {
 		if err := m.Baselines.Remove(name); err != nil {
 			m.log.Warn().Err(err).Str("workspace", name).Msg("remove the workspace's baseline")
