@@ -548,7 +548,9 @@ func (m *Manager) visible(ctx context.Context, id string) error {
 	if tenant.Scope(ctx) == "" {
 		return nil
 	}
-	_, err := m.st.GetJob(ctx, id)
+	// Without the caller's cancel (its tenant stays): a call cancelled
+	// mid-wait still learns its job's state, and kills it (run_command).
+	_, err := m.st.GetJob(context.WithoutCancel(ctx), id)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w %q: list_jobs shows the known ones", ErrNotFound, id)
 	}
