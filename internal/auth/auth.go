@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -179,4 +180,13 @@ func (t *Tokens) Authenticate(token string) (tenant, role string, ok bool) {
 		}
 	}
 	return tenant, role, ok
+}
+
+// BearerToken is the token of an "Authorization: Bearer TOKEN" header, or "".
+func BearerToken(r *http.Request) string {
+	v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(v)
 }

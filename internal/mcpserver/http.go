@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandboxer/sandboxer/internal/auth"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
@@ -148,7 +149,7 @@ func (s *Server) guard(o HTTPOptions, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t := tenant.Tenant{Name: tenant.Local}
 		if o.Tokens != nil {
-			name, role, ok := o.Tokens.Authenticate(bearer(r))
+			name, role, ok := o.Tokens.Authenticate(auth.BearerToken(r))
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxer"`)
 				http.Error(w, "a valid token is needed: Authorization: Bearer TOKEN", http.StatusUnauthorized)
@@ -164,11 +165,11 @@ func (s *Server) guard(o HTTPOptions, next http.Handler) http.Handler {
 			}
 		}
 		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
-			http.Error(w, "cross-origin request refused (Origin "+truncateString(origin, 100)+")", http.StatusForbidden)
+			http.Error(w, "cross-origin request refused (Origin "+truncate(origin, 100)+")", http.StatusForbidden)
 			return
 		}
 		if v := r.Header.Get("MCP-Protocol-Version"); v != "" && !mcp.IsValidProtocolVersion(v) {
-			http.Error(w, "unsupported MCP-Protocol-Version "+truncateString(v, 40)+" (supported: "+strings.Join(mcp.ValidProtocolVersions, ", ")+")", http.StatusBadRequest)
+			http.Error(w, "unsupported MCP-Protocol-Version "+truncate(v, 40)+" (supported: "+strings.Join(mcp.ValidProtocolVersions, ", ")+")", http.StatusBadRequest)
 			return
 		}
 		if r.ContentLength > MaxHTTPBody {
@@ -185,14 +186,6 @@ func (s *Server) guard(o HTTPOptions, next http.Handler) http.Handler {
 	})
 }
 
-func bearer(r *http.Request) string {
-	v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return ""
-	}
-	return strings.TrimSpace(v)
-}
-
 // sameOrigin says whether a browser's Origin names the host it asks: a page
 // of another site (DNS rebinding, a hostile tab) is refused.
 func sameOrigin(origin, host string) bool {
@@ -201,13 +194,6 @@ func sameOrigin(origin, host string) bool {
 		return false
 	}
 	return strings.EqualFold(u.Host, host)
-}
-
-func truncateString(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
 
 // rateLimits are token buckets, one per tenant.

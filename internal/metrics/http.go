@@ -2,7 +2,8 @@ package metrics
 
 import (
 	"net/http"
-	"strings"
+
+	"github.com/sandboxer/sandboxer/internal/auth"
 )
 
 // Authenticator says whose a token is (internal/auth.Tokens is one).
@@ -18,7 +19,7 @@ var scrapeRoles = map[string]bool{"metrics": true, "admin": true}
 func (m *Metrics) Scrape(a Authenticator) http.Handler {
 	h := m.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, role, ok := a.Authenticate(BearerToken(r))
+		_, role, ok := a.Authenticate(auth.BearerToken(r))
 		switch {
 		case !ok:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxer"`)
@@ -31,22 +32,13 @@ func (m *Metrics) Scrape(a Authenticator) http.Handler {
 	})
 }
 
-// BearerToken is the token of an "Authorization: Bearer TOKEN" header, or "".
-func BearerToken(r *http.Request) string {
-	v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return ""
-	}
-	return strings.TrimSpace(v)
-}
-
 // CountRequests counts each request's status and tenant (the tenant of its
 // bearer token, "anonymous" without a valid one).
 func (m *Metrics) CountRequests(a Authenticator, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		next.ServeHTTP(sw, r)
-		tenant, _, _ := a.Authenticate(BearerToken(r))
+		tenant, _, _ := a.Authenticate(auth.BearerToken(r))
 		m.HTTPRequest(sw.code, tenant)
 	})
 }

@@ -72,7 +72,7 @@ func (m *Manager) ExposePort(ctx context.Context, name string, port int) (info P
 	m.mu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	code, err := m.Exec(pctx, name, sandbox.ExecOptions{Cmd: []string{supervisorPath, proto.RelayCommand, strconv.Itoa(port), "probe"}})
+	code, err := m.Exec(pctx, name, sandbox.ExecOptions{Cmd: append(relayCmd(port), "probe")})
 	return e.info, err == nil && code == 0, nil
 }
 
@@ -99,12 +99,14 @@ func (m *Manager) DialPort(ctx context.Context, name string, port int) (net.Conn
 		defer inside.Close()
 		stop := context.AfterFunc(e.ctx, func() { inside.Close() })
 		defer stop()
-		_, _ = m.Exec(e.ctx, name, sandbox.ExecOptions{
-			Cmd:   []string{supervisorPath, proto.RelayCommand, strconv.Itoa(port)},
-			Stdin: inside, Stdout: inside,
-		})
+		_, _ = m.Exec(e.ctx, name, sandbox.ExecOptions{Cmd: relayCmd(port), Stdin: inside, Stdout: inside})
 	}()
 	return client, nil
+}
+
+// relayCmd carries one connection to port on the container's loopback.
+func relayCmd(port int) []string {
+	return []string{supervisorPath, proto.RelayCommand, strconv.Itoa(port)}
 }
 
 // ClosePort closes an open port; false when it was not open.
@@ -190,10 +192,7 @@ func (m *Manager) relay(ctx context.Context, name string, port int, conn *net.TC
 	defer stop()
 	var errb capped
 	errb.max = 1024
-	code, err := m.Exec(ctx, name, sandbox.ExecOptions{
-		Cmd:   []string{supervisorPath, proto.RelayCommand, strconv.Itoa(port)},
-		Stdin: conn, Stdout: conn, Stderr: &errb,
-	})
+	code, err := m.Exec(ctx, name, sandbox.ExecOptions{Cmd: relayCmd(port), Stdin: conn, Stdout: conn, Stderr: &errb})
 	if err != nil || code != 0 {
 		_ = conn.SetLinger(0) // a reset, so the client sees the failure
 		msg := strings.TrimSpace(errb.buf.String())

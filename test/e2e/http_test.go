@@ -156,9 +156,7 @@ func TestHTTPTenantsSeeOnlyTheirOwn(t *testing.T) {
 	}
 	running := okHTTP(t, alice, "run_command", map[string]any{"command": "sleep 60", "background": true})
 	okHTTP(t, alice, "create_workspace", map[string]any{"name": "e2e-http-alice"})
-	t.Cleanup(func() {
-		_ = exec.Command("sh", "-c", "docker rm -f $(docker ps -aq --filter label=dev.sandboxer.workspace=e2e-http-alice) 2>/dev/null; docker volume rm $(docker volume ls -q --filter label=dev.sandboxer.workspace=e2e-http-alice) 2>/dev/null").Run()
-	})
+	cleanupWorkspace(t, "e2e-http-alice")
 
 	unknown := "00000000-0000-4000-8000-000000000000"
 	normalize := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, id, "ID"), unknown, "ID") }
@@ -286,9 +284,7 @@ func TestHTTPPreview(t *testing.T) {
 	h := startHTTPServer(t)
 	alice := h.client(aliceToken)
 	okHTTP(t, alice, "create_workspace", map[string]any{"name": "e2e-preview", "language": "python"})
-	t.Cleanup(func() {
-		_ = exec.Command("sh", "-c", "docker rm -f $(docker ps -aq --filter label=dev.sandboxer.workspace=e2e-preview) 2>/dev/null; docker volume rm $(docker volume ls -q --filter label=dev.sandboxer.workspace=e2e-preview) 2>/dev/null").Run()
-	})
+	cleanupWorkspace(t, "e2e-preview")
 	server := "import http.server as h\n" +
 		"class H(h.BaseHTTPRequestHandler):\n" +
 		"    def do_GET(s):\n" +
@@ -362,9 +358,7 @@ func TestHTTPTokenLimits(t *testing.T) {
 	}
 	okHTTP(t, carol, "kill_job", map[string]any{"job_id": str(first, "job_id"), "grace_s": 0})
 	okHTTP(t, dave, "create_workspace", map[string]any{"name": "e2e-dave-1"})
-	t.Cleanup(func() {
-		_ = exec.Command("sh", "-c", "docker rm -f $(docker ps -aq --filter label=dev.sandboxer.workspace=e2e-dave-1) 2>/dev/null; docker volume rm $(docker volume ls -q --filter label=dev.sandboxer.workspace=e2e-dave-1) 2>/dev/null").Run()
-	})
+	cleanupWorkspace(t, "e2e-dave-1")
 	if msg := errHTTP(t, dave, "create_workspace", map[string]any{"name": "e2e-dave-2"}); !strings.Contains(msg, "workspaces=1") {
 		t.Fatalf("a second workspace past workspaces=1: %q", msg)
 	}

@@ -53,12 +53,17 @@ func (s *server) createWS(name string, args map[string]any) map[string]any {
 	}
 	args["name"] = name
 	r := s.ok("create_workspace", args)
-	s.t.Cleanup(func() {
-		// Whatever server runs then: remove what is left through the engine.
+	cleanupWorkspace(s.t, name)
+	return r
+}
+
+// cleanupWorkspace removes, at the test's end, what is left of a workspace
+// through the engine, whatever server runs then.
+func cleanupWorkspace(t *testing.T, name string) {
+	t.Cleanup(func() {
 		_ = exec.Command("sh", "-c", fmt.Sprintf(
 			"docker rm -f $(docker ps -aq --filter label=dev.sandboxer.workspace=%[1]s) 2>/dev/null; docker volume rm $(docker volume ls -q --filter label=dev.sandboxer.workspace=%[1]s) 2>/dev/null", name)).Run()
 	})
-	return r
 }
 
 // countProcs counts the processes in a workspace whose command line contains pattern.
