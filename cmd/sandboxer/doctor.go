@@ -98,7 +98,7 @@ func doctor(args []string) error {
 	if !baseBuilt {
 		return fmt.Errorf("%d problem(s)", problems)
 	}
-	reportGVisor(ctx, cfg.Policy, rt, info.Runtimes, report)
+	reportGVisor(ctx, cfg.Policy, rt, info, report)
 	limits, err := cfg.Policy.Resolve(policy.Request{})
 	if err != nil {
 		return err
