@@ -63,9 +63,15 @@ type WorkspaceRuntime interface {
 	WorkspaceRunning(ctx context.Context, containerID string) (bool, error)
 	// RemoveWorkspace removes a workspace's container and volume; idempotent.
 	RemoveWorkspace(ctx context.Context, refs WorkspaceRefs) error
-	// SetNetwork connects (or disconnects) the container to the named
-	// network; idempotent.
-	SetNetwork(ctx context.Context, containerID, network string, connected bool) error
+	// StartInstaller starts a workspace's install container: hardened and
+	// limited like the workspace's container (same image, environment and
+	// user), its volume at /workspace, granted mounts left out, on the named
+	// network; for Exec, CopyFrom and Remove. The workspace's container
+	// itself never joins a network.
+	StartInstaller(ctx context.Context, workspaceContainerID, network string) (string, error)
+	// OOMKilled says whether the kernel killed a process of the container
+	// for memory.
+	OOMKilled(ctx context.Context, containerID string) (bool, error)
 	// StartIn runs spec as a job in a running workspace container.
 	StartIn(ctx context.Context, containerID string, spec Spec, out Output) (Handle, error)
 	// Exec runs a plain command in a running workspace container until it

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
+	"path"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,11 +18,18 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
-// Package installs (install_packages): each manager's installer runs as an
-// exec in the workspace's container, packages passed as argv after "--",
-// never through a shell's parsing. The container joins the policy's install
-// network only while an install runs and leaves it afterwards, whatever
-// happened.
+// Package installs (install_packages): the workspace's container never
+// joins a network, so no job running in it can wait for an install to get
+// one. Each install runs in an install container of its own (the runtime's
+// StartInstaller: the workspace's image, environment, user, limits and
+// hardening, its volume at /workspace) on the policy's install network,
+// removed afterwards whatever happened. npm, pip, go and cargo install into
+// the volume. apt downloads there (lists and .debs into a root-only
+// directory of the install container, which no job can write), the
+// download moves into the workspace's root filesystem through the engine's
+// archive API, and apt installs from it offline in the workspace. Each
+// manager's installer runs as an exec, packages passed as argv after "--",
+// never through a shell's parsing.
 
 // Package managers.
 const (
@@ -150,12 +159,12 @@ type InstallRequest struct {
 	Progress func(manager, line string)
 }
 
-// install serializes installs per workspace: one's network leave must not
-// cut off another's download.
+// installLocks serialize installs per workspace: two installers writing
+// the same node_modules or dpkg database would trip over each other.
 var installLocks sync.Map // workspace name -> *sync.Mutex
 
-// Install runs the installs in the workspace, each manager in turn, with the
-// container on the install network meanwhile.
+// Install runs the installs for the workspace, each manager in turn, in an
+// install container on the install network (see the package comment).
 func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerResult, error) {
 	pol := m.pol.Workspaces
 	if pol.InstallNetwork == "" || pol.InstallNetwork == policy.NetworkNone {
@@ -179,21 +188,18 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
-	if err := m.rt.SetNetwork(ctx, w.ContainerID, pol.InstallNetwork, true); err != nil {
-		return nil, fmt.Errorf("join the install network %s: %w", pol.InstallNetwork, err)
+	inst, err := m.rt.StartInstaller(ctx, w.ContainerID, pol.InstallNetwork)
+	if err != nil {
+		return nil, fmt.Errorf("start the install container on network %s: %w", pol.InstallNetwork, err)
 	}
 	defer func() {
-		// Leave the network whatever happened; a failure here is logged loudly.
-		lctx, lcancel := context.WithTimeout(context.Background(), opTimeout)
-		defer lcancel()
-		for i := 0; i < 3; i++ {
-			if err = m.rt.SetNetwork(lctx, w.ContainerID, pol.InstallNetwork, false); err == nil {
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
+		// Removing it ends whatever the installers left running (a loop, a
+		// fork bomb past the timeout): the workspace's container is untouched.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer rcancel()
+		if err := m.rt.Remove(rctx, inst); err != nil {
+			m.log.Error().Err(err).Str("workspace", req.Workspace).Msg("remove the install container")
 		}
-		m.log.Error().Err(err).Str("workspace", req.Workspace).Msg("workspace could not leave the install network: stopping it")
-		_ = m.rt.StopWorkspace(lctx, w.ContainerID)
 	}()
 	m.log.Info().Str("workspace", req.Workspace).Interface("packages", req.ByManager).Msg("install packages")
 
@@ -203,7 +209,7 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 		if len(specs) == 0 {
 			continue
 		}
-		r := m.installWith(ctx, w.ContainerID, w.Language, mgr, specs, ca, req.Progress)
+		r := m.installWith(ctx, w.ContainerID, inst, mgr, specs, ca, req.Progress)
 		if m.OnInstall != nil {
 			m.OnInstall(mgr, r.Error == "" && r.ExitCode == 0)
 		}
@@ -232,18 +238,26 @@ var installScripts = map[string]string{
 	// set notwithstanding). So apt does not drop to its _apt user, downloads
 	// into a root-owned cache of its own, and packages whose files belong to
 	// other users cannot be installed.
+	// apt in the install container only downloads: the package lists and
+	// the .debs (with their dependencies as the image has them) go into a
+	// root-owned directory there, which moves to the workspace afterwards
+	// (aptInstallOffline). apt runs as uid 0 but without capabilities: the
+	// container's no-new-privileges keeps an exec'd root from gaining any
+	// (the bounding set notwithstanding). So apt does not drop to its _apt
+	// user, and packages whose files belong to other users cannot be
+	// installed.
 	ManagerApt: `export DEBIAN_FRONTEND=noninteractive
-c=/var/cache/sandboxer-apt
-rm -rf "$c"; mkdir -p "$c/partial" || exit 70
-trap 'rm -rf "$c" ${ca:+"$ca"} ${b:+"$b"}' EXIT
+c=` + aptDir + `
+rm -rf "$c"; mkdir -p "$c/archives/partial" "$c/lists/partial" || exit 70
+cp -a /var/lib/apt/lists/. "$c/lists/" 2>/dev/null
 apt() {
   if [ -n "$b" ]; then set -- -o "Acquire::https::CAInfo=$b" "$@"; fi
-  apt-get -o APT::Sandbox::User=root -o Acquire::Retries=0 -o "Dir::Cache::Archives=$c" "$@"
+  apt-get -o APT::Sandbox::User=root -o Acquire::Retries=0 -o "Dir::Cache::Archives=$c/archives" -o "Dir::State::Lists=$c/lists" "$@"
 }
 echo "+ apt-get update"
 apt -q update </dev/null || echo "apt-get update failed; installing from the lists there are"
-echo "+ apt-get install $*"
-apt install -y -q --no-install-recommends -- "$@" </dev/null
+echo "+ apt-get install --download-only $*"
+apt install -y -q --no-install-recommends --download-only -- "$@" </dev/null
 `,
 	ManagerNpm: `cd /workspace || exit 70
 echo "+ npm install $* (into /workspace/node_modules)"
@@ -264,6 +278,22 @@ cargo install --locked -- "$@" </dev/null
 `,
 }
 
+// aptDir is where apt's lists and downloads go, in the install container
+// and then in the workspace's: a root-owned directory (under /var/cache,
+// 0755 root) that the sandbox user cannot write.
+const aptDir = "/var/cache/sandboxer-apt"
+
+// aptInstallOffline installs "$@" in the workspace's container from the
+// lists and .debs the install container fetched (copied to aptDir), with
+// no network, then removes them. apt checks each .deb against the lists'
+// hashes; the lists were verified against Debian's keys when fetched.
+const aptInstallOffline = `export DEBIAN_FRONTEND=noninteractive
+c=` + aptDir + `
+trap 'rm -rf "$c"' EXIT
+echo "+ apt-get install $* (in the workspace, offline)"
+apt-get -o APT::Sandbox::User=root -o "Dir::Cache::Archives=$c/archives" -o "Dir::State::Lists=$c/lists" install -y -q --no-install-recommends --no-download -- "$@" </dev/null
+`
+
 // queryScripts print "@@sbx<TAB>name<TAB>version" for each name in "$@"
 // (version empty when the package is not installed).
 var queryScripts = map[string]string{
@@ -274,7 +304,7 @@ var queryScripts = map[string]string{
 	ManagerCargo: `l=$(cargo install --list 2>/dev/null); for n; do v=$(printf '%s\n' "$l" | awk -v n="$n" '$1==n{sub(/^v/,"",$2); sub(/:$/,"",$2); print $2; exit}'); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
 }
 
-func (m *Manager) installWith(ctx context.Context, containerID, language, mgr string, specs []string, ca []byte, progress func(string, string)) ManagerResult {
+func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr string, specs []string, ca []byte, progress func(string, string)) ManagerResult {
 	res := ManagerResult{Manager: mgr}
 	user := "" // the sandbox user: files in /workspace and ~ are the jobs'
 	if mgr == ManagerApt {
@@ -308,15 +338,21 @@ func (m *Manager) installWith(ctx context.Context, containerID, language, mgr st
 	}}
 	opts.Cmd = append([]string{"sh", "-c", caPrelude + installScripts[mgr], "sh"}, specs...)
 	opts.Stdout, opts.Stderr = log, log
-	code, err := m.rt.Exec(ctx, containerID, opts)
+	code, err := m.rt.Exec(ctx, installer, opts)
+	if err == nil && code == 0 && mgr == ManagerApt {
+		code, err = m.aptMoveAndInstall(ctx, installer, workspaceID, specs, log)
+	}
 	res.ExitCode = code
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
-		res.Error = "the install ran out of time (timeout_s)"
+		res.Error = "the install ran out of time (timeout_s): the install container was removed with everything its installers started"
 	case err != nil:
 		res.Error = err.Error()
 	case code != 0:
 		res.Error = fmt.Sprintf("%s exited %d", mgr, code)
+		if m.installerOOM(ctx, installer) {
+			res.Error += ": the installer ran out of memory (the workspace's memory limit, memory_mb of create_workspace, applies to installs too)"
+		}
 	}
 	lines := log.lines()
 	if res.Error != "" {
@@ -327,7 +363,7 @@ func (m *Manager) installWith(ctx context.Context, containerID, language, mgr st
 		res.LogTail = res.LogTail[len(res.LogTail)-installLogLines:]
 	}
 
-	// What is there now, asked in a separate exec (as the same user).
+	// What is there now, asked in the workspace's container (as the same user).
 	names := make([]string, len(specs))
 	for i, s := range specs {
 		names[i] = packageName(mgr, s)
@@ -336,7 +372,7 @@ func (m *Manager) installWith(ctx context.Context, containerID, language, mgr st
 	qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), installQueryTime)
 	defer qcancel()
 	q := &capped{max: 1 << 20}
-	if _, err := m.rt.Exec(qctx, containerID, sandbox.ExecOptions{User: user, Env: env,
+	if _, err := m.rt.Exec(qctx, workspaceID, sandbox.ExecOptions{User: user, Env: env,
 		Cmd: append([]string{"sh", "-c", queryScripts[mgr], "sh"}, names...), Stdout: q}); err == nil {
 		for _, l := range strings.Split(q.buf.String(), "\n") {
 			f := strings.SplitN(l, "\t", 3)
@@ -359,6 +395,32 @@ func (m *Manager) installWith(ctx context.Context, containerID, language, mgr st
 		res.Packages = append(res.Packages, pr)
 	}
 	return res
+}
+
+// aptMoveAndInstall moves the install container's apt downloads into the
+// workspace's root filesystem through the engine's archive API (never
+// through the volume, which jobs can write) and installs them there offline.
+func (m *Manager) aptMoveAndInstall(ctx context.Context, installer, workspaceID string, specs []string, log io.Writer) (int, error) {
+	tar, err := m.rt.CopyFrom(ctx, installer, aptDir)
+	if err != nil {
+		return -1, fmt.Errorf("read apt's downloads from the install container: %w", err)
+	}
+	err = m.rt.CopyTo(ctx, workspaceID, path.Dir(aptDir), tar)
+	tar.Close()
+	if err != nil {
+		return -1, fmt.Errorf("copy apt's downloads into the workspace: %w", err)
+	}
+	return m.rt.Exec(ctx, workspaceID, sandbox.ExecOptions{User: "0:0", Env: []string{"HOME=/root"},
+		Cmd: append([]string{"sh", "-c", aptInstallOffline, "sh"}, specs...), Stdout: log, Stderr: log})
+}
+
+// installerOOM says whether the kernel killed an installer's process for
+// memory (the install container has the workspace's memory limit).
+func (m *Manager) installerOOM(ctx context.Context, installer string) bool {
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	oom, err := m.rt.OOMKilled(octx, installer)
+	return err == nil && oom
 }
 
 // logTail keeps the last max bytes of an installer's output, and calls

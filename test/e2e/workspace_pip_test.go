@@ -13,7 +13,11 @@ import (
 // pipIndex serves a PEP 503 simple index with one pure-Python wheel,
 // sbxdemo 1.2.3 (module sbxdemo, answer() == 42), on the docker bridge's
 // gateway address, and returns its URL.
-func pipIndex(t *testing.T) string {
+func pipIndex(t *testing.T) string { return pipIndexHooked(t, nil) }
+
+// pipIndexHooked is pipIndex, calling onRequest (when set) before it
+// answers a request for the package's page.
+func pipIndexHooked(t *testing.T, onRequest func()) string {
 	t.Helper()
 	var whl bytes.Buffer
 	z := zip.NewWriter(&whl)
@@ -41,6 +45,9 @@ func pipIndex(t *testing.T) string {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/simple/sbxdemo/", func(w http.ResponseWriter, r *http.Request) {
+		if onRequest != nil {
+			onRequest()
+		}
 		fmt.Fprint(w, `<!DOCTYPE html><html><body><a href="/files/sbxdemo-1.2.3-py3-none-any.whl">sbxdemo-1.2.3-py3-none-any.whl</a></body></html>`)
 	})
 	mux.HandleFunc("/files/sbxdemo-1.2.3-py3-none-any.whl", func(w http.ResponseWriter, r *http.Request) {
