@@ -108,6 +108,8 @@ type Workspaces struct {
 	InstallNetwork string `yaml:"install_network"`
 	// PipIndexURL is the package index pip installs from ("" = pip's default, PyPI).
 	PipIndexURL string `yaml:"pip_index_url"`
+	// NpmRegistryURL is the registry npm installs from ("" = npm's default).
+	NpmRegistryURL string `yaml:"npm_registry_url"`
 	// InstallCAFile is a host PEM bundle of extra CA certificates the
 	// package managers of install_packages trust ("" = none): for egress
 	// whose TLS is intercepted by a CA the images do not know.

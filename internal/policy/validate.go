@@ -50,7 +50,8 @@ var (
 	goEnvPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.:/@+,|_~%-]{0,511}( https?://[A-Za-z0-9.:/_~%-]+)?$`)
 	// networkNamePattern is a Docker network name (workspaces.install_network).
 	networkNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-	// pipIndexPattern is workspaces.pip_index_url: http(s), no spaces or quotes.
+	// pipIndexPattern is an index or registry URL (pip_index_url,
+	// npm_registry_url): http(s), no spaces or quotes.
 	pipIndexPattern = regexp.MustCompile(`^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]{1,1000}$`)
 	// CommandNamePattern is what an entry of block.commands must match: a
 	// command name, no path (the same grammar as internal/blocklist).
@@ -217,6 +218,9 @@ func (p *Policy) Validate() error {
 	}
 	if u := p.Workspaces.PipIndexURL; u != "" && !pipIndexPattern.MatchString(u) {
 		ps.add("workspaces.pip_index_url", "%q is not an http(s) URL", u)
+	}
+	if u := p.Workspaces.NpmRegistryURL; u != "" && !pipIndexPattern.MatchString(u) {
+		ps.add("workspaces.npm_registry_url", "%q is not an http(s) URL", u)
 	}
 	if v := p.Workspaces.InstallGoProxy; !goEnvPattern.MatchString(v) {
 		ps.add("workspaces.install_goproxy", "%q is not a GOPROXY list (URLs, direct or off, separated by , or |)", v)

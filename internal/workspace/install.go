@@ -321,6 +321,9 @@ func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr s
 			env = append(env, "SBX_PIP_TRUSTED="+u.Hostname())
 		}
 	}
+	if r := m.pol.Workspaces.NpmRegistryURL; r != "" && mgr == ManagerNpm {
+		env = append(env, "npm_config_registry="+r)
+	}
 	if mgr == ManagerGo {
 		// The image builds offline (GOPROXY=off); the install alone reaches
 		// the module proxy the policy names, and modules land on the volume.
@@ -383,7 +386,9 @@ func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr s
 	}
 	for i, spec := range specs {
 		pr := PackageResult{Manager: mgr, Spec: spec, Name: names[i], Version: versions[names[i]]}
-		pr.Installed = pr.Version != "" || (mgr == ManagerGo && res.Error == "")
+		// A manager that failed (ran out of time, was killed) may leave a
+		// package unpacked but its scripts unrun: not installed.
+		pr.Installed = res.Error == "" && (pr.Version != "" || mgr == ManagerGo)
 		for _, l := range lines {
 			if strings.Contains(l, names[i]) {
 				pr.Log = append(pr.Log, l)
