@@ -36,11 +36,12 @@ func installPolicy(t *testing.T, extra string) string {
 	return policyEnv(t, y+extra)
 }
 
-// wsNetworks lists the networks a workspace's container is on (its install
-// containers, labelled with its name too, left out).
+// wsNetworks lists the networks a workspace's container is on ("none", its
+// network mode, and its install containers, labelled with its name too,
+// left out).
 func wsNetworks(t *testing.T, name string) string {
 	t.Helper()
-	out, err := exec.Command("sh", "-c", "docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}' $(docker ps -aq --filter label=dev.sandboxer.kind=workspace --filter label=dev.sandboxer.workspace="+name+")").CombinedOutput()
+	out, err := exec.Command("sh", "-c", "docker inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{if ne $k \"none\"}}{{$k}} {{end}}{{end}}' $(docker ps -aq --filter label=dev.sandboxer.kind=workspace --filter label=dev.sandboxer.workspace="+name+")").CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker inspect: %v: %s", err, out)
 	}

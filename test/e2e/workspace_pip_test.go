@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // pipIndex serves a PEP 503 simple index with one pure-Python wheel,
@@ -64,7 +65,9 @@ func TestWorkspaceInstallPipFromLocalIndex(t *testing.T) {
 	s := startServer(t, installPolicy(t, "  pip_index_url: "+index+"\n"))
 	name := "e2e-pip"
 	s.createWS(name, map[string]any{"language": "python"})
+	start := time.Now()
 	r := s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"sbxdemo==1.2.3"}})
+	t.Logf("pip install from the local index took %v", time.Since(start))
 	p := r["packages"].([]any)[0].(map[string]any)
 	if r["installed"] != true || str(p, "manager") != "pip" || str(p, "version") != "1.2.3" {
 		t.Fatalf("pip install: %v", r)

@@ -37,6 +37,8 @@ func (r *Runtime) StartInstaller(ctx context.Context, workspaceID, network strin
 		return "", fmt.Errorf("workspace container %.12s: the engine reported no configuration", workspaceID)
 	}
 	cfg := *ws.Config
+	// The image the workspace runs, by ID: its tag may have moved since.
+	cfg.Image = ws.Image
 	cfg.Hostname, cfg.Domainname = "", ""
 	cfg.ExposedPorts = nil
 	cfg.Cmd = []string{"sleep", "infinity"}

@@ -21,12 +21,6 @@ import (
 
 var _ sandbox.WorkspaceRuntime = (*Runtime)(nil)
 
-// workspaceNetwork is the network a workspace's container is created on and
-// at once disconnected from: a container made with network "none" can never
-// be connected to another network later (Engine 20.10 refuses), so installs
-// could not get one.
-const workspaceNetwork = "bridge"
-
 // CreateWorkspace creates a workspace's volume and its container (not started).
 func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec) (sandbox.WorkspaceRefs, error) {
 	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
@@ -67,7 +61,9 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	}
 	host := &container.HostConfig{
 		LogConfig:   d.logConfig("local", logBytes),
-		NetworkMode: container.NetworkMode(workspaceNetwork),
+		// No network, ever: installs get theirs in an install container
+		// (StartInstaller), so a job never sees one.
+		NetworkMode: "none",
 		// No capability at all, root execs included: with no-new-privileges
 		// an exec as root gets none either (seen on Engine 20.10), so
 		// installs run as a capability-less root (apt's sandbox user off).
@@ -109,10 +105,6 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		return sandbox.WorkspaceRefs{}, r.engineErr(fmt.Errorf("create container: %w", err))
 	}
 	refs.ContainerID = created.ID
-	if err := r.SetNetwork(ctx, created.ID, workspaceNetwork, false); err != nil {
-		_ = r.RemoveWorkspace(context.WithoutCancel(ctx), refs)
-		return sandbox.WorkspaceRefs{}, err
-	}
 	return refs, nil
 }
 
@@ -165,30 +157,6 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRef
 		if err != nil && !cerrdefs.IsNotFound(err) {
 			return r.engineErr(fmt.Errorf("remove volume %s: %w", refs.Volume, err))
 		}
-	}
-	return nil
-}
-
-// SetNetwork connects or disconnects the container; idempotent.
-func (r *Runtime) SetNetwork(ctx context.Context, id, network string, connected bool) error {
-	var err error
-	if connected {
-		_, err = r.cli.NetworkConnect(ctx, network, client.NetworkConnectOptions{Container: id})
-		if err != nil && strings.Contains(err.Error(), "already exists") {
-			err = nil
-		}
-	} else {
-		_, err = r.cli.NetworkDisconnect(ctx, network, client.NetworkDisconnectOptions{Container: id, Force: true})
-		if err != nil && (strings.Contains(err.Error(), "is not connected") || cerrdefs.IsNotFound(err)) {
-			err = nil
-		}
-	}
-	if err != nil {
-		verb := "disconnect from"
-		if connected {
-			verb = "connect to"
-		}
-		return r.engineErr(fmt.Errorf("%s network %s: %w", verb, network, err))
 	}
 	return nil
 }
