@@ -106,6 +106,11 @@ func TestWorkspaceInstallPackages(t *testing.T) {
 	if r["installed"] != true || got["apt:jq"]["installed"] != true || str(got["apt:jq"], "version") == "" || got["npm:is-odd"]["installed"] != true {
 		t.Fatalf("by_manager install: %v", r)
 	}
+	// apt's downloads never pass where a job can write: a job cannot plant
+	// the directory they move into.
+	if out := s.wsOut(name, "mkdir /var/cache/sandboxer-apt 2>/dev/null && echo planted || echo refused"); out != "refused\n" {
+		t.Fatalf("a job planting apt's download directory: %q", out)
+	}
 	if out := s.wsOut(name, `jq --version; node -e "console.log(require('is-odd')(3), require('is-number')(1))"`); !strings.HasPrefix(out, "jq-") || !strings.HasSuffix(out, "true true\n") {
 		t.Fatalf("after by_manager: %q", out)
 	}
