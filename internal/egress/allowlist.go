@@ -1,0 +1,135 @@
+// Package egress is the allowlist proxy: jobs that may reach a few named
+// hosts get them only through it. Each grant (a tenant's job and its
+// allowlist) has a token the job presents as its proxy credentials; the
+// proxy resolves an allowed name itself, refuses private and loopback
+// addresses unless the list names the host exactly, dials the address it
+// checked (never resolving twice, so a name cannot rebind between the check
+// and the connection), and reports every decision with its bytes.
+package egress
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Rule is one allowlist entry: a host name, "*." and a domain (its
+// subdomains, not the domain itself), or an IP address; with a port, or
+// none for 80 and 443.
+type Rule struct {
+	Host     string // lowercase, no trailing dot; for a wildcard the domain after "*."
+	Wildcard bool
+	Port     int // 0 = 80 and 443
+}
+
+// Exact says whether the rule names one host (a name or an address): only
+// such a rule may lead to a private or loopback address.
+func (r Rule) Exact() bool { return !r.Wildcard }
+
+func (r Rule) String() string {
+	h := r.Host
+	if r.Wildcard {
+		h = "*." + h
+	}
+	if r.Port != 0 {
+		return h + ":" + strconv.Itoa(r.Port)
+	}
+	return h
+}
+
+// List is an allowlist.
+type List []Rule
+
+// ParseList reads allowlist entries ("*.example.com", "pkg.internal:443",
+// "172.17.0.1:8080"); the error names the first bad one.
+func ParseList(entries []string) (List, error) {
+	var l List
+	for _, e := range entries {
+		r, err := parseRule(e)
+		if err != nil {
+			return nil, err
+		}
+		l = append(l, r)
+	}
+	return l, nil
+}
+
+func parseRule(e string) (Rule, error) {
+	bad := func(why string) (Rule, error) {
+		return Rule{}, fmt.Errorf("allowlist entry %q: %s", e, why)
+	}
+	host, port := strings.ToLower(strings.TrimSpace(e)), 0
+	if h, p, ok := strings.Cut(host, ":"); ok && !strings.Contains(p, ":") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return bad("the port must be 1 to 65535")
+		}
+		host, port = h, n
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	r := Rule{Port: port}
+	if d, ok := strings.CutPrefix(host, "*."); ok {
+		r.Wildcard, host = true, d
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if r.Wildcard {
+			return bad("a wildcard cannot precede an address")
+		}
+		r.Host = a.Unmap().String()
+		return r, nil
+	}
+	if !validName(host) {
+		return bad("it must be a host name, *. and a domain, or an IP address, with an optional :port")
+	}
+	r.Host = host
+	return r, nil
+}
+
+// validName is a DNS name of letters, digits, '-' and '_' labels, with at
+// least one dot for a wildcard's domain to be more than a top-level one.
+func validName(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Match is the first rule that allows host:port, if any. host is a name or
+// an address; an address matches only a rule that names it.
+func (l List) Match(host string, port int) (Rule, bool) {
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.Unmap().String()
+	}
+	for _, r := range l {
+		if r.Port == 0 && port != 80 && port != 443 || r.Port != 0 && r.Port != port {
+			continue
+		}
+		if !r.Wildcard && host == r.Host || r.Wildcard && strings.HasSuffix(host, "."+r.Host) {
+			return r, true
+		}
+	}
+	return Rule{}, false
+}
+
+// cgnat is the shared address space (RFC 6598), private in practice.
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+// Private says whether an address is one a wildcard must never lead to:
+// private, loopback, link-local, unspecified, multicast or shared.
+func Private(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() || cgnat.Contains(a)
+}
