@@ -106,7 +106,7 @@ func doctor(args []string) error {
 	out := &sandbox.Buffer{Max: 1 << 20}
 	h, err := rt.Start(ctx, sandbox.Spec{
 		JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"bash", "-c", probeScript},
-		WorkDir: "/workspace", Network: cfg.Policy.Network, Runtime: cfg.Policy.Runtime,
+		WorkDir: "/workspace", Network: probeNetwork(cfg.Policy.Network), Runtime: cfg.Policy.Runtime,
 		Limits: job.SandboxLimits(limits, 1<<20),
 	}, out)
 	if err != nil {
@@ -140,7 +140,7 @@ func doctor(args []string) error {
 		{"ifaces", "lo", "network none"},
 		{"docker_sock", "absent", "no Docker socket"},
 	}
-	if cfg.Policy.Network != policy.NetworkNone {
+	if probeNetwork(cfg.Policy.Network) != policy.NetworkNone {
 		want = want[:5]
 	}
 	for _, w := range want {
@@ -223,4 +223,13 @@ func reportMounts(ctx context.Context, pol *policy.Policy, rt sandbox.Runtime, l
 		got := strings.TrimSpace(out.Stdout())
 		report(got == "read-only", what, m.Source+" at "+target+": "+strings.TrimSpace(got+" "+out.Stderr()), fix)
 	}
+}
+
+// probeNetwork is the network of doctor's probe: the policy's, but none for
+// egress (its network and proxy are the server's, made when it serves).
+func probeNetwork(network string) string {
+	if network == policy.NetworkEgress {
+		return policy.NetworkNone
+	}
+	return network
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/blocklist"
 	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/deps"
+	"github.com/sandboxer/sandboxer/internal/egress"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/logging"
@@ -160,6 +161,17 @@ func serve(args []string) error {
 		warm.FollowUse(pool.Follow{MaxTotal: cfg.Policy.Pool.MaxTotal, Idle: time.Duration(cfg.Policy.Pool.FollowIdleS) * time.Second})
 		rt = warm
 	}
+	auditLog, err := audit.Open(cfg.StateDir, audit.DefaultMaxBytes, audit.DefaultKeep)
+	if err != nil {
+		return err
+	}
+	defer auditLog.Close()
+	if cfg.Policy.Network == policy.NetworkEgress {
+		// Jobs on network egress reach the policy's hosts through the proxy.
+		if rt, err = startEgress(rt, engine, cfg.Policy, auditLog, lock.ID()); err != nil {
+			return err
+		}
+	}
 	// Workspaces sit in front: a job naming one runs in its container.
 	workspaces = workspace.New(engine, st, cfg.Policy, lock.ID(), log)
 	workspaces.Baselines = baseline.New(filepath.Join(cfg.StateDir, "baselines"))
@@ -215,11 +227,6 @@ func serve(args []string) error {
 	if mt != nil {
 		blocked.Observe = func(d blocklist.Decision) { mt.BlockDecision(!d.Allowed, d.Rule.Command) }
 	}
-	auditLog, err := audit.Open(cfg.StateDir, audit.DefaultMaxBytes, audit.DefaultKeep)
-	if err != nil {
-		return err
-	}
-	defer auditLog.Close()
 	srv, err := mcpserver.New(tools.Deps{
 		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm, Workspaces: workspaces,
 		Dependencies: depCaches, Blocklist: blocked, Processes: engine,
@@ -299,4 +306,32 @@ func poolTargets(pol *policy.Policy, languages *lang.Registry) ([]pool.Target, e
 	}
 	sort.Slice(targets, func(i, j int) bool { return targets[i].Name < targets[j].Name })
 	return targets, nil
+}
+
+// startEgress makes the egress network, serves the allowlist proxy on its
+// gateway, and puts the runtime that hands jobs their grants in front of rt.
+// Every decision of the proxy goes to the audit log.
+func startEgress(rt sandbox.Runtime, engine *docker.Runtime, pol *policy.Policy, auditLog *audit.Log, server string) (sandbox.Runtime, error) {
+	allow, err := egress.ParseList(pol.Egress.Allow)
+	if err != nil {
+		return nil, err // the policy was validated: not reached
+	}
+	hosts, err := egress.ParseHosts(pol.Egress.Hosts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := egress.Start(ctx, rt, engine, allow, hosts, func(ev egress.Event) {
+		entry := audit.Entry{Time: time.Now().UTC(), Client: ev.Tenant, Server: server, Tool: "egress", JobID: ev.Job,
+			Decision: audit.Allowed, Outcome: "ok", Host: ev.Host, Port: ev.Port, BytesUp: ev.BytesUp, BytesDown: ev.BytesDown}
+		if !ev.Allowed {
+			entry.Decision, entry.Outcome, entry.Error = audit.Refused, "error", ev.Reason
+		}
+		_ = auditLog.Write(entry)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("egress proxy (network: egress): %w", err)
+	}
+	return e, nil
 }

@@ -42,6 +42,12 @@ type Entry struct {
 	Outcome      string    `json:"outcome"`            // the job's status, "ok", or "error"
 	Error        string    `json:"error,omitempty"`
 	DurationMS   int64     `json:"duration_ms"`
+	// A connection through the egress proxy (tool "egress"): where to, and
+	// the bytes each way.
+	Host      string `json:"host,omitempty"`
+	Port      int    `json:"port,omitempty"`
+	BytesUp   int64  `json:"bytes_up,omitempty"`
+	BytesDown int64  `json:"bytes_down,omitempty"`
 }
 
 // Decisions.

@@ -8,6 +8,7 @@
 package egress
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -132,4 +133,39 @@ func Private(a netip.Addr) bool {
 	a = a.Unmap()
 	return a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
 		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() || cgnat.Contains(a)
+}
+
+// Hosts are names the proxy resolves without DNS.
+type Hosts map[string]netip.Addr
+
+// ParseHosts reads name -> address entries; the error names the first bad one.
+func ParseHosts(m map[string]string) (Hosts, error) {
+	h := Hosts{}
+	for name, addr := range m {
+		n := strings.TrimSuffix(strings.ToLower(name), ".")
+		if !validName(n) {
+			return nil, fmt.Errorf("host %q: not a host name", name)
+		}
+		a, err := netip.ParseAddr(addr)
+		if err != nil {
+			return nil, fmt.Errorf("host %q: %q is not an IP address", name, addr)
+		}
+		h[n] = a.Unmap()
+	}
+	return h, nil
+}
+
+// resolver answers the names h holds, and asks next for the rest.
+func (h Hosts) resolver(next Resolver) Resolver { return hostsResolver{h, next} }
+
+type hostsResolver struct {
+	hosts Hosts
+	next  Resolver
+}
+
+func (r hostsResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if a, ok := r.hosts[strings.TrimSuffix(strings.ToLower(host), ".")]; ok {
+		return []netip.Addr{a}, nil
+	}
+	return r.next.LookupNetIP(ctx, network, host)
 }

@@ -23,8 +23,12 @@ type Policy struct {
 	Limits Limits `yaml:"limits"`
 	Output Output `yaml:"output"`
 	Jobs   Jobs   `yaml:"jobs"`
-	// Network is the network mode of job containers: "none" (default) or "bridge".
+	// Network is the network mode of job containers: "none" (default),
+	// "bridge", or "egress" (only the hosts of Egress.Allow, through the
+	// server's proxy).
 	Network string `yaml:"network"`
+	// Egress is what network "egress" allows.
+	Egress Egress `yaml:"egress"`
 	// Runtime is the OCI runtime of job containers; "" = engine default (e.g. "runsc" for gVisor).
 	Runtime string `yaml:"runtime"`
 	// Languages optionally overrides the image of a language, by language name.
@@ -266,7 +270,19 @@ const (
 const (
 	NetworkNone   = "none"
 	NetworkBridge = "bridge"
+	NetworkEgress = "egress"
 )
+
+// Egress is the allowlist of network "egress".
+type Egress struct {
+	// Allow are the hosts jobs may reach through the server's proxy:
+	// "*.example.com" (its subdomains), "pkg.internal:443", an address with
+	// a port; no port means 80 and 443.
+	Allow []string `yaml:"allow"`
+	// Hosts are addresses of names the proxy resolves without DNS (an
+	// internal mirror's name): name -> IP address.
+	Hosts map[string]string `yaml:"hosts"`
+}
 
 // Retention is Jobs.RetentionS as a duration.
 func (j Jobs) Retention() time.Duration { return seconds(j.RetentionS) }

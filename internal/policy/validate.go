@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/sandboxer/sandboxer/internal/egress"
 )
 
 // Sanity bounds. They exist to catch typos (and int64 overflow when a value is
@@ -158,8 +160,18 @@ func (p *Policy) Validate() error {
 
 	switch p.Network {
 	case NetworkNone, NetworkBridge:
+	case NetworkEgress:
+		if len(p.Egress.Allow) == 0 {
+			ps.add("egress.allow", "must name at least one host with network: egress")
+		}
 	default:
-		ps.add("network", "must be %q or %q, got %q", NetworkNone, NetworkBridge, p.Network)
+		ps.add("network", "must be %q, %q or %q, got %q", NetworkNone, NetworkBridge, NetworkEgress, p.Network)
+	}
+	if _, err := egress.ParseList(p.Egress.Allow); err != nil {
+		ps.add("egress.allow", "%v", err)
+	}
+	if _, err := egress.ParseHosts(p.Egress.Hosts); err != nil {
+		ps.add("egress.hosts", "%v", err)
 	}
 	if p.Runtime == RuntimeRunsc && l.Pids.Default < MinPidsRunsc {
 		ps.add("limits.pids.default", "must be at least %d with runtime runsc: gVisor's own threads count against the pids limit, and below that containers fail to start or hang; got %d", MinPidsRunsc, l.Pids.Default)

@@ -42,7 +42,7 @@ type Spec struct {
 	Env     []string // KEY=VALUE, already validated
 	WorkDir string   // absolute path inside the container; a tmpfs is mounted there
 	Limits  Limits
-	Network string // "none" unless the policy allows another mode
+	Network string // "none" unless the policy allows another mode (NetworkEgress among them)
 	Runtime string // OCI runtime name ("" = engine default, e.g. "runsc")
 	// EngineLog is the engine's own log of the container: "local" (capped at
 	// Limits.LogBytes, readable by Adopt) or "none".

@@ -192,10 +192,7 @@ func (r *Runtime) containerConfig(d dialect, spec sandbox.Spec) (*container.Conf
 		// (and keeps the job running).
 		StdinOnce: true,
 	}
-	network := spec.Network
-	if network == "" {
-		network = "none"
-	}
+	network := engineNetwork(spec.Network)
 	init := true
 	pids := l.Pids
 	tmpfsOpts := d.tmpfsOptions

@@ -60,7 +60,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		Env:        ws.Env,
 	}
 	host := &container.HostConfig{
-		LogConfig:   d.logConfig("local", logBytes),
+		LogConfig: d.logConfig("local", logBytes),
 		// No network, ever: installs get theirs in an install container
 		// (StartInstaller), so a job never sees one.
 		NetworkMode: "none",

@@ -1,0 +1,80 @@
+package egress
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/tenant"
+)
+
+// Runtime is a sandbox.Runtime in front of the job runtime: a spec on
+// network sandbox.NetworkEgress gets a grant of its own for the job's life,
+// and the proxy's address with the grant's token in HTTP_PROXY and
+// HTTPS_PROXY (both spellings); NO_PROXY names only loopback. Its
+// container is on the egress network, whose only peer is the proxy.
+type Runtime struct {
+	sandbox.Runtime
+	proxy *Proxy
+	addr  string // host:port of the proxy on the egress network's gateway
+	allow List
+	srv   *http.Server
+}
+
+// Start makes the egress network (through rt), serves the proxy on its
+// gateway and returns the runtime that hands grants to jobs.
+func Start(ctx context.Context, next sandbox.Runtime, rt sandbox.EgressRuntime, allow List, hosts Hosts, audit func(Event)) (*Runtime, error) {
+	gw, err := rt.EgressGateway(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(gw, 0).String())
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{Audit: audit, Resolver: hosts.resolver(net.DefaultResolver)}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return &Runtime{Runtime: next, proxy: p, addr: ln.Addr().String(), allow: allow, srv: srv}, nil
+}
+
+// Addr is where the proxy listens.
+func (r *Runtime) Addr() string { return r.addr }
+
+// Start runs spec, with a grant when it is on the egress network.
+func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	if spec.Network != sandbox.NetworkEgress || spec.Workspace != "" {
+		return r.Runtime.Start(ctx, spec, out)
+	}
+	token, revoke := r.proxy.Add(Grant{Tenant: tenant.Owner(ctx), Job: spec.JobID, Allow: r.allow})
+	spec.Env = append(append([]string(nil), spec.Env...), ProxyEnv(ProxyURL(token, r.addr))...)
+	h, err := r.Runtime.Start(ctx, spec, out)
+	if err != nil {
+		revoke()
+		return nil, err
+	}
+	go func() {
+		<-h.Done()
+		revoke()
+	}()
+	return h, nil
+}
+
+// ProxyEnv is the environment that points HTTP clients at a proxy URL.
+func ProxyEnv(proxyURL string) []string {
+	return []string{
+		"HTTP_PROXY=" + proxyURL, "HTTPS_PROXY=" + proxyURL, "http_proxy=" + proxyURL, "https_proxy=" + proxyURL,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+	}
+}
+
+// Close stops the proxy, then closes the runtime behind.
+func (r *Runtime) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.srv.Shutdown(ctx)
+	return r.Runtime.Close()
+}

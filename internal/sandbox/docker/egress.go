@@ -1,0 +1,58 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+var _ sandbox.EgressRuntime = (*Runtime)(nil)
+
+// egressNetwork is the engine's name of the egress network (Spec.Network
+// sandbox.NetworkEgress): internal, so the engine gives it no route out
+// and no masquerading; the host's address on it is its gateway.
+const egressNetwork = "sandboxer-egress"
+
+// engineNetwork is the engine's network mode for a spec's Network.
+func engineNetwork(network string) string {
+	switch network {
+	case "":
+		return "none"
+	case sandbox.NetworkEgress:
+		return egressNetwork
+	}
+	return network
+}
+
+// EgressGateway makes the egress network if it is missing and returns its
+// gateway address.
+func (r *Runtime) EgressGateway(ctx context.Context) (netip.Addr, error) {
+	info, err := r.cli.NetworkInspect(ctx, egressNetwork, client.NetworkInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		_, err = r.cli.NetworkCreate(ctx, egressNetwork, client.NetworkCreateOptions{
+			Driver: "bridge", Internal: true,
+			Labels: map[string]string{sandbox.LabelManaged: "true"},
+		})
+		if err != nil && !cerrdefs.IsConflict(err) {
+			return netip.Addr{}, r.engineErr(fmt.Errorf("create network %s: %w", egressNetwork, err))
+		}
+		info, err = r.cli.NetworkInspect(ctx, egressNetwork, client.NetworkInspectOptions{})
+	}
+	if err != nil {
+		return netip.Addr{}, r.engineErr(fmt.Errorf("inspect network %s: %w", egressNetwork, err))
+	}
+	if !info.Network.Internal {
+		return netip.Addr{}, fmt.Errorf("network %s exists and is not internal: remove it (docker network rm %s) so the server makes it", egressNetwork, egressNetwork)
+	}
+	for _, c := range info.Network.IPAM.Config {
+		if c.Gateway.IsValid() && c.Gateway.Is4() {
+			return c.Gateway, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("network %s has no IPv4 gateway", egressNetwork)
+}
