@@ -247,6 +247,7 @@ func Default() *Policy {
 			MaxWaitS:         50, // below the common 60 s client request timeout
 		},
 		Network:   NetworkNone,
+		Egress:    Egress{Allow: []string{}, Hosts: map[string]string{}},
 		Runtime:   "",
 		Languages: map[string]Language{},
 		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2, MaxTotal: 6, FollowIdleS: 300},
