@@ -22,12 +22,14 @@ type Runtime struct {
 	addr  string // host:port of the proxy on the egress network's gateway
 	allow List
 	srv   *http.Server
+	// unfence takes the proxy's port out of the host's fence.
+	unfence func()
 }
 
 // Start makes the egress network (through rt), serves the proxy on its
 // gateway and returns the runtime that hands grants to jobs.
 func Start(ctx context.Context, next sandbox.Runtime, rt sandbox.EgressRuntime, allow List, hosts Hosts, audit func(Event)) (*Runtime, error) {
-	gw, err := rt.EgressGateway(ctx)
+	gw, bridge, err := rt.EgressGateway(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -35,10 +37,15 @@ func Start(ctx context.Context, next sandbox.Runtime, rt sandbox.EgressRuntime, 
 	if err != nil {
 		return nil, err
 	}
+	unfence, err := fence(bridge, ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	p := &Proxy{Audit: audit, Resolver: hosts.resolver(net.DefaultResolver)}
 	srv := &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	return &Runtime{Runtime: next, proxy: p, addr: ln.Addr().String(), allow: allow, srv: srv}, nil
+	return &Runtime{Runtime: next, proxy: p, addr: ln.Addr().String(), allow: allow, srv: srv, unfence: unfence}, nil
 }
 
 // Addr is where the proxy listens.
@@ -76,5 +83,6 @@ func (r *Runtime) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = r.srv.Shutdown(ctx)
+	r.unfence()
 	return r.Runtime.Close()
 }

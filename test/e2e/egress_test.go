@@ -61,6 +61,12 @@ try:
     print("direct connected")
 except OSError:
     print("direct refused")
+h, pt = os.environ["HOSTSERVICE"].rsplit(":", 1)
+try:
+    socket.create_connection((h, int(pt)), timeout=10)
+    print("host service connected")
+except OSError:
+    print("host service refused")
 EOF`
 
 func TestEgressAllowlist(t *testing.T) {
@@ -90,7 +96,8 @@ egress:
 		gw + " 403 -\n" + // a raw address the list does not name
 		"inner.wild.sbx.test 403 -\n" + // a wildcard's name that resolves to a private address
 		"plain hello from the mirror\n" +
-		"direct refused\n" // no route out but through the proxy
+		"direct refused\n" + // no route out but through the proxy
+		"host service refused\n" // the host's services on the gateway are fenced off
 	if str(r, "status") != "completed" || out != want {
 		t.Fatalf("egress probe: got\n%s\nwant\n%s\nrecord: %v", out, want, r)
 	}
@@ -129,7 +136,7 @@ egress:
 // egressCommand is the probe with its arguments.
 func egressCommand(port, gw string) string {
 	args := fmt.Sprintf("http://mirror.sbx.test:%[1]s/hello mirror.sbx.test:%[1]s other.example.com:443 %[2]s:%[1]s inner.wild.sbx.test:%[1]s", port, gw)
-	return "set -- " + args + "\n" + egressProbe
+	return "set -- " + args + "\nexport HOSTSERVICE=" + gw + ":" + port + "\n" + egressProbe
 }
 
 // egressAudit reads the server's audit log's egress entries.

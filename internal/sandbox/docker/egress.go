@@ -31,7 +31,7 @@ func engineNetwork(network string) string {
 
 // EgressGateway makes the egress network if it is missing and returns its
 // gateway address.
-func (r *Runtime) EgressGateway(ctx context.Context) (netip.Addr, error) {
+func (r *Runtime) EgressGateway(ctx context.Context) (netip.Addr, string, error) {
 	info, err := r.cli.NetworkInspect(ctx, egressNetwork, client.NetworkInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
 		_, err = r.cli.NetworkCreate(ctx, egressNetwork, client.NetworkCreateOptions{
@@ -39,20 +39,25 @@ func (r *Runtime) EgressGateway(ctx context.Context) (netip.Addr, error) {
 			Labels: map[string]string{sandbox.LabelManaged: "true"},
 		})
 		if err != nil && !cerrdefs.IsConflict(err) {
-			return netip.Addr{}, r.engineErr(fmt.Errorf("create network %s: %w", egressNetwork, err))
+			return netip.Addr{}, "", r.engineErr(fmt.Errorf("create network %s: %w", egressNetwork, err))
 		}
 		info, err = r.cli.NetworkInspect(ctx, egressNetwork, client.NetworkInspectOptions{})
 	}
 	if err != nil {
-		return netip.Addr{}, r.engineErr(fmt.Errorf("inspect network %s: %w", egressNetwork, err))
+		return netip.Addr{}, "", r.engineErr(fmt.Errorf("inspect network %s: %w", egressNetwork, err))
 	}
 	if !info.Network.Internal {
-		return netip.Addr{}, fmt.Errorf("network %s exists and is not internal: remove it (docker network rm %s) so the server makes it", egressNetwork, egressNetwork)
+		return netip.Addr{}, "", fmt.Errorf("network %s exists and is not internal: remove it (docker network rm %s) so the server makes it", egressNetwork, egressNetwork)
+	}
+	// The bridge's name: the engine's default unless the network set one.
+	bridge := info.Network.Options["com.docker.network.bridge.name"]
+	if bridge == "" && len(info.Network.ID) >= 12 {
+		bridge = "br-" + info.Network.ID[:12]
 	}
 	for _, c := range info.Network.IPAM.Config {
 		if c.Gateway.IsValid() && c.Gateway.Is4() {
-			return c.Gateway, nil
+			return c.Gateway, bridge, nil
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("network %s has no IPv4 gateway", egressNetwork)
+	return netip.Addr{}, "", fmt.Errorf("network %s has no IPv4 gateway", egressNetwork)
 }
