@@ -166,15 +166,21 @@ func serve(args []string) error {
 		return err
 	}
 	defer auditLog.Close()
-	if cfg.Policy.Network == policy.NetworkEgress {
-		// Jobs on network egress reach the policy's hosts through the proxy.
-		if rt, err = startEgress(rt, engine, cfg.Policy, auditLog, lock.ID()); err != nil {
+	var egressRT *egress.Runtime
+	if cfg.Policy.Network == policy.NetworkEgress || cfg.Policy.Workspaces.InstallNetwork == policy.NetworkEgress {
+		// Jobs (and installs) on network egress reach the policy's hosts
+		// through the proxy.
+		if egressRT, err = startEgress(rt, engine, cfg.Policy, auditLog, lock.ID()); err != nil {
 			return err
 		}
+		rt = egressRT
 	}
 	// Workspaces sit in front: a job naming one runs in its container.
 	workspaces = workspace.New(engine, st, cfg.Policy, lock.ID(), log)
 	workspaces.Baselines = baseline.New(filepath.Join(cfg.StateDir, "baselines"))
+	if egressRT != nil {
+		workspaces.Egress = egressRT.Grant
+	}
 	defer workspaces.ClosePortsAll()
 	if mt != nil {
 		workspaces.OnInstall = func(manager string, ok bool) { mt.Install(manager, ok) }
@@ -311,7 +317,7 @@ func poolTargets(pol *policy.Policy, languages *lang.Registry) ([]pool.Target, e
 // startEgress makes the egress network, serves the allowlist proxy on its
 // gateway, and puts the runtime that hands jobs their grants in front of rt.
 // Every decision of the proxy goes to the audit log.
-func startEgress(rt sandbox.Runtime, engine *docker.Runtime, pol *policy.Policy, auditLog *audit.Log, server string) (sandbox.Runtime, error) {
+func startEgress(rt sandbox.Runtime, engine *docker.Runtime, pol *policy.Policy, auditLog *audit.Log, server string) (*egress.Runtime, error) {
 	allow, err := egress.ParseList(pol.Egress.Allow)
 	if err != nil {
 		return nil, err // the policy was validated: not reached

@@ -56,8 +56,8 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if spec.Network != sandbox.NetworkEgress || spec.Workspace != "" {
 		return r.Runtime.Start(ctx, spec, out)
 	}
-	token, revoke := r.proxy.Add(Grant{Tenant: tenant.Owner(ctx), Job: spec.JobID, Allow: r.allow})
-	spec.Env = append(append([]string(nil), spec.Env...), ProxyEnv(ProxyURL(token, r.addr))...)
+	env, revoke := r.Grant(ctx, spec.JobID)
+	spec.Env = append(append([]string(nil), spec.Env...), env...)
 	h, err := r.Runtime.Start(ctx, spec, out)
 	if err != nil {
 		revoke()
@@ -68,6 +68,13 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		revoke()
 	}()
 	return h, nil
+}
+
+// Grant gives job (a name for the audit log) the allowlist until revoke,
+// and returns the environment that points it at the proxy.
+func (r *Runtime) Grant(ctx context.Context, job string) (env []string, revoke func()) {
+	token, revoke := r.proxy.Add(Grant{Tenant: tenant.Owner(ctx), Job: job, Allow: r.allow})
+	return ProxyEnv(ProxyURL(token, r.addr)), revoke
 }
 
 // ProxyEnv is the environment that points HTTP clients at a proxy URL.

@@ -159,13 +159,12 @@ func (p *Policy) Validate() error {
 	}
 
 	switch p.Network {
-	case NetworkNone, NetworkBridge:
-	case NetworkEgress:
-		if len(p.Egress.Allow) == 0 {
-			ps.add("egress.allow", "must name at least one host with network: egress")
-		}
+	case NetworkNone, NetworkBridge, NetworkEgress:
 	default:
 		ps.add("network", "must be %q, %q or %q, got %q", NetworkNone, NetworkBridge, NetworkEgress, p.Network)
+	}
+	if (p.Network == NetworkEgress || p.Workspaces.InstallNetwork == NetworkEgress) && len(p.Egress.Allow) == 0 {
+		ps.add("egress.allow", "must name at least one host with network: egress or workspaces.install_network: egress")
 	}
 	if _, err := egress.ParseList(p.Egress.Allow); err != nil {
 		ps.add("egress.allow", "%v", err)

@@ -188,6 +188,16 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
+	var proxyEnv []string
+	if pol.InstallNetwork == policy.NetworkEgress {
+		// The installers reach the allowlist's registries through the proxy.
+		if m.Egress == nil {
+			return nil, errors.New("workspaces.install_network is egress, but the egress proxy is not running")
+		}
+		var revoke func()
+		proxyEnv, revoke = m.Egress(ctx, "install:"+req.Workspace)
+		defer revoke()
+	}
 	inst, err := m.rt.StartInstaller(ctx, w.ContainerID, pol.InstallNetwork)
 	if err != nil {
 		return nil, fmt.Errorf("start the install container on network %s: %w", pol.InstallNetwork, err)
@@ -209,7 +219,7 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 		if len(specs) == 0 {
 			continue
 		}
-		r := m.installWith(ctx, w.ContainerID, inst, mgr, specs, ca, req.Progress)
+		r := m.installWith(ctx, w.ContainerID, inst, mgr, specs, ca, proxyEnv, req.Progress)
 		if m.OnInstall != nil {
 			m.OnInstall(mgr, r.Error == "" && r.ExitCode == 0)
 		}
@@ -304,7 +314,7 @@ var queryScripts = map[string]string{
 	ManagerCargo: `l=$(cargo install --list 2>/dev/null); for n; do v=$(printf '%s\n' "$l" | awk -v n="$n" '$1==n{sub(/^v/,"",$2); sub(/:$/,"",$2); print $2; exit}'); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
 }
 
-func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr string, specs []string, ca []byte, progress func(string, string)) ManagerResult {
+func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr string, specs []string, ca []byte, proxyEnv []string, progress func(string, string)) ManagerResult {
 	res := ManagerResult{Manager: mgr}
 	user := "" // the sandbox user: files in /workspace and ~ are the jobs'
 	if mgr == ManagerApt {
@@ -329,7 +339,7 @@ func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr s
 		// the module proxy the policy names, and modules land on the volume.
 		env = append(env, "GOPROXY="+m.pol.Workspaces.InstallGoProxy, "GOSUMDB="+m.pol.Workspaces.InstallGoSumDB, "GOFLAGS=-mod=mod")
 	}
-	opts := sandbox.ExecOptions{User: user, Env: env}
+	opts := sandbox.ExecOptions{User: user, Env: append(append([]string(nil), env...), proxyEnv...)}
 	if len(ca) > 0 {
 		opts.Env = append(opts.Env, "SBX_CA=1")
 		opts.Stdin = bytes.NewReader(ca)

@@ -74,6 +74,10 @@ type Manager struct {
 	// OnInstall, when set (before use), is told of each package manager's
 	// run in install_packages and whether it succeeded (metrics).
 	OnInstall func(manager string, ok bool)
+	// Egress, when set, grants an install the egress allowlist (through
+	// the server's proxy) until revoke, with the environment pointing at it
+	// (workspaces.install_network: egress).
+	Egress func(ctx context.Context, job string) (env []string, revoke func())
 	// Baselines keeps imports' baselines (set before use; nil: imports
 	// and forks' baselines are not available).
 	Baselines *baseline.Store

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,4 +158,48 @@ func egressAudit(t *testing.T, s *server) []map[string]any {
 		}
 	}
 	return out
+}
+
+// Installs through the proxy (workspaces.install_network: egress): the
+// operator's registry is reached, any other is refused and audited.
+func TestEgressInstalls(t *testing.T) {
+	index := pipIndex(t) // on the docker bridge's gateway
+	u, err := url.Parse(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	egressGateway(t)
+	s := startServer(t, installPolicy(t, fmt.Sprintf(`  install_network: egress
+  pip_index_url: http://mirror.sbx.test:%[1]s/simple
+egress:
+  allow: ["mirror.sbx.test:%[1]s"]
+  hosts:
+    mirror.sbx.test: %[2]s
+`, u.Port(), u.Hostname())))
+	name := "e2e-egress-install"
+	s.createWS(name, map[string]any{"language": "python"})
+	r := s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"sbxdemo==1.2.3"}})
+	if r["installed"] != true {
+		t.Fatalf("pip install through the proxy: %v", r)
+	}
+	if out := s.wsOut(name, `python3 -c "import sbxdemo; print(sbxdemo.answer())"; ls /sys/class/net`); out != "42\nlo\n" {
+		t.Fatalf("after the install: %q", out)
+	}
+	// Debian's mirror is not on the list: apt is refused by the proxy.
+	r, msg := s.failedWith("install_packages", map[string]any{"workspace": name, "manager": "apt", "packages": []any{"jq"}})
+	if r["installed"] != false {
+		t.Fatalf("apt install off the list: %v (%s)", r, msg)
+	}
+	var allowed, refused bool
+	for _, e := range egressAudit(t, s) {
+		if e["job_id"] != "install:"+name {
+			continue
+		}
+		allowed = allowed || e["decision"] == "allowed" && e["host"] == "mirror.sbx.test"
+		refused = refused || e["decision"] == "refused" && e["host"] != "mirror.sbx.test"
+	}
+	if !allowed || !refused {
+		t.Errorf("audit of the installs: allowed mirror %v, refused Debian's mirror %v: %v; apt: %s", allowed, refused, egressAudit(t, s), msg)
+	}
+	s.ok("delete_workspace", map[string]any{"name": name})
 }
