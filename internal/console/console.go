@@ -122,7 +122,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "same-origin") // no-referrer would make a form's Origin "null"
 	h.Set("Cache-Control", "no-store")
 	c.mux.ServeHTTP(w, r)
 }

@@ -243,11 +243,11 @@ func TestANSI(t *testing.T) {
 	}{
 		{[]string{"plain"}, []Segment{{Text: "plain"}}},
 		{[]string{"\x1b[1;32mok\x1b[0m done"}, []Segment{{"ok", "f2 bold"}, {" done", ""}}},
-		{[]string{"\x1b[3", "1mred"}, []Segment{{"red", "f1"}}},                        // a sequence cut by a chunk
-		{[]string{"a\x1b]0;title\x07b\x1b[2Kc\r\n"}, []Segment{{"abc\n", ""}}},         // title, erase, CR dropped
+		{[]string{"\x1b[3", "1mred"}, []Segment{{"red", "f1"}}},                         // a sequence cut by a chunk
+		{[]string{"a\x1b]0;title\x07b\x1b[2Kc\r\n"}, []Segment{{"abc\n", ""}}},          // title, erase, CR dropped
 		{[]string{"\x1b[38;5;9mx\x1b[38;2;1;2;3my"}, []Segment{{"x", "f9"}, {"y", ""}}}, // 256 and true colour
-		{[]string{"\xe2\x82", "\xac"}, []Segment{{"€", ""}}},                           // a rune cut by a chunk
-		{[]string{"<script>&"}, []Segment{{"<script>&", ""}}},                          // text stays text (escaped where shown)
+		{[]string{"\xe2\x82", "\xac"}, []Segment{{"€", ""}}},                            // a rune cut by a chunk
+		{[]string{"<script>&"}, []Segment{{"<script>&", ""}}},                           // text stays text (escaped where shown)
 	} {
 		a := newANSI()
 		var got []Segment

@@ -106,19 +106,19 @@ func (c *Console) who(r *http.Request) *session {
 	return nil
 }
 
-// sameOrigin says whether a POST comes from the console's own pages: the
-// browser's Origin (or, without one, its Sec-Fetch-Site) must name this host.
-// A form on another site, even one on another port of the same host, is refused.
+// sameOrigin says whether a POST comes from the console's own pages. A
+// browser's Sec-Fetch-Site must say same-origin; without it (older browsers)
+// its Origin must name this host. A form on another site, even one on another
+// port of the same host, is refused.
 func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
+	}
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
 		return err == nil && (u.Scheme == "http" || u.Scheme == "https") && strings.EqualFold(u.Host, r.Host)
 	}
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
-		return true
-	}
-	return false
+	return true // not a browser: it holds the token or the cookie itself
 }
 
 // csrfOK checks a POST's form token against its session's, in constant time.
