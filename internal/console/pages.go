@@ -255,10 +255,13 @@ func (c *Console) jobPage(w http.ResponseWriter, r *http.Request, sess *session)
 	}
 	d := jobData{Job: j, Finished: job.Finished(j.Status)}
 	d.Fields, d.Usage = jobFields(j)
-	if j.Kind == "script" {
-		d.Source = j.Command
-	} else {
-		d.Command = j.Command
+	d.Command = j.Command
+	if sd := j.Details.Script; sd != nil {
+		d.Source = sd.Source
+		d.Fields = append(d.Fields, field{"script", strings.TrimSpace(sd.Path + " " + strings.Join(sd.Args, " "))})
+		if len(sd.Dependencies) > 0 {
+			d.Fields = append(d.Fields, field{"dependencies", strings.Join(sd.Dependencies, " ")})
+		}
 	}
 	total := j.StdoutBytes + j.StderrBytes
 	from := max(0, total-outputPageBytes)
