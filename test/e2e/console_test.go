@@ -198,7 +198,16 @@ func TestConsoleInBrowser(t *testing.T) {
 	if st := str(s.ok("get_job", map[string]any{"job_id": victim}), "status"); st != "running" {
 		t.Fatalf("a cross-site POST killed the job: status %s", st)
 	}
-	s.ok("kill_job", map[string]any{"job_id": victim})
+	// The console's own kill form works (the form's submit() skips the confirm dialog).
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/jobs/"+victim)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the kill button", `!!document.getElementById("kill")`)
+	eval[any](t, ctx, `document.getElementById("kill").submit()`)
+	waitFor(t, ctx, "the killed job's page", `(document.getElementById("status") || {}).textContent === "killed"`)
+	if st := str(s.ok("get_job", map[string]any{"job_id": victim}), "status"); st != "killed" {
+		t.Fatalf("the console's kill: status %s", st)
+	}
 
 	// The jobs list as the docs show it, light and dark.
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/jobs")); err != nil {
@@ -227,17 +236,7 @@ func TestConsoleTenantScope(t *testing.T) {
 	s := startServer(t, metricsEnv(t)...)
 	base := s.httpAddr()
 	id := str(s.ok("run_command", map[string]any{"command": "echo local-job"}), "job_id")
-	get := func(token, path string) (int, string) {
-		req, _ := http.NewRequest("GET", base+path, nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(token, path string) (int, string) { return uiGet(t, base, token, path) }
 	if code, body := get(adminToken, "/ui/jobs"); code != http.StatusOK || !strings.Contains(body, id) {
 		t.Fatalf("admin's jobs list: %d, has job %s: %v", code, id, strings.Contains(body, id))
 	}
@@ -252,5 +251,58 @@ func TestConsoleTenantScope(t *testing.T) {
 	}
 	if code, _ := get(metricsToken, "/ui/jobs"); code != http.StatusForbidden {
 		t.Fatalf("a metrics token on the console: %d, want 403", code)
+	}
+}
+
+// uiGet fetches a console page with a bearer token.
+func uiGet(t *testing.T, base, token, path string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestConsoleOnHTTPListener: the console hangs on the --http listener too;
+// a tenant's workspace shows its size and files (read-only, markup in a
+// file shown as text), another tenant's does not show at all.
+func TestConsoleOnHTTPListener(t *testing.T) {
+	h := startHTTPServer(t)
+	alice := h.client(aliceToken)
+	name := "e2e-console-ws"
+	okHTTP(t, alice, "create_workspace", map[string]any{"name": name})
+	cleanupWorkspace(t, name)
+	okHTTP(t, alice, "write_file", map[string]any{"workspace": name, "path": "notes/page.html", "content": "<script>alert(1)</script>\n"})
+
+	if code, body := uiGet(t, h.base, aliceToken, "/ui/workspaces"); code != http.StatusOK || !strings.Contains(body, name) {
+		t.Fatalf("alice's workspaces page: %d, lists %s: %v", code, name, strings.Contains(body, name))
+	}
+	if code, body := uiGet(t, h.base, bobToken, "/ui/workspaces"); code != http.StatusOK || strings.Contains(body, name) {
+		t.Fatalf("bob's workspaces page: %d, lists alice's workspace: %v", code, strings.Contains(body, name))
+	}
+	if code, _ := uiGet(t, h.base, bobToken, "/ui/workspaces/"+name); code != http.StatusNotFound {
+		t.Fatalf("bob opening alice's workspace: %d, want 404", code)
+	}
+	code, body := uiGet(t, h.base, aliceToken, "/ui/workspaces/"+name+"?path=notes")
+	if code != http.StatusOK || !strings.Contains(body, "page.html") || !strings.Contains(body, "<dt>size</dt>") {
+		t.Fatalf("alice's workspace page: %d\n%s", code, body)
+	}
+	code, body = uiGet(t, h.base, aliceToken, "/ui/workspaces/"+name+"?file=notes/page.html")
+	if code != http.StatusOK || !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") || strings.Contains(body, "<script>alert") {
+		t.Fatalf("the file as text: %d\n%s", code, body)
+	}
+	// Without a token the listener's console refuses, as /mcp does.
+	resp, err := http.Get(h.base + "/ui/workspaces/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %s, want 401", resp.Status)
 	}
 }
