@@ -18,6 +18,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/auth"
@@ -79,13 +80,17 @@ type Console struct {
 	Deps
 	auth     Authenticator
 	sessions sessions
-	pages    map[string]*template.Template
-	mux      *http.ServeMux
+	failed   failures
+	// streams counts open live streams, bounded by maxStreams.
+	streams chan struct{}
+	pages   map[string]*template.Template
+	mux     *http.ServeMux
 }
 
 // New makes the console.
 func New(d Deps) *Console {
-	c := &Console{Deps: d, auth: d.Auth, sessions: sessions{m: map[string]*session{}}}
+	c := &Console{Deps: d, auth: d.Auth, sessions: sessions{m: map[string]*session{}}, failed: failures{m: map[string]*failCount{}},
+		streams: make(chan struct{}, maxStreams)}
 	c.pages = parsePages()
 	static, _ := fs.Sub(files, "assets")
 	mux := http.NewServeMux()
@@ -187,7 +192,16 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostFormValue("next"))
+	source := sourceOf(r)
+	if c.failed.blocked(source) {
+		w.Header().Set("Retry-After", strconv.Itoa(int(signInWindow.Seconds())))
+		http.Error(w, "too many failed sign-ins: wait a minute", http.StatusTooManyRequests)
+		return
+	}
 	name, role, ok := c.auth.Authenticate(r.PostFormValue("token"))
+	if !ok {
+		c.failed.add(source)
+	}
 	if !ok || role == auth.RoleMetrics {
 		msg := "That token is not valid."
 		if ok {

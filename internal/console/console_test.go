@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,12 +34,15 @@ func (t tokens) Authenticate(tok string) (string, string, bool) {
 // The real job manager (and its store's tenant filter) is exercised by the
 // browser test in test/e2e.
 type recordJobs struct {
+	mu     sync.Mutex
 	jobs   []*store.Job
 	killed []string
 	scopes []string
 }
 
 func (f *recordJobs) List(ctx context.Context, _ store.ListFilter) ([]*store.Job, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.scopes = append(f.scopes, tenant.Scope(ctx))
 	return f.jobs, "", nil
 }
@@ -61,7 +65,9 @@ func (f *recordJobs) Screen(context.Context, string) (terminal.Screen, *store.Jo
 	return terminal.Screen{}, nil, errors.New("no terminal")
 }
 func (f *recordJobs) Kill(_ context.Context, id, _ string, _ time.Duration, _ string) (*store.Job, error) {
+	f.mu.Lock()
 	f.killed = append(f.killed, id)
+	f.mu.Unlock()
 	return f.Get(context.Background(), id)
 }
 
@@ -269,6 +275,70 @@ func TestANSI(t *testing.T) {
 				t.Errorf("%q: got %q, want %q", tc.chunks, got, tc.want)
 				break
 			}
+		}
+	}
+}
+
+// TestSignInGuessingLimited (THREATS 46): a source that fails to sign in
+// ten times in a minute is refused even with a good token until the minute ends.
+func TestSignInGuessingLimited(t *testing.T) {
+	c, _ := newTestConsole(t)
+	for i := 0; i < maxFailedSignIns; i++ {
+		if w := do(t, c, "POST", "/ui/login", url.Values{"token": {"guess-0123456789abcdef"}}, nil); w.Code != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d", i, w.Code)
+		}
+	}
+	if w := do(t, c, "POST", "/ui/login", url.Values{"token": {adminTok}}, nil); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("after %d failures: %d, want 429", maxFailedSignIns, w.Code)
+	}
+}
+
+// TestStreamsBounded: live streams past the bound get 503, and a closed
+// stream frees its place.
+func TestStreamsBounded(t *testing.T) {
+	c, _ := newTestConsole(t)
+	ck := signIn(t, c, adminTok).String()
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	var open []*http.Response
+	defer func() {
+		for _, r := range open {
+			r.Body.Close()
+		}
+	}()
+	get := func() *http.Response {
+		req, _ := http.NewRequest("GET", srv.URL+"/ui/jobs/events", nil)
+		req.Header.Set("Cookie", ck)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i := 0; i < maxStreams; i++ {
+		resp := get()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("stream %d: %s", i, resp.Status)
+		}
+		open = append(open, resp)
+	}
+	if resp := get(); resp.StatusCode != http.StatusServiceUnavailable {
+		resp.Body.Close()
+		t.Fatalf("stream past the bound: %s, want 503", resp.Status)
+	} else {
+		resp.Body.Close()
+	}
+	open[0].Body.Close()
+	open = open[1:]
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp := get()
+		if resp.StatusCode == http.StatusOK {
+			open = append(open, resp)
+			break
+		}
+		resp.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("a closed stream's place was not freed")
 		}
 	}
 }

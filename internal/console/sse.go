@@ -20,6 +20,9 @@ const (
 	keepAliveEach = 15 * time.Second
 	// maxStream ends a stream after this long; the browser reconnects by itself.
 	maxStream = 30 * time.Minute
+	// maxStreams bounds the streams open at once (each reads the job
+	// manager every second or so): more get 503 and the browser retries.
+	maxStreams = 64
 )
 
 // stream is one open event stream.
@@ -34,17 +37,25 @@ func (c *Console) openStream(w http.ResponseWriter, r *http.Request) (*stream, c
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return nil, nil, nil, false
 	}
+	select {
+	case c.streams <- struct{}{}:
+	default:
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "too many live streams open", http.StatusServiceUnavailable)
+		return nil, nil, nil, false
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	fl.Flush()
-	ctx, cancel := context.WithTimeout(r.Context(), maxStream)
-	if c.Done != nil { // the server stopping ends the stream, so shutdown need not wait for it
+	ctx, stop := context.WithTimeout(r.Context(), maxStream)
+	cancel := func() { stop(); <-c.streams } // called once, by the handler
+	if c.Done != nil {                       // the server stopping ends the stream, so shutdown need not wait for it
 		go func() {
 			select {
 			case <-c.Done:
-				cancel()
+				stop()
 			case <-ctx.Done():
 			}
 		}()
