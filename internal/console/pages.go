@@ -139,6 +139,13 @@ type jobRow struct {
 func rowOf(j *store.Job, now time.Time) jobRow {
 	r := jobRow{ID: j.ID, Short: shortID(j.ID), Kind: j.Kind, Status: j.Status, Reason: j.Reason, Language: j.Language,
 		Workspace: j.Workspace, Command: trim(firstLine(j.Command), 120), Created: when(j.CreatedAt, now)}
+	if sd := j.Details.Script; sd != nil { // a script's record holds "run_script LANG": show the script
+		if sd.Path != "" {
+			r.Command = trim(sd.Path+" "+strings.Join(sd.Args, " "), 120)
+		} else {
+			r.Command = trim(firstLine(strings.TrimSpace(sd.Source)), 120)
+		}
+	}
 	if j.ExitCode != nil && j.Reason == "exit_code" {
 		r.Reason = fmt.Sprintf("exit %d", *j.ExitCode)
 	}
