@@ -240,6 +240,17 @@ func TestConsoleTenantScope(t *testing.T) {
 	if code, body := get(adminToken, "/ui/jobs"); code != http.StatusOK || !strings.Contains(body, id) {
 		t.Fatalf("admin's jobs list: %d, has job %s: %v", code, id, strings.Contains(body, id))
 	}
+	// The filters reach the store: each of these leaves the completed bash job out.
+	for _, q := range []string{"status=failed", "language=python", "kind=script", "workspace=none", "tenant=alice"} {
+		if code, body := get(adminToken, "/ui/jobs?"+q); code != http.StatusOK || strings.Contains(body, id) {
+			t.Errorf("admin's jobs list ?%s: %d, shows the job: %v", q, code, strings.Contains(body, id))
+		}
+	}
+	for _, q := range []string{"status=completed", "language=bash", "kind=command", "tenant=local"} {
+		if code, body := get(adminToken, "/ui/jobs?"+q); code != http.StatusOK || !strings.Contains(body, id) {
+			t.Errorf("admin's jobs list ?%s: %d, leaves the job out", q, code)
+		}
+	}
 	if code, body := get(userToken, "/ui/jobs"); code != http.StatusOK || strings.Contains(body, id) {
 		t.Fatalf("alice's jobs list: %d, shows the local tenant's job: %v", code, strings.Contains(body, id))
 	}
