@@ -73,13 +73,15 @@ test: images
 # Docker-compatible API (scripts/podman.sh starts it; the images are built there through the same
 # Engine API calls). Not part of `make test`: see docs/engines.md for what it takes and what differs.
 PODMAN_HOST := unix:///run/sandboxer-podman/podman.sock
+PODMAN_ROOTLESS_HOST := unix:///run/sandboxer-podman-rootless/podman.sock
 PODMAN_TESTS := TestContract|TestHardeningProfile|TestExitStatusAndStreams|TestRemovedFromOutside|TestAdoptResumesOutput|TestVolumesAndMounts|TestPodman
 test-podman: build base-image
 	@bash scripts/podman.sh >/dev/null
+	@bash scripts/podman.sh rootless >/dev/null
 	@if [ -n "$(BUILD_CA)" ]; then cat $(BUILD_CA) > bin/build-ca.pem; export SANDBOXER_BUILD_CA_FILE=$(CURDIR)/bin/build-ca.pem; fi; \
 	  DOCKER_HOST=$(PODMAN_HOST) ./$(BIN) images build
 	$(GO) build -race -o $(BIN)-race ./cmd/sandboxer
-	DOCKER_HOST=$(PODMAN_HOST) SANDBOXER_TEST_PODMAN=1 SANDBOXER_BIN=$(CURDIR)/$(BIN)-race \
+	DOCKER_HOST=$(PODMAN_HOST) SANDBOXER_TEST_PODMAN=1 SANDBOXER_PODMAN_ROOTLESS_HOST=$(PODMAN_ROOTLESS_HOST) SANDBOXER_BIN=$(CURDIR)/$(BIN)-race \
 	  $(GO) test $(GOTEST_FLAGS) -run '$(PODMAN_TESTS)' ./internal/sandbox/docker/ ./test/e2e/
 
 # The official MCP conformance suite against the Streamable HTTP server (docs/http.md).
@@ -92,7 +94,7 @@ conformance: build
 # other tests need an engine, so only those run here.
 UNIT_PKGS := ./images/ ./internal/config/ ./internal/mcpserver/ ./internal/output/ ./internal/policy/ \
 	./internal/sandbox/fake/ ./internal/sandbox/pool/ ./internal/serverlock/ ./internal/store/ \
-	./internal/supervisor/proto/ ./internal/terminal/ ./internal/tools/ ./cmd/sandboxer-supervisor/
+	./internal/supervisor/proto/ ./internal/terminal/ ./internal/tools/ ./internal/console/ ./cmd/sandboxer-supervisor/
 
 test-unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)

@@ -7,8 +7,11 @@
 # file), and copies debian:bookworm-slim over from the Docker engine when
 # Podman lacks it (no registry can be reached). Prints the DOCKER_HOST.
 set -euo pipefail
+# With the argument `rootless`: the same service run by an unprivileged user
+# (sandboxer-podman, made when missing) on /run/sandboxer-podman-rootless/.
 
 log() { echo "podman: $*" >&2; }
+mode=${1:-rootful}
 
 dir=/run/sandboxer-podman
 sock=$dir/podman.sock
@@ -25,6 +28,25 @@ if ! command -v podman >/dev/null 2>&1 || [[ ! -x /usr/libexec/podman/catatonit 
 fi
 
 mkdir -p "$dir"
+
+if [[ $mode == rootless ]]; then
+  user=sandboxer-podman
+  id "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user"
+  grep -q "^$user:" /etc/subuid || usermod --add-subuids 200000-265535 --add-subgids 200000-265535 "$user"
+  rdir=/run/sandboxer-podman-rootless
+  rsock=$rdir/podman.sock
+  mkdir -p "$rdir" "/run/user/$(id -u "$user")"
+  chown "$user" "$rdir" "/run/user/$(id -u "$user")"
+  if ! timeout 10 env DOCKER_HOST="unix://$rsock" docker version >/dev/null 2>&1; then
+    pkill -u "$user" -f "podman system service" 2>/dev/null || true
+    rm -f "$rsock"
+    log "starting rootless podman system service as $user on $rsock"
+    su -s /bin/bash "$user" -c "XDG_RUNTIME_DIR=/run/user/$(id -u "$user") setsid nohup podman system service --time=0 unix://$rsock >>/tmp/sandboxer-podman-rootless.log 2>&1 </dev/null &"
+    for _ in $(seq 1 60); do timeout 10 env DOCKER_HOST="unix://$rsock" docker version >/dev/null 2>&1 && break; sleep 1; done
+  fi
+  echo "unix://$rsock"
+  exit 0
+fi
 
 answers() { timeout 10 env DOCKER_HOST="$host" docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 

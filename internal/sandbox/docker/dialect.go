@@ -2,6 +2,11 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -31,6 +36,9 @@ type dialect struct {
 	// them as the engine's own. Named, they stay within reach; the cgroup's
 	// pids limit is what bounds a sandbox's processes.
 	nameRlimits bool
+	// unenforced is why the engine cannot hold a sandbox's limits, if it
+	// cannot: then no sandbox starts there (limits are hard ceilings).
+	unenforced string
 }
 
 // Rlimits named for Podman where the sandbox names none (see nameRlimits).
@@ -56,12 +64,41 @@ func (r *Runtime) dialect(ctx context.Context) dialect {
 	if err != nil {
 		return dockerDialect
 	}
+	info, err := r.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return dockerDialect
+	}
 	d := dockerDialect
 	if product(ver.Components) == "Podman" {
 		d = podmanDialect
 	}
+	d.unenforced = limitsUnenforced(info.Info.CgroupVersion, info.Info.SecurityOptions, r.podmanRootless(ctx))
 	r.dial = &d
 	return d
+}
+
+// limitsUnenforced: a rootless engine on cgroup v1 has no cgroup controllers
+// to delegate, and ignores memory, CPU and pids limits (Podman says so with
+// a warning; Docker's rootless mode likewise).
+func limitsUnenforced(cgroupVersion string, securityOptions []string, podmanRootless bool) string {
+	if cgroupVersion != "1" {
+		return ""
+	}
+	for _, o := range append(securityOptions, map[bool]string{true: "name=rootless"}[podmanRootless]) {
+		if strings.Contains(o, "name=rootless") {
+			return "the engine runs rootless on cgroup v1, where it ignores memory, CPU and process limits: " +
+				"use a rootful engine, or a host with cgroup v2"
+		}
+	}
+	return ""
+}
+
+// enforce refuses to start a sandbox on an engine that cannot hold its limits.
+func (d dialect) enforce() error {
+	if d.unenforced != "" {
+		return errors.New("refusing to start a sandbox: " + d.unenforced)
+	}
+	return nil
 }
 
 // logConfig is the engine's own logging of a sandbox. A size-capped driver
@@ -125,4 +162,27 @@ func notRunning(err error) bool {
 func stoppingRace(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "could not be stopped") && strings.Contains(msg, "state improper")
+}
+
+// podmanRootless reads the "Rootless" field that Podman adds to the engine's
+// /info (Docker says rootless in SecurityOptions instead, and the client's
+// Info type has no such field). Any failure reads as false.
+func (r *Runtime) podmanRootless(ctx context.Context) bool {
+	// The client's own dialer: the socket, TLS or ssh, as its calls go.
+	dial := r.cli.Dialer()
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+	}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://engine/v"+r.cli.ClientVersion()+"/info", nil)
+	if err != nil {
+		return false
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return false
+	}
+	defer res.Body.Close()
+	var info struct{ Rootless bool }
+	return json.NewDecoder(io.LimitReader(res.Body, 1<<20)).Decode(&info) == nil && info.Rootless
 }

@@ -281,7 +281,11 @@ func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm,
 // attaches to it and registers the wait before it starts it, so no output
 // and no exit can be missed.
 func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec) (*handle, error) {
-	cfg, hostCfg := r.containerConfig(r.dialect(ctx), spec)
+	d := r.dialect(ctx)
+	if err := d.enforce(); err != nil {
+		return nil, err
+	}
+	cfg, hostCfg := r.containerConfig(d, spec)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg})
 	if err != nil {
 		// NotFound can name other things than the image (a runtime, a

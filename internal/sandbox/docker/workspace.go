@@ -49,6 +49,10 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		tmp = 64 << 20
 	}
 	d := r.dialect(ctx)
+	if err := d.enforce(); err != nil {
+		_ = r.RemoveWorkspace(context.WithoutCancel(ctx), refs)
+		return sandbox.WorkspaceRefs{}, err
+	}
 	cfg := &container.Config{
 		Image: ws.Image,
 		// The main process only idles (under Docker's init, which reaps what
