@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // THREATS 19: installs that misbehave (an install script that loops, forks
@@ -124,5 +126,30 @@ func TestWorkspaceMisbehavingInstallsAreBounded(t *testing.T) {
 		t.Errorf("memory-eating install: the error does not say it ran out of memory: %q", e)
 	}
 	usable("memory-eating")
+
+	// Deleting the workspace while an install runs takes the install
+	// container too (it holds the volume), and the install returns.
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		done <- s.call("install_packages", map[string]any{"workspace": name, "packages": []any{"sbx-loop"}, "timeout_s": 300})
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for installContainerNetworks(t, name) == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the install container never appeared")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	s.ok("delete_workspace", map[string]any{"name": name})
+	select {
+	case r := <-done:
+		if !r.IsError {
+			t.Errorf("an install whose workspace was deleted: %s", text(r))
+		}
+	case <-time.After(4 * time.Minute):
+		t.Fatal("install_packages did not return after its workspace was deleted")
+	}
+	if c, v := wsEngineObjects(t, name); c != 0 || v != 0 {
+		t.Errorf("after the delete: %d containers, %d volumes", c, v)
+	}
 }

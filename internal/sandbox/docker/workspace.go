@@ -157,6 +157,16 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRef
 		}
 	}
 	if refs.Volume != "" {
+		// An install container still using the volume (a delete during an
+		// install) goes first: the engine keeps a volume in use.
+		if list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true,
+			Filters: make(client.Filters).Add("volume", refs.Volume).Add("label", sandbox.LabelKind+"="+sandbox.KindHelper)}); err == nil {
+			for _, c := range list.Items {
+				if err := r.Remove(ctx, c.ID); err != nil {
+					return err
+				}
+			}
+		}
 		_, err := r.cli.VolumeRemove(ctx, refs.Volume, client.VolumeRemoveOptions{Force: true})
 		if err != nil && !cerrdefs.IsNotFound(err) {
 			return r.engineErr(fmt.Errorf("remove volume %s: %w", refs.Volume, err))
