@@ -60,7 +60,7 @@ func daemonMain() int {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		go d.serve(&dconn{c: c})
+		go d.serve(newDconn(c))
 	}
 }
 
@@ -143,20 +143,77 @@ func (d *daemon) takeSpare() *child {
 	return ch
 }
 
-// dconn is one server stream.
+// dconn is one server stream. Frames are queued and written by their own
+// goroutine, so that no job waits for a slow or vanished reader while it
+// holds its lock; a queue past maxQueued means the reader is gone.
 type dconn struct {
-	c  net.Conn
-	mu sync.Mutex
+	c      net.Conn
+	mu     sync.Mutex
+	more   *sync.Cond
+	q      [][]byte
+	queued int
+	closed bool
 }
 
-// write sends one frame; a stream that fails is closed (its reader then
-// detaches its jobs).
+// maxQueued bounds the frames waiting for a stream's reader.
+const maxQueued = 16 << 20
+
+func newDconn(c net.Conn) *dconn {
+	dc := &dconn{c: c}
+	dc.more = sync.NewCond(&dc.mu)
+	go dc.writer()
+	return dc
+}
+
+// write queues one frame.
 func (c *dconn) write(frame []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_ = c.c.SetWriteDeadline(time.Now().Add(time.Minute))
-	if _, err := c.c.Write(frame); err != nil {
+	if c.closed {
+		return
+	}
+	if c.queued+len(frame) > maxQueued {
+		c.closeLocked()
+		return
+	}
+	c.q = append(c.q, frame)
+	c.queued += len(frame)
+	c.more.Signal()
+}
+
+func (c *dconn) closeLocked() {
+	if !c.closed {
+		c.closed = true
 		c.c.Close()
+		c.more.Broadcast()
+	}
+}
+
+func (c *dconn) close() {
+	c.mu.Lock()
+	c.closeLocked()
+	c.mu.Unlock()
+}
+
+func (c *dconn) writer() {
+	for {
+		c.mu.Lock()
+		for len(c.q) == 0 && !c.closed {
+			c.more.Wait()
+		}
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		f := c.q[0]
+		c.q[0] = nil
+		c.q = c.q[1:]
+		c.queued -= len(f)
+		c.mu.Unlock()
+		if _, err := c.c.Write(f); err != nil {
+			c.close()
+			return
+		}
 	}
 }
 
@@ -167,7 +224,7 @@ func (c *dconn) mux(key string, typ byte, p []byte) {
 }
 
 func (d *daemon) serve(c *dconn) {
-	defer c.c.Close()
+	defer c.close()
 	hello, _ := json.Marshal(proto.Hello{Protocol: proto.Version, Supervisor: version, PID: os.Getpid()})
 	if f, err := proto.AppendFrame(nil, proto.TypeHello, hello); err == nil {
 		c.write(f)
@@ -196,9 +253,12 @@ func (d *daemon) serve(c *dconn) {
 			if json.Unmarshal(p, &a) != nil || a.Key == "" {
 				continue
 			}
+			answer := proto.TypeUnknown
 			if j := d.job(a.Key); j != nil {
 				j.attach(c, a)
-			} else if f, err := proto.AppendFrame(nil, proto.TypeUnknown, []byte(a.Key)); err == nil {
+				answer = proto.TypeAttach
+			}
+			if f, err := proto.AppendFrame(nil, answer, []byte(a.Key)); err == nil {
 				c.write(f)
 			}
 		case proto.TypeForget:

@@ -27,6 +27,8 @@ package proto
 //	            after a crash re-attaches its jobs this way.
 //	'F' Forget  server → daemon, payload = key: the server has stored the
 //	            job's end; the daemon drops what it kept of it.
+//	'A' Attach  daemon → server, payload = key: the job is attached (its
+//	            replay came before this frame).
 //	'h' Hello   daemon → server, JSON Hello, first on every stream.
 //	'u' Unknown daemon → server, payload = key: no such job (an Attach for a
 //	            job the daemon does not know: the container restarted).
