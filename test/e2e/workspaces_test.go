@@ -304,3 +304,27 @@ func TestWorkspaceJobSurvivesServerRestart(t *testing.T) {
 	}
 	s2.ok("delete_workspace", map[string]any{"name": name})
 }
+
+// A job reaches only its own workspace's supervisor daemon: from workspace
+// B, asking the daemon (its socket is abstract, so per container) for a job
+// of workspace A gets "unknown job", and A's job runs on undisturbed.
+func TestWorkspaceDaemonIsPerWorkspace(t *testing.T) {
+	s := startServer(t)
+	a, b := "e2e-daemon-a", "e2e-daemon-b"
+	s.createWS(a, nil)
+	s.createWS(b, nil)
+	id := str(s.wsRun(a, "sleep 3; echo done-a", "background", true), "job_id")
+	// An Attach frame ('A', big-endian length, JSON) for A's job, sent by hand.
+	probe := `p='{"key":"'$KEY'","stdout":0,"stderr":0}'
+{ printf 'A\000\000\000'; printf "\\$(printf %03o ${#p})"; printf '%s' "$p"; sleep 1; } |
+  sandboxer-supervisor connect | tr -c 'a-zA-Z0-9-' '.'`
+	r := s.wsRun(b, probe, "env", map[string]any{"KEY": id})
+	out := str(r, "stdout")
+	if !strings.Contains(out, "u...."+id) || strings.Contains(out, "A...."+id) {
+		t.Fatalf("workspace B's daemon asked for A's job %s answered %q (%v), want unknown", id, out, r)
+	}
+	g := s.ok("get_job", map[string]any{"job_id": id, "wait_s": 30})
+	if got, _ := s.readAll(id); str(g, "status") != "completed" || got != "done-a\n" {
+		t.Fatalf("workspace A's job: %v, output %q", g, got)
+	}
+}
