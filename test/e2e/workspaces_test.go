@@ -307,7 +307,8 @@ func TestWorkspaceJobSurvivesServerRestart(t *testing.T) {
 
 // A job reaches only its own workspace's supervisor daemon: from workspace
 // B, asking the daemon (its socket is abstract, so per container) for a job
-// of workspace A gets "unknown job", and A's job runs on undisturbed.
+// of workspace A gets "unknown job", and A's job runs on undisturbed; a job
+// in A cannot kill the exec that carries A's stream.
 func TestWorkspaceDaemonIsPerWorkspace(t *testing.T) {
 	s := startServer(t)
 	a, b := "e2e-daemon-a", "e2e-daemon-b"
@@ -322,6 +323,14 @@ func TestWorkspaceDaemonIsPerWorkspace(t *testing.T) {
 	out := str(r, "stdout")
 	if !strings.Contains(out, "u...."+id) || strings.Contains(out, "A...."+id) {
 		t.Fatalf("workspace B's daemon asked for A's job %s answered %q (%v), want unknown", id, out, r)
+	}
+	// Nor can a job cut the server off its own workspace: the stream's exec
+	// runs as root (no capability), out of reach of the jobs' signals.
+	kill := s.wsRun(a, `for p in /proc/[0-9]*; do case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in *"$PAT"*) kill -9 ${p#/proc/} && echo killed;; esac; done; true`,
+		"env", map[string]any{"PAT": "sandboxer-supervisor connect"})
+	if str(kill, "status") != "completed" || strings.Contains(str(kill, "stdout"), "killed") ||
+		!strings.Contains(str(kill, "stderr"), "Operation not permitted") {
+		t.Fatalf("a job killed the workspace stream's exec: %v", kill)
 	}
 	g := s.ok("get_job", map[string]any{"job_id": id, "wait_s": 30})
 	if got, _ := s.readAll(id); str(g, "status") != "completed" || got != "done-a\n" {

@@ -143,8 +143,10 @@ func (r *Runtime) daemonConn(ctx context.Context, containerID string) (*wsConn, 
 }
 
 func (r *Runtime) dialDaemon(ctx context.Context, containerID string) (*wsConn, error) {
+	// As root (with no capability, like every exec here): the jobs, uid
+	// 1000, cannot signal it, so none can cut the server off its workspace.
 	ex, err := r.cli.ExecCreate(ctx, containerID, client.ExecCreateOptions{
-		User: sandboxUser, AttachStdin: true, AttachStdout: true, AttachStderr: true,
+		User: "0:0", AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		WorkingDir: defaultWorkDir, Cmd: []string{supervisorPath, proto.ConnectCommand},
 	})
 	if err != nil {
