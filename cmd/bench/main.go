@@ -53,7 +53,7 @@ type options struct {
 	maxJobs    int           // jobs.max_concurrent of both servers
 	settle     time.Duration // pause after the pool is full, before a measured call
 	trace      bool
-	only       string // run one part alone: "gosuites", "project", "http" or "workspace"
+	only       string // run one part alone: "gosuites", "project", "http", "engines" or "workspace"
 }
 
 func main() {
@@ -68,7 +68,7 @@ func main() {
 	flag.IntVar(&o.concOff, "conc-off", 50, "trivial jobs from concurrent callers, pool off (0 = skip)")
 	flag.IntVar(&o.maxJobs, "max-jobs", 8, "jobs.max_concurrent of both servers (SANDBOXER_MAX_JOBS), so 8 jobs can run at once")
 	flag.DurationVar(&o.settle, "settle", 50*time.Millisecond, "pause once the pool is full before a measured warm call")
-	flag.StringVar(&o.only, "only", "", "run one part alone: gosuites, project, http or workspace")
+	flag.StringVar(&o.only, "only", "", "run one part alone: gosuites, project, http, engines or workspace")
 	flag.BoolVar(&o.trace, "trace", false, "also print where the time of a warm call goes (from the job's timestamps)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -132,7 +132,8 @@ type server struct {
 }
 
 // startServer starts a server; policyYAML ("" for none) is its policy file.
-func startServer(ctx context.Context, o options, name string, policyYAML string) (*server, error) {
+// extraEnv is added to the server's environment (a remote engine's variables).
+func startServer(ctx context.Context, o options, name string, policyYAML string, extraEnv ...string) (*server, error) {
 	dir, err := os.MkdirTemp("", "sandboxer-bench-"+name+"-")
 	if err != nil {
 		return nil, err
@@ -153,7 +154,7 @@ func startServer(ctx context.Context, o options, name string, policyYAML string)
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	env := []string{"SANDBOXER_MAX_JOBS=" + strconv.Itoa(o.maxJobs)}
+	env := append([]string{"SANDBOXER_MAX_JOBS=" + strconv.Itoa(o.maxJobs)}, extraEnv...)
 	cmdFunc := func(_ context.Context, command string, env []string, args []string) (*exec.Cmd, error) {
 		// Not tied to a context: Close ends it (stdin closed, then signals).
 		cmd := exec.Command(command, args...)
@@ -502,6 +503,8 @@ func run(ctx context.Context, o options) error {
 		return project(ctx, o)
 	case "http":
 		return httpVsStdio(ctx, o)
+	case "engines":
+		return engines(ctx, o)
 	case "workspace":
 		return workspaceOnly(ctx, o)
 	}
@@ -548,6 +551,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if err := httpVsStdio(ctx, o); err != nil {
 		fmt.Printf("\nhttp: %v\n", err)
+	}
+	if err := engines(ctx, o); err != nil {
+		fmt.Printf("\nengines: %v\n", err)
 	}
 	progress("done in %s", time.Since(began).Round(time.Second))
 	return nil

@@ -66,7 +66,11 @@ func doctor(args []string) error {
 	if info.Endpoint.Remote {
 		report(true, "remote engine", "sandboxes run where the engine is; the state directory stays here. Mount sources name paths on the engine's host", "")
 	}
-	report(true, "cgroups", "v"+info.CgroupVersion+" ("+info.CgroupDriver+")", "")
+	if info.Unenforced != "" {
+		report(false, "limits", info.Unenforced, "sandboxer starts no sandbox on such an engine (docs/engines.md)")
+	} else {
+		report(true, "cgroups", "v"+info.CgroupVersion+" ("+info.CgroupDriver+")", "")
+	}
 	report(info.StorageDriver != "", "storage driver", info.StorageDriver, "")
 	rts := strings.Join(info.Runtimes, ", ")
 	report(true, "runtimes", rts+" (default "+info.DefaultRT+")", "")
@@ -98,7 +102,7 @@ func doctor(args []string) error {
 	if !baseBuilt {
 		return fmt.Errorf("%d problem(s)", problems)
 	}
-	reportGVisor(ctx, cfg.Policy, rt, info.Runtimes, report)
+	reportGVisor(ctx, cfg.Policy, rt, info, report)
 	limits, err := cfg.Policy.Resolve(policy.Request{})
 	if err != nil {
 		return err

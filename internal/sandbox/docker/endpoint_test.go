@@ -178,3 +178,23 @@ func TestSSHArgs(t *testing.T) {
 		}
 	}
 }
+
+func TestLimitsUnenforced(t *testing.T) {
+	for _, c := range []struct {
+		cgroup   string
+		opts     []string
+		podman   bool
+		refusing bool
+	}{
+		{"1", []string{"name=seccomp,profile=default"}, false, false},
+		{"1", []string{"name=seccomp,profile=default"}, true, true},    // Podman says Rootless: true
+		{"1", []string{"name=seccomp", "name=rootless"}, false, true},  // rootless Docker
+		{"2", []string{"name=seccomp", "name=rootless"}, false, false}, // cgroup v2 delegates controllers
+		{"2", []string{"name=seccomp,profile=default"}, true, false},
+	} {
+		got := limitsUnenforced(c.cgroup, c.opts, c.podman)
+		if (got != "") != c.refusing {
+			t.Errorf("cgroup v%s %v podman-rootless=%v: %q, want refusing=%v", c.cgroup, c.opts, c.podman, got, c.refusing)
+		}
+	}
+}

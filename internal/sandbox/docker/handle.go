@@ -249,7 +249,7 @@ func (h *handle) Signal(ctx context.Context, signal string) error {
 		return nil // the exec has ended: nothing left to signal (never the shared container)
 	}
 	_, err := h.rt.cli.ContainerKill(ctx, h.id, client.ContainerKillOptions{Signal: signal})
-	if err != nil && (cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err)) {
+	if notRunning(err) {
 		return nil // already gone or not running: nothing left to signal
 	}
 	return h.rt.engineErr(err)

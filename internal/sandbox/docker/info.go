@@ -25,6 +25,8 @@ type EngineInfo struct {
 	DefaultRT     string
 	NCPU          int
 	MemTotal      int64
+	// Unenforced says why the engine cannot hold sandbox limits ("" when it can).
+	Unenforced string
 }
 
 // EngineInfo asks the engine about itself.
@@ -50,6 +52,7 @@ func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
 		Host: r.Host(), Endpoint: r.endpoint, Product: product(ver.Components), ServerVersion: i.ServerVersion, APIVersion: r.cli.ClientVersion(), MaxAPIVersion: ver.APIVersion,
 		CgroupVersion: i.CgroupVersion, CgroupDriver: i.CgroupDriver, StorageDriver: i.Driver,
 		Runtimes: runtimes, DefaultRT: i.DefaultRuntime, NCPU: i.NCPU, MemTotal: i.MemTotal,
+		Unenforced: limitsUnenforced(i.CgroupVersion, i.SecurityOptions, r.podmanRootless(ctx)),
 	}, nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
@@ -88,7 +87,7 @@ func (r *Runtime) execOutput(ctx context.Context, containerID string, argv []str
 	containerID = engineID(containerID) // a workspace job's: its container's
 	created, err := r.cli.ExecCreate(ctx, containerID, client.ExecCreateOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
 	if err != nil {
-		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
+		if notRunning(err) {
 			return "", fmt.Errorf("the sandbox is not running (%v)", err)
 		}
 		return "", r.engineErr(err)

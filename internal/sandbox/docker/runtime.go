@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -65,6 +64,9 @@ type Runtime struct {
 	dialMu     sync.Mutex // one stream made at a time
 
 	onError func(operation string) // WithErrorHook
+
+	dialectMu sync.Mutex
+	dial      *dialect // the engine's, once known
 }
 
 // Option configures a Runtime.
@@ -177,7 +179,7 @@ func (r *Runtime) labels(spec sandbox.Spec) map[string]string {
 }
 
 // containerConfig applies every default of the hardening profile (DESIGN §4).
-func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *container.HostConfig) {
+func (r *Runtime) containerConfig(d dialect, spec sandbox.Spec) (*container.Config, *container.HostConfig) {
 	l := spec.Limits
 	workdir := spec.WorkDir
 	if workdir == "" {
@@ -205,13 +207,7 @@ func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *contai
 	}
 	init := true
 	pids := l.Pids
-	tmpfsOpts := func(size int64, owned bool) string {
-		o := "rw,exec,nosuid,nodev,size=" + strconv.FormatInt(size, 10)
-		if owned {
-			return o + ",uid=1000,gid=1000,mode=0755"
-		}
-		return o + ",mode=1777"
-	}
+	tmpfsOpts := d.tmpfsOptions
 	tmpfs := map[string]string{
 		tmpPath:  tmpfsOpts(l.TmpBytes, false),
 		homePath: tmpfsOpts(homeSize, true),
@@ -224,7 +220,7 @@ func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *contai
 		logBytes = 16 << 20
 	}
 	host := &container.HostConfig{
-		LogConfig:      logConfig(spec.EngineLog, logBytes),
+		LogConfig:      d.logConfig(spec.EngineLog, logBytes),
 		NetworkMode:    container.NetworkMode(network),
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
@@ -249,6 +245,7 @@ func (r *Runtime) containerConfig(spec sandbox.Spec) (*container.Config, *contai
 		},
 	}
 	host.Mounts = append(host.Mounts, engineMounts(spec.Mounts)...)
+	host.Ulimits = d.ulimits(host.Ulimits)
 	return cfg, host
 }
 
@@ -266,20 +263,6 @@ func engineMounts(ms []sandbox.Mount) []mount.Mount {
 		out = append(out, mount.Mount{Type: mount.TypeVolume, Source: m.Volume, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
 	return out
-}
-
-// logConfig is the engine's own logging of a sandbox. The local driver is
-// size-capped and readable, so a restarted server can recover what a job
-// printed while it was down; json-file would be unbounded.
-func logConfig(mode string, maxBytes int64) container.LogConfig {
-	if mode == "none" {
-		return container.LogConfig{Type: "none"}
-	}
-	return container.LogConfig{Type: "local", Config: map[string]string{
-		"max-size": strconv.FormatInt(maxBytes, 10),
-		"max-file": "2",
-		"compress": "false",
-	}}
 }
 
 // Start runs spec in a fresh sandbox: Prepare, then Launch at once.
@@ -310,7 +293,11 @@ func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm,
 // attaches to it and registers the wait before it starts it, so no output
 // and no exit can be missed.
 func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec) (*handle, error) {
-	cfg, hostCfg := r.containerConfig(spec)
+	d := r.dialect(ctx)
+	if err := d.enforce(); err != nil {
+		return nil, err
+	}
+	cfg, hostCfg := r.containerConfig(d, spec)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg})
 	if err != nil {
 		// NotFound can name other things than the image (a runtime, a
@@ -598,6 +585,8 @@ func (r *Runtime) remove(ctx context.Context, containerID string) (alreadyGone b
 			return true, nil
 		case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress"):
 			alreadyGone = true
+		case stoppingRace(err):
+			// ended while being removed: the next try finds it stopped
 		default:
 			return alreadyGone, r.engineErr(err)
 		}
@@ -627,7 +616,7 @@ func parseTime(s string) time.Time {
 // running, its job handed to the supervisor, nothing of this process
 // watching, attached or removing it. Restart recovery tests use it.
 func (r *Runtime) StartOrphan(ctx context.Context, spec sandbox.Spec) (string, error) {
-	cfg, hostCfg := r.containerConfig(spec)
+	cfg, hostCfg := r.containerConfig(r.dialect(ctx), spec)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg})
 	if err != nil {
 		return "", r.engineErr(fmt.Errorf("create container: %w", err))

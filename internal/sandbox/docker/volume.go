@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -46,6 +47,11 @@ func (r *Runtime) ListVolumes(ctx context.Context, label string) ([]sandbox.Volu
 // VolumeSizes asks the engine for every volume's size.
 func (r *Runtime) VolumeSizes(ctx context.Context) (map[string]int64, error) {
 	du, err := r.cli.DiskUsage(ctx, client.DiskUsageOptions{Volumes: true, Verbose: true})
+	// Podman 4's disk usage fails when a container it is counting is
+	// removed meanwhile; the next count does not see it.
+	for try := 0; try < 3 && err != nil && strings.Contains(err.Error(), "no such container"); try++ {
+		du, err = r.cli.DiskUsage(ctx, client.DiskUsageOptions{Volumes: true, Verbose: true})
+	}
 	if err != nil {
 		return nil, r.engineErr(fmt.Errorf("disk usage: %w", err))
 	}

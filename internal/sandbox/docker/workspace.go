@@ -54,6 +54,11 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	if tmp <= 0 {
 		tmp = 64 << 20
 	}
+	d := r.dialect(ctx)
+	if err := d.enforce(); err != nil {
+		_ = r.RemoveWorkspace(context.WithoutCancel(ctx), refs)
+		return sandbox.WorkspaceRefs{}, err
+	}
 	cfg := &container.Config{
 		Image: ws.Image,
 		// The supervisor's daemon (under Docker's init, which reaps what
@@ -65,7 +70,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		Env:        ws.Env,
 	}
 	host := &container.HostConfig{
-		LogConfig:   logConfig("local", logBytes),
+		LogConfig:   d.logConfig("local", logBytes),
 		NetworkMode: container.NetworkMode(workspaceNetwork),
 		// No capability at all, root execs included: with no-new-privileges
 		// an exec as root gets none either (seen on Engine 20.10), so
@@ -96,6 +101,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	if l.OpenFiles > 0 {
 		host.Ulimits = append(host.Ulimits, &container.Ulimit{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles})
 	}
+	host.Ulimits = d.ulimits(host.Ulimits)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: host})
 	if err != nil {
 		_ = r.RemoveWorkspace(context.WithoutCancel(ctx), refs)
