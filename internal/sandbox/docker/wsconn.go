@@ -53,8 +53,31 @@ type wsConn struct {
 	helloE error
 
 	mu      sync.Mutex
-	chans   map[string]*io.PipeWriter // key → the job's frames, as a single-job stream
-	attachs map[string]chan bool      // Attach answers awaited: known or not
+	chans   map[string]*channel  // by key
+	attachs map[string]chan bool // Attach answers awaited: known or not
+}
+
+// channel is one job's side of the stream: its frames go to w, as a
+// single-job stream for the job's handle; seen counts the output it got, by
+// stream, from the job's start (what a re-attach asks the daemon to skip).
+type channel struct {
+	key  string
+	w    *io.PipeWriter
+	mu   sync.Mutex
+	conn *wsConn // the stream it is on
+	seen [3]int64
+}
+
+func (ch *channel) count(s sandbox.Stream, n int) {
+	ch.mu.Lock()
+	ch.seen[s] += int64(n)
+	ch.mu.Unlock()
+}
+
+func (ch *channel) stream() *wsConn {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.conn
 }
 
 // jobKey splits a workspace job's ContainerID (see sandbox.WorkspaceJob)
@@ -160,7 +183,7 @@ func (r *Runtime) dialDaemon(ctx context.Context, containerID string) (*wsConn, 
 		return nil, r.engineErr(fmt.Errorf("start exec: %w", err))
 	}
 	c := &wsConn{rt: r, id: containerID, conn: attach.Conn, hello: make(chan struct{}), ended: make(chan struct{}),
-		chans: map[string]*io.PipeWriter{}, attachs: map[string]chan bool{}}
+		chans: map[string]*channel{}, attachs: map[string]chan bool{}}
 	go c.read(attach.Reader, attach.Close)
 	select {
 	case <-c.hello:
@@ -196,11 +219,8 @@ func (c *wsConn) read(src io.Reader, closeSrc func()) {
 		closeSrc()
 		c.mu.Lock()
 		chans, attachs := c.chans, c.attachs
-		c.chans, c.attachs = map[string]*io.PipeWriter{}, map[string]chan bool{}
+		c.chans, c.attachs = map[string]*channel{}, map[string]chan bool{}
 		c.mu.Unlock()
-		for _, w := range chans {
-			w.Close()
-		}
 		for _, a := range attachs {
 			close(a)
 		}
@@ -211,6 +231,7 @@ func (c *wsConn) read(src io.Reader, closeSrc func()) {
 			close(c.hello)
 		}
 		close(c.ended)
+		c.rt.resume(c, chans)
 	}()
 	fr := proto.NewReader(pr)
 	for {
@@ -247,22 +268,107 @@ func (c *wsConn) read(src io.Reader, closeSrc func()) {
 	}
 }
 
+// resume moves the channels of a stream that broke while its workspace
+// runs (its exec was killed) to a new stream, re-attaching each job past the
+// output it already got. A stream this runtime dropped (the workspace stops
+// or goes, the runtime closes) is not resumed: its jobs end here.
+func (r *Runtime) resume(old *wsConn, chans map[string]*channel) {
+	r.execMu.Lock()
+	current := r.conns[old.id] == old
+	if current {
+		delete(r.conns, old.id)
+	}
+	r.execMu.Unlock()
+	if len(chans) == 0 {
+		return
+	}
+	end := func(chs map[string]*channel) {
+		for _, ch := range chs {
+			ch.w.Close()
+		}
+	}
+	if !current {
+		end(chans)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if running, err := r.WorkspaceRunning(ctx, old.id); err != nil || !running {
+			end(chans)
+			return
+		}
+		c, err := r.daemonConn(ctx, old.id)
+		if err != nil {
+			end(chans)
+			return
+		}
+		for _, ch := range chans {
+			if known, err := c.attach(ctx, ch); err != nil || !known {
+				ch.w.Close()
+			}
+		}
+	}()
+}
+
+// attach puts a channel on this stream and asks the daemon for the job's
+// output past what the channel already got: known is false when the daemon
+// does not know the job.
+func (c *wsConn) attach(ctx context.Context, ch *channel) (known bool, err error) {
+	answer := make(chan bool, 1)
+	ch.mu.Lock()
+	ch.conn = c
+	a := proto.Attach{Key: ch.key, Stdout: ch.seen[sandbox.Stdout], Stderr: ch.seen[sandbox.Stderr]}
+	ch.mu.Unlock()
+	c.mu.Lock()
+	if c.closed() {
+		c.mu.Unlock()
+		return false, fmt.Errorf("the stream to workspace container %.12s ended", c.id)
+	}
+	c.chans[ch.key] = ch
+	c.attachs[ch.key] = answer
+	c.mu.Unlock()
+	if err := c.send(proto.TypeAttach, proto.EncodeAttach(a)); err != nil {
+		c.close(ch.key)
+		return false, c.rt.engineErr(fmt.Errorf("re-attach the job: %w", err))
+	}
+	select {
+	case known, ok := <-answer:
+		if !ok {
+			return false, fmt.Errorf("the stream to workspace container %.12s ended", c.id)
+		}
+		if !known {
+			c.close(ch.key)
+		}
+		return known, nil
+	case <-ctx.Done():
+		c.close(ch.key)
+		return false, ctx.Err()
+	}
+}
+
 // deliver hands one frame to its job's parser; the Exit frame is its last.
 func (c *wsConn) deliver(key string, typ byte, p []byte) {
 	c.mu.Lock()
-	w := c.chans[key]
+	ch := c.chans[key]
 	if typ == proto.TypeExit {
 		delete(c.chans, key)
 	}
 	c.mu.Unlock()
-	if w == nil {
+	if ch == nil {
 		return
 	}
+	switch typ {
+	case proto.TypeStdout:
+		ch.count(sandbox.Stdout, len(p))
+	case proto.TypeStderr:
+		ch.count(sandbox.Stderr, len(p))
+	}
 	if f, err := proto.AppendFrame(nil, typ, p); err == nil {
-		_, _ = w.Write(f)
+		_, _ = ch.w.Write(f)
 	}
 	if typ == proto.TypeExit {
-		w.Close()
+		ch.w.Close()
 		time.AfterFunc(forgetDelay, func() { _ = c.send(proto.TypeForget, []byte(key)) })
 	}
 }
@@ -288,35 +394,36 @@ func (c *wsConn) write(f []byte) error {
 }
 
 // open makes a job's channel and the handle reading it.
-func (c *wsConn) open(key string) (*handle, error) {
+func (c *wsConn) open(key string) (*handle, *channel, error) {
 	pr, pw := io.Pipe()
+	ch := &channel{key: key, w: pw, conn: c}
 	c.mu.Lock()
 	if c.closed() {
 		c.mu.Unlock()
-		return nil, fmt.Errorf("the stream to workspace container %.12s ended", c.id)
+		return nil, nil, fmt.Errorf("the stream to workspace container %.12s ended", c.id)
 	}
 	if _, dup := c.chans[key]; dup {
 		c.mu.Unlock()
-		return nil, fmt.Errorf("job %s already runs in workspace container %.12s", key, c.id)
+		return nil, nil, fmt.Errorf("job %s already runs in workspace container %.12s", key, c.id)
 	}
-	c.chans[key] = pw
+	c.chans[key] = ch
 	c.mu.Unlock()
 	h := newHandle(c.rt, c.id, func() {})
 	h.ws, h.key = c, key
-	h.conn = &muxConn{c: c, key: key}
+	h.conn = &muxConn{ch: ch}
 	go h.readParsed(pr, func() { pr.Close() })
 	go h.waitForEnd(client.ContainerWaitResult{})
-	return h, nil
+	return h, ch, nil
 }
 
 // close ends a job's channel here (the job itself is not touched).
 func (c *wsConn) close(key string) {
 	c.mu.Lock()
-	w := c.chans[key]
+	ch := c.chans[key]
 	delete(c.chans, key)
 	c.mu.Unlock()
-	if w != nil {
-		w.Close()
+	if ch != nil {
+		ch.w.Close()
 	}
 }
 
@@ -330,7 +437,7 @@ func (r *Runtime) startDaemonJob(ctx context.Context, containerID string, spec s
 	if key == "" || len(key) > proto.MaxKey || strings.Contains(key, "/") {
 		key = uuid.NewString()
 	}
-	h, err := c.open(key)
+	h, _, err := c.open(key)
 	if err != nil {
 		return nil, err
 	}
@@ -357,35 +464,25 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, containerID, key string, s
 		}
 		return nil, err
 	}
-	h, err := c.open(key)
-	if err != nil {
-		return nil, err
-	}
+	pr, pw := io.Pipe()
+	ch := &channel{key: key, w: pw, seen: [3]int64{sandbox.Stdout: skipStdout, sandbox.Stderr: skipStderr}}
+	h := newHandle(r, containerID, func() {})
+	h.ws, h.key = c, key
+	h.conn = &muxConn{ch: ch}
 	close(h.launched)
 	h.out.set(out, 0, 0) // the daemon sends only what was not captured
-	answer := make(chan bool, 1)
-	c.mu.Lock()
-	c.attachs[key] = answer
-	c.mu.Unlock()
-	if err := c.send(proto.TypeAttach, proto.EncodeAttach(proto.Attach{Key: key, Stdout: skipStdout, Stderr: skipStderr})); err != nil {
-		c.close(key)
-		return nil, r.engineErr(fmt.Errorf("re-attach the job: %w", err))
-	}
-	select {
-	case known, ok := <-answer:
-		if !ok {
-			c.close(key)
-			return nil, fmt.Errorf("the stream to workspace container %.12s ended", containerID)
+	// Reading first: the replay comes before the daemon's answer.
+	go h.readParsed(pr, func() { pr.Close() })
+	known, err := c.attach(ctx, ch)
+	if err != nil || !known {
+		pw.Close()
+		if err == nil {
+			err = sandbox.ErrNotFound
 		}
-		if !known {
-			c.close(key)
-			return nil, sandbox.ErrNotFound
-		}
-		return h, nil
-	case <-ctx.Done():
-		c.close(key)
-		return nil, ctx.Err()
+		return nil, err
 	}
+	go h.waitForEnd(client.ContainerWaitResult{})
+	return h, nil
 }
 
 // wsVerdict is how a daemon job ended without its report: its workspace
@@ -408,8 +505,7 @@ func (h *handle) wsVerdict(ctx context.Context) sandbox.ExitStatus {
 // muxConn is a job's side of the shared stream: each frame the handle writes
 // goes out wrapped in a Mux frame with the job's key.
 type muxConn struct {
-	c        *wsConn
-	key      string
+	ch       *channel
 	mu       sync.Mutex
 	deadline time.Time
 }
@@ -424,11 +520,11 @@ func (m *muxConn) Write(frame []byte) (int, error) {
 	if len(frame) < proto.HeaderSize {
 		return 0, errors.New("short frame")
 	}
-	f, err := proto.AppendMux(nil, m.key, frame[0], frame[proto.HeaderSize:])
+	f, err := proto.AppendMux(nil, m.ch.key, frame[0], frame[proto.HeaderSize:])
 	if err != nil {
 		return 0, err
 	}
-	if err := m.c.write(f); err != nil {
+	if err := m.ch.stream().write(f); err != nil {
 		return 0, err
 	}
 	return len(frame), nil
@@ -444,6 +540,6 @@ func (m *muxConn) SetWriteDeadline(t time.Time) error {
 func (m *muxConn) SetDeadline(t time.Time) error   { return m.SetWriteDeadline(t) }
 func (m *muxConn) SetReadDeadline(time.Time) error { return nil }
 func (m *muxConn) Read([]byte) (int, error)        { return 0, io.EOF }
-func (m *muxConn) Close() error                    { m.c.close(m.key); return nil }
+func (m *muxConn) Close() error                    { m.ch.stream().close(m.ch.key); return nil }
 func (m *muxConn) LocalAddr() net.Addr             { return nil }
 func (m *muxConn) RemoteAddr() net.Addr            { return nil }

@@ -130,3 +130,38 @@ func TestWorkspaceDaemonJobReattach(t *testing.T) {
 		t.Fatalf("Adopt of an unknown job: %v, want ErrNotFound", err)
 	}
 }
+
+// When the stream's exec dies while the workspace runs, its jobs move to a
+// new stream and lose no output.
+func TestWorkspaceDaemonStreamResumes(t *testing.T) {
+	rt, _ := newTestRuntime(t)
+	id := newWorkspace(t, rt)
+	ctx := context.Background()
+	out := newBuffer()
+	h, err := rt.StartIn(ctx, id, testSpec("for i in 1 2 3 4 5 6; do echo line$i; sleep 0.5; done; exit 5"), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(out.Stdout(), "line2\n") {
+		select {
+		case <-h.Done():
+			t.Fatalf("job ended before the stream was cut: %q", out.Stdout())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	var killed strings.Builder
+	code, err := rt.Exec(ctx, id, sandbox.ExecOptions{User: "0:0", Stdout: &killed, Env: []string{"PAT=sandboxer-supervisor connect"},
+		Cmd: []string{"bash", "-c", `for p in /proc/[0-9]*; do case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in *"$PAT"*) kill -9 ${p#/proc/} && echo killed;; esac; done`}})
+	if err != nil || code != 0 || !strings.Contains(killed.String(), "killed") {
+		t.Fatalf("killing the stream's exec: code %d, %v, %q", code, err, killed.String())
+	}
+	st := waitDone(t, h, time.Minute)
+	if st.ExitCode != 5 || out.Stdout() != "line1\nline2\nline3\nline4\nline5\nline6\n" {
+		t.Fatalf("job across a new stream: %+v, output %q", st, out.Stdout())
+	}
+	if h2, err := rt.StartIn(ctx, id, testSpec("echo next"), newBuffer()); err != nil {
+		t.Fatal(err)
+	} else if st := waitDone(t, h2, time.Minute); st.ExitCode != 0 {
+		t.Fatalf("next job: %+v", st)
+	}
+}
