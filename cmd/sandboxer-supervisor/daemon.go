@@ -27,7 +27,12 @@ import (
 
 // maxEndedJobs bounds the ended jobs kept for a server that has not said it
 // stored their end (it may have died first); the oldest go first.
-const maxEndedJobs = 64
+// endedRetainBytes is how much of the output of one of them, sent while a
+// server was attached, stays kept.
+const (
+	maxEndedJobs     = 64
+	endedRetainBytes = 256 << 10
+)
 
 // connectTimeout is how long connect waits for the daemon's socket (the
 // container may have just started).
@@ -155,8 +160,9 @@ type dconn struct {
 	closed bool
 }
 
-// maxQueued bounds the frames waiting for a stream's reader.
-const maxQueued = 16 << 20
+// maxQueued bounds the frames waiting for a stream's reader (a replay of a
+// detached job's DaemonDetachedBytes included).
+const maxQueued = 32 << 20
 
 func newDconn(c net.Conn) *dconn {
 	dc := &dconn{c: c}
@@ -445,7 +451,13 @@ func (j *djob) add(typ byte, p []byte) {
 	}
 	if j.conn != nil {
 		j.conn.mux(j.key, typ, p)
-		for j.bytes > proto.DaemonRetainBytes && len(j.kept) > 1 {
+		limit := proto.DaemonRetainBytes
+		if j.ended {
+			// Sent whole: only what may still be in flight is kept, so the
+			// ended jobs kept for a server's sake stay small.
+			limit = endedRetainBytes
+		}
+		for j.bytes > limit && len(j.kept) > 1 {
 			j.bytes -= len(j.kept[0].payload)
 			j.kept = j.kept[1:]
 		}
