@@ -94,7 +94,7 @@ conformance: build
 # other tests need an engine, so only those run here.
 UNIT_PKGS := ./images/ ./internal/config/ ./internal/mcpserver/ ./internal/output/ ./internal/policy/ \
 	./internal/sandbox/fake/ ./internal/sandbox/pool/ ./internal/serverlock/ ./internal/store/ \
-	./internal/supervisor/proto/ ./internal/terminal/ ./internal/tools/ ./cmd/sandboxer-supervisor/
+	./internal/supervisor/proto/ ./internal/terminal/ ./internal/tools/ ./internal/console/ ./cmd/sandboxer-supervisor/
 
 test-unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)

@@ -32,9 +32,10 @@ func loopbackAddr(addr string) string {
 // serveHTTP serves /metrics (and what else mux holds) on addr until ctx
 // ends. The listener is bound before it returns, so a bad address fails the
 // start; it returns a stop function that waits for the server to end.
-func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, m *metrics.Metrics, log zerolog.Logger) (func(), error) {
+func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, m *metrics.Metrics, mount func(*http.ServeMux), log zerolog.Logger) (func(), error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Scrape(tokens))
+	mount(mux)
 	ln, err := net.Listen("tcp", loopbackAddr(addr))
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
@@ -115,6 +116,22 @@ func stateSources(jobs **job.Manager, workspaces **workspace.Manager, warm **poo
 			return out, nil
 		},
 	}
+}
+
+// poolStats reads the pool for the console (nil: no pool).
+func poolStats(warm *pool.Pool) func() []pool.Stat {
+	if warm == nil {
+		return nil
+	}
+	return warm.Stats
+}
+
+// cacheList reads the dependency caches for the console (nil: none).
+func cacheList(caches *deps.Manager) func(context.Context) ([]deps.Cache, error) {
+	if caches == nil {
+		return nil
+	}
+	return caches.List
 }
 
 // imageLanguages maps each language's image to its name (the first name,

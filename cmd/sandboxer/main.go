@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/baseline"
 	"github.com/sandboxer/sandboxer/internal/blocklist"
 	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/console"
 	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
@@ -227,8 +228,23 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	// The console (/ui) hangs on both listeners, as /metrics does; it needs
+	// tokens to sign in with.
+	var ui http.Handler
+	if tokens != nil {
+		ui = console.New(console.Deps{
+			Auth: tokens, Jobs: jobs, Workspaces: workspaces, AuditDir: cfg.StateDir,
+			Blocklist: blocked.Entries, Pool: poolStats(warm), Caches: cacheList(depCaches), Done: ctx.Done(),
+		})
+	}
+	mountUI := func(mux *http.ServeMux) {
+		if ui != nil {
+			mux.Handle("/ui/", ui)
+			mux.Handle("GET /ui", http.RedirectHandler("/ui/jobs", http.StatusSeeOther))
+		}
+	}
 	if mt != nil {
-		stopHTTP, err := serveHTTP(ctx, cfg.MetricsAddr, tokens, mt, log)
+		stopHTTP, err := serveHTTP(ctx, cfg.MetricsAddr, tokens, mt, mountUI, log)
 		if err != nil {
 			return err
 		}
@@ -249,6 +265,7 @@ func serve(args []string) error {
 				if mt != nil && tokens != nil {
 					mux.Handle("GET /metrics", mt.Scrape(tokens))
 				}
+				mountUI(mux)
 			},
 		})
 	} else {

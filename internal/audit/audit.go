@@ -31,6 +31,7 @@ const (
 type Entry struct {
 	Time         time.Time `json:"time"`
 	Client       string    `json:"client,omitempty"`
+	Tenant       string    `json:"tenant,omitempty"` // the token's client ("local" for stdio); absent in older lines
 	Server       string    `json:"server,omitempty"`
 	Tool         string    `json:"tool"`
 	JobID        string    `json:"job_id,omitempty"`

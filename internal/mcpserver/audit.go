@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/metrics"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
@@ -57,7 +58,7 @@ func (s *Server) auditMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 		ctx, note := audit.WithNote(ctx)
 		start := time.Now()
 		res, err := next(ctx, req)
-		e := audit.Entry{Time: start, Client: tools.ClientName(ctx), Server: s.serverID, Tool: name, DurationMS: time.Since(start).Milliseconds()}
+		e := audit.Entry{Time: start, Client: tools.ClientName(ctx), Tenant: tenant.Owner(ctx), Server: s.serverID, Tool: name, DurationMS: time.Since(start).Milliseconds()}
 		args := req.GetArguments()
 		var secrets []string
 		if env, ok := args["env"].(map[string]any); ok {

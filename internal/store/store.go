@@ -144,6 +144,7 @@ type ListFilter struct {
 	Status    []string // any of these statuses; empty = any status
 	Kind      string
 	Workspace string
+	Language  string
 	Limit     int    // <= 0 means DefaultListLimit; values above MaxListLimit are clamped
 	Cursor    string // "" for the first page, else the next cursor ListJobs returned
 }
@@ -857,6 +858,10 @@ func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]*Job, string, err
 	if f.Workspace != "" {
 		where = append(where, `workspace = ?`)
 		args = append(args, f.Workspace)
+	}
+	if f.Language != "" {
+		where = append(where, `language = ?`)
+		args = append(args, f.Language)
 	}
 	if f.Cursor != "" {
 		ns, id, err := decodeCursor(f.Cursor)

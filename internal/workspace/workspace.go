@@ -478,6 +478,19 @@ func (m *Manager) checkQuota(ctx context.Context, w *store.Workspace, s *wsState
 	m.log.Warn().Str("workspace", w.Name).Int64("used_bytes", used).Int64("quota_bytes", quota).Int("jobs_stopped", len(victims)).Msg("workspace past its disk quota")
 }
 
+// DiskUsage measures a running workspace's /workspace in bytes (a stopped
+// one is not started for it).
+func (m *Manager) DiskUsage(ctx context.Context, name string) (int64, error) {
+	w, err := m.Get(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if w.State != "running" || w.ContainerID == "" {
+		return 0, fmt.Errorf("workspace %q is %s", name, w.State)
+	}
+	return m.diskUsage(ctx, w.ContainerID)
+}
+
 // du measures /workspace (as root, so no file is out of its reach).
 func (m *Manager) du(ctx context.Context, containerID string) (int64, error) {
 	var out, errb bytes.Buffer
