@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
@@ -163,5 +166,35 @@ func TestWorkspaceDaemonStreamResumes(t *testing.T) {
 		t.Fatal(err)
 	} else if st := waitDone(t, h2, time.Minute); st.ExitCode != 0 {
 		t.Fatalf("next job: %+v", st)
+	}
+}
+
+// A workspace container made before the daemon (its main process idles)
+// still runs jobs, as one exec of the supervisor each.
+func TestWorkspaceWithoutDaemonRunsExecs(t *testing.T) {
+	rt, _ := newTestRuntime(t)
+	ctx := context.Background()
+	init := true
+	created, err := rt.Client().ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config:     &container.Config{Image: images.Tag("base"), Cmd: []string{"sleep", "infinity"}, User: "1000:1000", WorkingDir: "/workspace"},
+		HostConfig: &container.HostConfig{NetworkMode: "none", Init: &init, CapDrop: []string{"ALL"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Remove(context.Background(), created.ID) })
+	if err := rt.StartWorkspace(ctx, created.ID); err != nil {
+		t.Fatal(err)
+	}
+	out := newBuffer()
+	h, err := rt.StartIn(ctx, created.ID, testSpec("echo old; exit 2"), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sandbox.WorkspaceJob(h.ContainerID()); ok {
+		t.Errorf("an exec's job has ContainerID %q, which names a daemon's job", h.ContainerID())
+	}
+	if st := waitDone(t, h, time.Minute); st.ExitCode != 2 || out.Stdout() != "old\n" {
+		t.Fatalf("exec job: %+v, stdout %q", st, out.Stdout())
 	}
 }
