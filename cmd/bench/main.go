@@ -53,7 +53,7 @@ type options struct {
 	maxJobs    int           // jobs.max_concurrent of both servers
 	settle     time.Duration // pause after the pool is full, before a measured call
 	trace      bool
-	only       string // run one part alone: "gosuites", "project", "http" or "engines"
+	only       string // run one part alone: "gosuites", "project", "http", "engines" or "workspace"
 }
 
 func main() {
@@ -68,7 +68,7 @@ func main() {
 	flag.IntVar(&o.concOff, "conc-off", 50, "trivial jobs from concurrent callers, pool off (0 = skip)")
 	flag.IntVar(&o.maxJobs, "max-jobs", 8, "jobs.max_concurrent of both servers (SANDBOXER_MAX_JOBS), so 8 jobs can run at once")
 	flag.DurationVar(&o.settle, "settle", 50*time.Millisecond, "pause once the pool is full before a measured warm call")
-	flag.StringVar(&o.only, "only", "", "run one part alone: gosuites, project, http or engines")
+	flag.StringVar(&o.only, "only", "", "run one part alone: gosuites, project, http, engines or workspace")
 	flag.BoolVar(&o.trace, "trace", false, "also print where the time of a warm call goes (from the job's timestamps)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -505,6 +505,8 @@ func run(ctx context.Context, o options) error {
 		return httpVsStdio(ctx, o)
 	case "engines":
 		return engines(ctx, o)
+	case "workspace":
+		return workspaceOnly(ctx, o)
 	}
 	image := images.Tag("base")
 	r := &report{runs: o.runs, seqN: o.seq, concN: o.conc, callers: o.callers, seqOffN: o.seqOff, concOffN: o.concOff}

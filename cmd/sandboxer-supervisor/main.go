@@ -79,6 +79,10 @@ func main() {
 			os.Exit(changesMain(os.Stdin, os.Stdout))
 		case proto.RelayCommand:
 			os.Exit(relayMain(os.Args[2:], os.Stdin, os.Stdout))
+		case proto.DaemonCommand:
+			os.Exit(daemonMain())
+		case proto.ConnectCommand:
+			os.Exit(connectMain(os.Stdin, os.Stdout))
 		}
 	}
 	os.Exit(run(os.Stdin, os.Stdout))

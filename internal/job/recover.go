@@ -62,6 +62,11 @@ func (m *Manager) Recover(ctx context.Context) error {
 		if !ok {
 			c, ok = byJob[rec.ID]
 		}
+		if _, inWorkspace := sandbox.WorkspaceJob(rec.ContainerID); !ok && inWorkspace {
+			// A job in a workspace's container is not listed: its
+			// workspace's supervisor says whether it still runs.
+			c, ok = sandbox.Container{ID: rec.ContainerID, JobID: rec.ID, Running: true}, true
+		}
 		if rec.Status == StatusRunning && ok {
 			if err := m.adopt(ctx, rec, c); err == nil {
 				owner[rec.ID] = m.server

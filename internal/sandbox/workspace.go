@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"strings"
 )
 
 // Labels and kinds of workspace containers and volumes.
@@ -16,8 +17,18 @@ const (
 	KindHelper = "helper"
 )
 
+// WorkspaceJob splits the ContainerID of a job running in a workspace,
+// "<workspace container id>/<job key>", into the container's id; ok is false
+// for a job with a container of its own. Restart recovery adopts such a job
+// through Runtime.Adopt with that ContainerID: it is never listed (List
+// names containers), and survives its server as a fresh job does.
+func WorkspaceJob(containerID string) (workspaceContainer string, ok bool) {
+	c, _, ok := strings.Cut(containerID, "/")
+	return c, ok
+}
+
 // WorkspaceSpec says how to make a workspace's container: a long-lived
-// container whose main process idles, with a volume at /workspace.
+// container whose main process takes its jobs, with a volume at /workspace.
 type WorkspaceSpec struct {
 	Name    string // the workspace's name (already validated)
 	Image   string
@@ -48,9 +59,9 @@ type ExecOptions struct {
 }
 
 // WorkspaceRuntime is a Runtime that can keep workspaces: long-lived
-// containers with a volume, in which jobs run as execs of the supervisor
-// (kill mode "tree": a kill or timeout takes the job's process tree, never
-// the container or the other jobs in it).
+// containers with a volume, in which jobs run under the supervisor (kill
+// mode "tree": a kill or timeout takes the job's process tree, never the
+// container or the other jobs in it).
 type WorkspaceRuntime interface {
 	// CreateWorkspace creates (not starts) a workspace's volume and container,
 	// with no network.

@@ -36,8 +36,14 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		release()
 		return nil, err
 	}
+	return r.track(spec.Workspace, inner, release), nil
+}
+
+// track counts a job of a workspace until it ends: the workspace is busy
+// (never stopped for idleness) and its quota can stop the job.
+func (r *Runtime) track(name string, inner sandbox.Handle, release func()) *handle {
 	h := &handle{Handle: inner}
-	s := r.ws.ws(spec.Workspace)
+	s := r.ws.ws(name)
 	r.ws.mu.Lock()
 	s.jobs[h] = struct{}{}
 	r.ws.mu.Unlock()
@@ -48,7 +54,25 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		r.ws.mu.Unlock()
 		release()
 	}()
-	return h, nil
+	return h
+}
+
+// Adopt takes over a job a previous server started; a workspace's job is
+// counted as its workspace's again.
+func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, skipStderr int64, out sandbox.Output) (sandbox.Handle, error) {
+	inner, err := r.Runtime.Adopt(ctx, containerID, skipStdout, skipStderr, out)
+	if err != nil {
+		return nil, err
+	}
+	cid, ok := sandbox.WorkspaceJob(containerID)
+	if !ok {
+		return inner, nil
+	}
+	name, err := r.ws.byContainer(ctx, cid)
+	if err != nil || name == "" {
+		return inner, nil // deleted meanwhile: the job ends with its container
+	}
+	return r.track(name, inner, r.ws.hold(name)), nil
 }
 
 // List leaves workspace containers out: they are no job's, and restart

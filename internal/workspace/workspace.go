@@ -341,11 +341,17 @@ func (m *Manager) Acquire(ctx context.Context, name string) (w *store.Workspace,
 	} else if err := m.st.TouchWorkspace(ctx, name, now); err != nil {
 		return nil, nil, err
 	}
+	return w, m.hold(name), nil
+}
+
+// hold counts a use of a running workspace until release is called.
+func (m *Manager) hold(name string) (release func()) {
+	s := m.ws(name)
 	m.mu.Lock()
 	s.busy++
 	m.mu.Unlock()
 	var once sync.Once
-	return w, func() {
+	return func() {
 		once.Do(func() {
 			m.mu.Lock()
 			s.busy--
@@ -354,7 +360,21 @@ func (m *Manager) Acquire(ctx context.Context, name string) (w *store.Workspace,
 			defer cancel()
 			_ = m.st.TouchWorkspace(ctx, name, time.Now())
 		})
-	}, nil
+	}
+}
+
+// byContainer names the workspace whose container has this id ("" if none).
+func (m *Manager) byContainer(ctx context.Context, containerID string) (string, error) {
+	all, err := m.st.ListWorkspaces(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, w := range all {
+		if w.ContainerID == containerID {
+			return w.Name, nil
+		}
+	}
+	return "", nil
 }
 
 // Run stops idle workspaces and enforces disk quotas until Close.

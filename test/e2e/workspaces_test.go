@@ -245,3 +245,95 @@ func TestWorkspaceDiskQuotaStopsTheJob(t *testing.T) {
 	s.ok("delete_workspace", map[string]any{"name": name})
 	s.ok("delete_workspace", map[string]any{"name": other})
 }
+
+// A workspace job survives its server's crash as a fresh job does: the next
+// server on the same state directory re-attaches it through the workspace's
+// supervisor daemon and loses none of its output; a job re-attached that way
+// can still be killed, tree and all, and the workspace takes new jobs.
+func TestWorkspaceJobSurvivesServerRestart(t *testing.T) {
+	s := startServer(t)
+	name := "e2e-ws-restart"
+	s.createWS(name, nil)
+	r := s.wsRun(name, "for i in $(seq 1 8); do echo line$i; echo err$i >&2; sleep 1; done; exit 7", "background", true)
+	id := str(r, "job_id")
+	sleeper := str(s.wsRun(name, "setsid sleep 1002 & sleep 1002", "background", true), "job_id")
+	rd := s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "line2", "wait_s": 30})
+	if rd["matched"] != true {
+		t.Fatalf("line2 never came before the crash: %v", rd)
+	}
+	before := str(rd, "output")
+
+	s.kill9()
+	s2 := startServerIn(t, s.stateDir)
+
+	g := s2.ok("get_job", map[string]any{"job_id": id, "wait_s": 50})
+	if str(g, "status") != "failed" || str(g, "reason") != "exit_code" || exitCode(t, g) != 7 {
+		t.Fatalf("after restart: want failed/exit_code/7, got %v", g)
+	}
+	out, _ := s2.readAll(id)
+	var stdout, stderr []string
+	for _, l := range lines(out) {
+		if strings.HasPrefix(l, "err") {
+			stderr = append(stderr, l)
+		} else {
+			stdout = append(stdout, l)
+		}
+	}
+	var wantOut, wantErr []string
+	for i := 1; i <= 8; i++ {
+		wantOut, wantErr = append(wantOut, fmt.Sprintf("line%d", i)), append(wantErr, fmt.Sprintf("err%d", i))
+	}
+	if strings.Join(stdout, ",") != strings.Join(wantOut, ",") || strings.Join(stderr, ",") != strings.Join(wantErr, ",") {
+		t.Fatalf("output after restart:\n got %q\nwant every line%%d and err%%d once, in order", out)
+	}
+	if !strings.HasPrefix(out, before) {
+		t.Errorf("output read before the crash %q is not a prefix of the whole %q", before, out)
+	}
+
+	if st := str(s2.ok("get_job", map[string]any{"job_id": sleeper}), "status"); st != "running" {
+		t.Fatalf("the other workspace job after restart: %s, want running", st)
+	}
+	if k := s2.ok("kill_job", map[string]any{"job_id": sleeper}); str(k, "status") != "killed" {
+		t.Fatalf("kill_job of a re-attached workspace job: %v", k)
+	}
+	if n := s2.countProcs(name, "sleep 1002"); n != 0 {
+		t.Fatalf("%d 'sleep 1002' processes left after kill_job of the re-attached job", n)
+	}
+	if got := s2.wsOut(name, "echo after"); got != "after\n" {
+		t.Fatalf("a new job after the restart printed %q", got)
+	}
+	s2.ok("delete_workspace", map[string]any{"name": name})
+}
+
+// A job reaches only its own workspace's supervisor daemon: from workspace
+// B, asking the daemon (its socket is abstract, so per container) for a job
+// of workspace A gets "unknown job", and A's job runs on undisturbed; a job
+// in A cannot kill the exec that carries A's stream.
+func TestWorkspaceDaemonIsPerWorkspace(t *testing.T) {
+	s := startServer(t)
+	a, b := "e2e-daemon-a", "e2e-daemon-b"
+	s.createWS(a, nil)
+	s.createWS(b, nil)
+	id := str(s.wsRun(a, "sleep 3; echo done-a", "background", true), "job_id")
+	// An Attach frame ('A', big-endian length, JSON) for A's job, sent by hand.
+	probe := `p='{"key":"'$KEY'","stdout":0,"stderr":0}'
+{ printf 'A\000\000\000'; printf "\\$(printf %03o ${#p})"; printf '%s' "$p"; sleep 1; } |
+  sandboxer-supervisor connect | tr -c 'a-zA-Z0-9-' '.'`
+	r := s.wsRun(b, probe, "env", map[string]any{"KEY": id})
+	out := str(r, "stdout")
+	if !strings.Contains(out, "u...."+id) || strings.Contains(out, "A...."+id) {
+		t.Fatalf("workspace B's daemon asked for A's job %s answered %q (%v), want unknown", id, out, r)
+	}
+	// Nor can a job cut the server off its own workspace: the stream's exec
+	// runs as root (no capability), out of reach of the jobs' signals.
+	kill := s.wsRun(a, `for p in /proc/[0-9]*; do case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in *"$PAT"*) kill -9 ${p#/proc/} && echo killed;; esac; done; true`,
+		"env", map[string]any{"PAT": "sandboxer-supervisor connect"})
+	if str(kill, "status") != "completed" || strings.Contains(str(kill, "stdout"), "killed") ||
+		!strings.Contains(str(kill, "stderr"), "Operation not permitted") {
+		t.Fatalf("a job killed the workspace stream's exec: %v", kill)
+	}
+	g := s.ok("get_job", map[string]any{"job_id": id, "wait_s": 30})
+	if got, _ := s.readAll(id); str(g, "status") != "completed" || got != "done-a\n" {
+		t.Fatalf("workspace A's job: %v, output %q", g, got)
+	}
+}

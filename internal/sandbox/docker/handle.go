@@ -50,7 +50,11 @@ type handle struct {
 	// workspace's container (kill mode "tree"): ending the job never
 	// touches the container.
 	execID string
-	tty    bool // the job runs on a terminal (Resize works)
+	// ws is set when the job is a channel of a workspace daemon's stream
+	// (kill mode "tree"), key names it there.
+	ws  *wsConn
+	key string
+	tty bool // the job runs on a terminal (Resize works)
 
 	writeMu sync.Mutex    // one frame at a time on conn
 	turn    chan struct{} // one stdin writer (or closer) at a time
@@ -95,7 +99,18 @@ func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
 	return h
 }
 
-func (h *handle) ContainerID() string { return h.id }
+// ContainerID is the container's id; a workspace daemon's job adds its key,
+// by which a later server re-attaches it.
+func (h *handle) ContainerID() string {
+	if h.ws != nil {
+		return h.id + "/" + h.key
+	}
+	return h.id
+}
+
+// shared says whether the job runs in a workspace's container, which ending
+// the job never touches.
+func (h *handle) shared() bool { return h.execID != "" || h.ws != nil }
 
 func (h *handle) Done() <-chan struct{} { return h.done }
 
@@ -226,11 +241,11 @@ func (h *handle) Signal(ctx context.Context, signal string) error {
 	if h.conn != nil && !h.ended() {
 		if err := h.writeFrame(ctx, proto.TypeSignal, []byte(signal)); err == nil {
 			return nil
-		} else if h.execID != "" {
+		} else if h.shared() {
 			return err
 		}
 	}
-	if h.execID != "" {
+	if h.shared() {
 		return nil // the exec has ended: nothing left to signal (never the shared container)
 	}
 	_, err := h.rt.cli.ContainerKill(ctx, h.id, client.ContainerKillOptions{Signal: signal})
@@ -254,14 +269,17 @@ func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
 // process tree, setsid'd descendants too); the container stays.
 func (h *handle) Destroy(ctx context.Context) error {
 	h.destroyMu.Do(func() { close(h.destroyed) })
-	if h.execID != "" {
+	if h.shared() {
 		if h.ended() {
 			return nil
 		}
 		if err := h.writeFrame(ctx, proto.TypeKill, nil); err != nil && !h.ended() {
-			// The supervisor's input is gone: it kills the job by itself
-			// (kill_on_detach); closing our end makes sure it sees that.
-			h.conn.Close()
+			// An exec's supervisor kills the job by itself once its input
+			// is gone (kill_on_detach); closing our end makes sure it sees
+			// that. A daemon's job waits for the next stream's Kill.
+			if h.execID != "" {
+				h.conn.Close()
+			}
 			return fmt.Errorf("kill the job in workspace container %.12s: %w", h.id, err)
 		}
 		return nil
@@ -336,6 +354,17 @@ func (t *tailBuffer) String() string {
 // readFrames demultiplexes the engine's stream and acts on the supervisor's
 // frames until the stream ends.
 func (h *handle) readFrames(src io.Reader, closeSrc func()) {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, &h.diag, src)
+		pw.CloseWithError(err)
+	}()
+	h.readParsed(pr, func() { pr.Close(); closeSrc() })
+}
+
+// readParsed acts on the supervisor's frames from r (already taken out of
+// the engine's stream) until it ends.
+func (h *handle) readParsed(r io.Reader, closeSrc func()) {
 	defer close(h.drained)
 	defer closeSrc()
 	defer func() {
@@ -345,13 +374,7 @@ func (h *handle) readFrames(src io.Reader, closeSrc func()) {
 		h.ackMu.Unlock()
 	}()
 	defer h.helloOnce()
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := stdcopy.StdCopy(pw, &h.diag, src)
-		pw.CloseWithError(err)
-	}()
-	defer pr.Close()
-	h.parse(pr)
+	h.parse(r)
 }
 
 // parse acts on the supervisor's frames read from r until it ends, counting
@@ -445,7 +468,7 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 		if e.Error != "" {
 			h.status.StartErr = errors.New(e.Error)
 		}
-	} else if h.execID == "" {
+	} else if !h.shared() {
 		if !waited {
 			select {
 			case res := <-wait.Result:
@@ -469,9 +492,11 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	if h.conn != nil {
 		h.conn.Close()
 	}
-	if h.execID != "" {
+	if h.shared() {
 		// A job in a workspace: the container is the workspace's, never removed here.
-		if h.exit == nil {
+		if h.exit == nil && h.ws != nil {
+			h.status = h.wsVerdict(ctx)
+		} else if h.exit == nil {
 			h.status = h.execVerdict(ctx)
 		}
 		close(h.done)

@@ -84,6 +84,7 @@ func (r *Runtime) KillProcess(ctx context.Context, containerID string, pid int, 
 func (r *Runtime) execOutput(ctx context.Context, containerID string, argv []string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	containerID = engineID(containerID) // a workspace job's: its container's
 	created, err := r.cli.ExecCreate(ctx, containerID, client.ExecCreateOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		if notRunning(err) {

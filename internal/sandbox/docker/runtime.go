@@ -57,6 +57,11 @@ type Runtime struct {
 	// each waiting for its job (see StartIn).
 	execMu sync.Mutex
 	execs  map[string]*handle // workspace container id -> a waiting exec
+	// conns are the streams to workspace daemons (see wsconn.go), by
+	// container id; daemonMode says which workspace containers run one.
+	conns      map[string]*wsConn
+	daemonMode map[string]bool
+	dialMu     sync.Mutex // one stream made at a time
 
 	onError func(operation string) // WithErrorHook
 
@@ -115,6 +120,10 @@ func (r *Runtime) Close() error {
 	for id, h := range r.execs {
 		h.conn.Close() // a waiting supervisor exits at the end of its input
 		delete(r.execs, id)
+	}
+	for id, c := range r.conns {
+		c.conn.Close() // the daemon keeps the jobs for the next server
+		delete(r.conns, id)
 	}
 	r.execMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
@@ -342,11 +351,11 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir,
 		Stdin: proto.StdinClosed, TimeoutMS: backstop(spec.Timeout), KillMode: proto.KillContainer,
 	}
-	if h.execID != "" {
-		// A workspace's container is shared: kill the job's tree only, and
-		// the job itself when this server's stream to it goes (an exec
-		// cannot be re-joined after a restart).
-		ps.KillMode, ps.KillOnDetach = proto.KillTree, true
+	if h.shared() {
+		// A workspace's container is shared: kill the job's tree only. An
+		// exec cannot be re-joined after a restart, so its job dies with
+		// this server's stream to it; a daemon's job waits for the next.
+		ps.KillMode, ps.KillOnDetach = proto.KillTree, h.execID != ""
 		ps.Rlimits = map[string]uint64{}
 		if spec.Limits.OpenFiles > 0 {
 			ps.Rlimits["nofile"] = uint64(spec.Limits.OpenFiles)
@@ -436,6 +445,9 @@ func (w *warm) Discard(ctx context.Context) error {
 // the frames already written can't be read again and the live stream can't
 // be joined mid-frame.
 func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, skipStderr int64, out sandbox.Output) (sandbox.Handle, error) {
+	if cid, key, ok := jobKey(containerID); ok {
+		return r.adoptDaemonJob(ctx, cid, key, skipStdout, skipStderr, out)
+	}
 	info, err := r.cli.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {

@@ -55,9 +55,9 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	}
 	cfg := &container.Config{
 		Image: ws.Image,
-		// The main process only idles (under Docker's init, which reaps what
-		// jobs leave behind); every job is an exec of the supervisor.
-		Cmd:        []string{"sleep", "infinity"},
+		// The supervisor's daemon (under Docker's init, which reaps what
+		// jobs leave behind) takes the workspace's jobs (see wsconn.go).
+		Cmd:        daemonCmd,
 		WorkingDir: defaultWorkDir,
 		User:       sandboxUser,
 		Labels:     labels,
@@ -127,6 +127,7 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 // StopWorkspace stops the container at once: its jobs are gone by then.
 func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
 	r.dropExec(id)
+	r.dropConn(id)
 	timeout := 1
 	_, err := r.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout})
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -137,6 +138,9 @@ func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
 
 // WorkspaceRunning says whether the container runs; ErrNotFound when gone.
 func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error) {
+	if r.liveConn(id) != nil {
+		return true, nil // its daemon's stream ends when it stops
+	}
 	info, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
@@ -152,6 +156,7 @@ func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error)
 func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRefs) error {
 	if refs.ContainerID != "" {
 		r.dropExec(refs.ContainerID)
+		r.dropConn(refs.ContainerID)
 		if err := r.Remove(ctx, refs.ContainerID); err != nil {
 			return err
 		}
@@ -182,6 +187,11 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRef
 // start are most of a workspace job's cost): a job takes it, and the next is
 // made in the background.
 func (r *Runtime) StartIn(ctx context.Context, containerID string, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	if ok, err := r.usesDaemon(ctx, containerID); err != nil {
+		return nil, err
+	} else if ok {
+		return r.startDaemonJob(ctx, containerID, spec, out)
+	}
 	if h := r.takeExec(containerID); h != nil {
 		go r.refillExec(containerID)
 		if hh, err := h.launch(ctx, spec, out, false); err == nil {
