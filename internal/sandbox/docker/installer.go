@@ -54,9 +54,29 @@ func (r *Runtime) StartInstaller(ctx context.Context, workspaceID, network strin
 	host.AutoRemove = false
 	host.LogConfig = container.LogConfig{Type: "none"}
 	host.Mounts = nil
+	// Podman's inspect reports a CPU limit both ways and names rlimits as
+	// RLIMIT_NOFILE; its create takes one way and the short names only.
+	if host.NanoCPUs > 0 {
+		host.CPUPeriod, host.CPUQuota = 0, 0
+	}
+	var ulimits []*container.Ulimit
+	for _, u := range host.Ulimits {
+		n := strings.ToLower(strings.TrimPrefix(u.Name, "RLIMIT_"))
+		ulimits = append(ulimits, &container.Ulimit{Name: n, Soft: u.Soft, Hard: u.Hard})
+	}
+	host.Ulimits = ulimits
 	for _, m := range ws.HostConfig.Mounts {
 		if m.Type == mount.TypeVolume && m.Target == defaultWorkDir {
 			host.Mounts = append(host.Mounts, m)
+		}
+	}
+	if len(host.Mounts) == 0 {
+		// Podman's inspect leaves HostConfig.Mounts empty and lists the
+		// volume among the container's mount points only.
+		for _, m := range ws.Mounts {
+			if m.Type == mount.TypeVolume && m.Destination == defaultWorkDir && m.Name != "" {
+				host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeVolume, Source: m.Name, Target: defaultWorkDir})
+			}
 		}
 	}
 	if len(host.Mounts) != 1 {
