@@ -377,6 +377,15 @@ func (h *handle) readParsed(r io.Reader, closeSrc func()) {
 	h.parse(r)
 }
 
+// checkHello reads a supervisor's Hello and refuses another protocol version.
+func checkHello(p []byte) error {
+	var hello proto.Hello
+	if err := json.Unmarshal(p, &hello); err != nil || hello.Protocol != proto.Version {
+		return fmt.Errorf("the image's sandbox supervisor speaks protocol %d, this server %d: rebuild the images (make images)", hello.Protocol, proto.Version)
+	}
+	return nil
+}
+
 // parse acts on the supervisor's frames read from r until it ends, counting
 // the bytes taken (so a re-read of the engine's log can continue after them).
 func (h *handle) parse(src io.Reader) {
@@ -392,10 +401,7 @@ func (h *handle) parse(src io.Reader) {
 		}
 		switch typ {
 		case proto.TypeHello:
-			var hello proto.Hello
-			if err := json.Unmarshal(p, &hello); err != nil || hello.Protocol != proto.Version {
-				h.helloErr = fmt.Errorf("the image's sandbox supervisor speaks protocol %d, this server %d: rebuild the images (make images)", hello.Protocol, proto.Version)
-			}
+			h.helloErr = checkHello(p)
 			h.helloOnce()
 		case proto.TypeStdout:
 			h.out.write(sandbox.Stdout, p)

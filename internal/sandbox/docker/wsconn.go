@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -241,10 +240,7 @@ func (c *wsConn) read(src io.Reader, closeSrc func()) {
 		}
 		switch typ {
 		case proto.TypeHello:
-			var hello proto.Hello
-			if err := json.Unmarshal(p, &hello); err != nil || hello.Protocol != proto.Version {
-				c.helloE = fmt.Errorf("the image's sandbox supervisor speaks protocol %d, this server %d: rebuild the images (make images)", hello.Protocol, proto.Version)
-			}
+			c.helloE = checkHello(p)
 			select {
 			case <-c.hello:
 			default:
