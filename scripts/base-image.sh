@@ -28,8 +28,8 @@ mirror=${mirror:-http://deb.debian.org/debian}
 
 if ! command -v debootstrap >/dev/null 2>&1; then
   [[ $(id -u) -eq 0 ]] || { log "debootstrap missing: install it (apt-get install debootstrap) and re-run"; exit 1; }
-  apt-get update -qq >/dev/null 2>&1 || true
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null 2>&1 || true
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq debootstrap >/dev/null
 fi
 
 root=$(mktemp -d /tmp/sandboxer-rootfs.XXXXXX)

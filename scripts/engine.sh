@@ -30,8 +30,8 @@ fi
 if ! command -v dockerd >/dev/null 2>&1; then
   log "installing docker.io from Debian's packages"
   # Extra third-party apt sources may be unreachable; Debian's own mirror is what matters.
-  apt-get update -qq >/dev/null 2>&1 || log "apt-get update reported problems (continuing)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null 2>&1 || log "apt-get update reported problems (continuing)"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
     docker.io iptables ca-certificates >/dev/null
 fi
 # A client from outside Debian's package may sit earlier on PATH; any client of API >= 1.41 works.

@@ -21,8 +21,8 @@ fi
 
 if ! command -v runsc >/dev/null 2>&1; then
   log "installing runsc from Debian's packages"
-  apt-get update -qq >/dev/null 2>&1 || log "apt-get update reported problems (continuing)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runsc >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null 2>&1 || log "apt-get update reported problems (continuing)"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends runsc >/dev/null
 fi
 RUNSC=$(command -v runsc)
 log "$("$RUNSC" --version 2>/dev/null | head -1)"

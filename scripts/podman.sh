@@ -23,8 +23,8 @@ if ! command -v podman >/dev/null 2>&1 || [[ ! -x /usr/libexec/podman/catatonit 
     exit 1
   fi
   log "installing podman and catatonit from Debian's packages"
-  apt-get update -qq >/dev/null 2>&1 || log "apt-get update reported problems (continuing)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman catatonit >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null 2>&1 || log "apt-get update reported problems (continuing)"
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends podman catatonit >/dev/null
 fi
 
 mkdir -p "$dir"

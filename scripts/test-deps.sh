@@ -25,8 +25,8 @@ if [[ ! -e $policy ]]; then
   printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy" && own_policy=1
 fi
 trap '[[ $own_policy == 1 ]] && rm -f "$policy"' EXIT
-apt-get update -qq >/dev/null 2>&1 || log "apt-get update reported problems (continuing)"
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null 2>&1 || log "apt-get update reported problems (continuing)"
+DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 if [[ " ${missing[*]} " == *" openssh-server "* ]] && command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
   systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
 fi
