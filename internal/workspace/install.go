@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"path"
 	"regexp"
 	"strings"
 	"sync"
@@ -267,7 +266,10 @@ apt() {
 echo "+ apt-get update"
 apt -q update </dev/null || echo "apt-get update failed; installing from the lists there are"
 echo "+ apt-get install --download-only $*"
-apt install -y -q --no-install-recommends --download-only -- "$@" </dev/null
+apt install -y -q --no-install-recommends --download-only -- "$@" </dev/null || exit
+# Podman's archive API gives copied files to the workspace's user: open
+# them to a capability-less root there (aptInbox keeps everyone else out).
+chmod -R a+rwX "$c"
 `,
 	ManagerNpm: `cd /workspace || exit 70
 echo "+ npm install $* (into /workspace/node_modules)"
@@ -288,18 +290,21 @@ cargo install --locked -- "$@" </dev/null
 `,
 }
 
-// aptDir is where apt's lists and downloads go, in the install container
-// and then in the workspace's: a root-owned directory (under /var/cache,
-// 0755 root) that the sandbox user cannot write.
+// aptDir is where apt's lists and downloads go in the install container.
 const aptDir = "/var/cache/sandboxer-apt"
+
+// aptInbox is the directory of the workspace's root filesystem, root's and
+// 0700, that aptDir is copied into: no job can reach the downloads
+// between the copy and the install, whoever the engine makes their owner.
+const aptInbox = "/var/cache/sandboxer-apt-inbox"
 
 // aptInstallOffline installs "$@" in the workspace's container from the
 // lists and .debs the install container fetched (copied to aptDir), with
 // no network, then removes them. apt checks each .deb against the lists'
 // hashes; the lists were verified against Debian's keys when fetched.
 const aptInstallOffline = `export DEBIAN_FRONTEND=noninteractive
-c=` + aptDir + `
-trap 'rm -rf "$c"' EXIT
+c=` + aptInbox + "/sandboxer-apt" + `
+trap 'rm -rf ` + aptInbox + `' EXIT
 echo "+ apt-get install $* (in the workspace, offline)"
 apt-get -o APT::Sandbox::User=root -o "Dir::Cache::Archives=$c/archives" -o "Dir::State::Lists=$c/lists" install -y -q --no-install-recommends --no-download -- "$@" </dev/null
 `
@@ -420,7 +425,13 @@ func (m *Manager) aptMoveAndInstall(ctx context.Context, installer, workspaceID 
 	if err != nil {
 		return -1, fmt.Errorf("read apt's downloads from the install container: %w", err)
 	}
-	err = m.rt.CopyTo(ctx, workspaceID, path.Dir(aptDir), tar)
+	defer tar.Close()
+	mkdir := fmt.Sprintf("rm -rf %[1]s && mkdir -m 0700 %[1]s", aptInbox)
+	if code, err := m.rt.Exec(ctx, workspaceID, sandbox.ExecOptions{User: "0:0", Env: []string{"HOME=/root"},
+		Cmd: []string{"sh", "-c", mkdir}, Stdout: log, Stderr: log}); err != nil || code != 0 {
+		return -1, fmt.Errorf("make %s in the workspace (exit %d): %v", aptInbox, code, err)
+	}
+	err = m.rt.CopyTo(ctx, workspaceID, aptInbox, tar)
 	tar.Close()
 	if err != nil {
 		return -1, fmt.Errorf("copy apt's downloads into the workspace: %w", err)

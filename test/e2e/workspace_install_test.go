@@ -108,8 +108,13 @@ func TestWorkspaceInstallPackages(t *testing.T) {
 	}
 	// apt's downloads never pass where a job can write: a job cannot plant
 	// the directory they move into.
-	if out := s.wsOut(name, "mkdir /var/cache/sandboxer-apt 2>/dev/null && echo planted || echo refused"); out != "refused\n" {
+	if out := s.wsOut(name, "mkdir /var/cache/sandboxer-apt-inbox 2>/dev/null && echo planted || echo refused"); out != "refused\n" {
 		t.Fatalf("a job planting apt's download directory: %q", out)
+	}
+	// ... and the install cleaned up after itself (on Podman too, whose
+	// archive API gives copied files to the workspace's user).
+	if out := s.wsOut(name, "ls -d /var/cache/sandboxer-apt* 2>&1 || true"); !strings.Contains(out, "No such file") {
+		t.Fatalf("apt's downloads left in the workspace: %q", out)
 	}
 	if out := s.wsOut(name, `jq --version; node -e "console.log(require('is-odd')(3), require('is-number')(1))"`); !strings.HasPrefix(out, "jq-") || !strings.HasSuffix(out, "true true\n") {
 		t.Fatalf("after by_manager: %q", out)
