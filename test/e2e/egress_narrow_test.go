@@ -153,6 +153,31 @@ func TestEgressWorkspaceAllowlist(t *testing.T) {
 	if out := s.wsOut(plain, `ls /sys/class/net; echo "proxy=${HTTPS_PROXY:-}"`); out != "lo\nproxy=\n" {
 		t.Errorf("a job of a workspace without egress: %q", out)
 	}
+	// The proxy is the only peer: a fresh egress job cannot connect to a
+	// service the workspace's job listens on, though both are on the network.
+	bg := s.ok("run_command", map[string]any{"workspace": name, "command": "exec python3 -m http.server 8000", "background": true, "timeout_s": 120})
+	self := s.wsOut(name, `for i in $(seq 100); do python3 -c "import socket; socket.create_connection(('127.0.0.1', 8000), timeout=1)" 2>/dev/null && break; sleep 0.1; done
+python3 -c "
+import socket
+ip = socket.gethostbyname(socket.gethostname())
+socket.create_connection((ip, 8000), timeout=5)
+print(ip, 'self connected')"`)
+	ip, ok := strings.CutSuffix(self, " self connected\n")
+	if !ok {
+		t.Fatalf("the workspace's own listener: %q", self)
+	}
+	r = s.ok("run_command", map[string]any{"language": "python", "egress": []any{"mirror.sbx.test:" + port}, "command": `python3 -c "
+import socket
+try:
+    socket.create_connection(('` + ip + `', 8000), timeout=10)
+    print('peer connected')
+except OSError:
+    print('peer refused')"`})
+	if str(r, "stdout") != "peer refused\n" {
+		t.Errorf("a fresh egress job connecting to the egress workspace's listener at %s: %v", ip, r)
+	}
+	s.ok("kill_job", map[string]any{"job_id": str(bg, "job_id")})
+
 	msg = s.toolErr("run_command", map[string]any{"workspace": name, "command": "true", "egress": []any{"mirror.sbx.test:" + port}})
 	if !strings.Contains(msg, "create_workspace's egress") {
 		t.Errorf("egress with a workspace: %s", msg)
