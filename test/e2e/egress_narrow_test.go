@@ -29,14 +29,15 @@ func egressMirror(t *testing.T) (gw, port string) {
 }
 
 // narrowPolicy allows three names on network none: two on the gateway, one
-// under a wildcard that resolves to a private address.
-func narrowPolicy(t *testing.T, gw, port string, allow ...string) string {
+// under a wildcard that resolves to a private address; pool says whether
+// the warm pool runs (with the default sizes and following use).
+func narrowPolicy(t *testing.T, gw, port string, pool bool, allow ...string) string {
 	t.Helper()
 	if allow == nil {
 		allow = []string{`"mirror.sbx.test:` + port + `"`, `"other.sbx.test:` + port + `"`, `"*.wild.sbx.test:` + port + `"`}
 	}
 	return policyEnv(t, fmt.Sprintf(`pool:
-  enabled: false
+  enabled: %[4]v
 network: none
 egress:
   allow: [%[3]s]
@@ -44,7 +45,7 @@ egress:
     mirror.sbx.test: %[2]s
     other.sbx.test: %[2]s
     inner.wild.sbx.test: 10.0.0.7
-`, port, gw, strings.Join(allow, ", ")))
+`, port, gw, strings.Join(allow, ", "), pool))
 }
 
 // narrowProbe is the probe: the plain URL and the CONNECT targets of mirror,
@@ -64,7 +65,8 @@ const narrowWant = "mirror.sbx.test 200 hello from the mirror\n" +
 
 func TestEgressPerJobAllowlist(t *testing.T) {
 	gw, port := egressMirror(t)
-	s := startServer(t, narrowPolicy(t, gw, port))
+	// The pool runs: egress and offline jobs never share a warm sandbox's shape.
+	s := startServer(t, narrowPolicy(t, gw, port, true))
 	own := []any{"mirror.sbx.test:" + port, "inner.wild.sbx.test:" + port}
 
 	// run_command with its own list: the mirror only, on a policy of network none.
@@ -98,8 +100,9 @@ func TestEgressPerJobAllowlist(t *testing.T) {
 		t.Fatalf("run_script with egress: %v", r)
 	}
 
-	// Without the argument the policy's network (none) holds; [] is none too.
-	for _, args := range []map[string]any{{}, {"egress": []any{}}} {
+	// Without the argument the policy's network (none) holds; [] is none
+	// too; in python, whose warm sandboxes now include egress-shaped ones.
+	for _, args := range []map[string]any{{}, {"egress": []any{}}, {"language": "python"}, {"language": "python", "egress": []any{}}} {
 		args["command"] = `ls /sys/class/net; echo "proxy=${HTTPS_PROXY:-}"`
 		if r := s.ok("run_command", args); str(r, "stdout") != "lo\nproxy=\n" {
 			t.Errorf("run_command %v: %v", args["egress"], r)
@@ -124,7 +127,7 @@ func TestEgressPerJobAllowlist(t *testing.T) {
 func TestEgressWorkspaceAllowlist(t *testing.T) {
 	gw, port := egressMirror(t)
 	state := t.TempDir()
-	env := narrowPolicy(t, gw, port)
+	env := narrowPolicy(t, gw, port, false)
 	s := startServerIn(t, state, env)
 
 	name, plain := "e2e-egress-ws", "e2e-egress-ws-none"
@@ -197,7 +200,7 @@ except OSError:
 
 	// A policy that no longer allows the mirror refuses the workspace's jobs.
 	s.stop()
-	s = startServerIn(t, state, narrowPolicy(t, gw, port, `"other.sbx.test:`+port+`"`))
+	s = startServerIn(t, state, narrowPolicy(t, gw, port, false, `"other.sbx.test:`+port+`"`))
 	res := s.call("run_command", map[string]any{"workspace": name, "command": "true"})
 	if all := text(res) + fmt.Sprint(res.StructuredContent); !strings.Contains(all, "is not within the policy's egress.allow") {
 		t.Errorf("a job of the egress workspace after the policy narrowed: %s", all)
