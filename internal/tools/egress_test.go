@@ -72,6 +72,7 @@ func TestEgressArgumentRefusals(t *testing.T) {
 	}{
 		{"run_command", map[string]any{"command": "true", "egress": []any{"evil.test"}}, `egress: "evil.test" is not within`},
 		{"run_script", map[string]any{"code": "print(1)", "language": "python", "egress": []any{"evil.test"}}, `egress: "evil.test" is not within`},
+		{"start_session", map[string]any{"egress": []any{"evil.test"}}, `egress: "evil.test" is not within`},
 	} {
 		d := egressDeps()
 		res := call(t, toolByName(t, d, c.tool), c.args)

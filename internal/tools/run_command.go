@@ -25,7 +25,7 @@ type RunCommandArgs struct {
 	Language      string            `json:"language,omitempty"`
 	Workspace     string            `json:"workspace,omitempty" jsonschema:"run in this workspace"`
 	Cwd           string            `json:"cwd,omitempty" jsonschema:"working directory under /workspace; default /workspace"`
-	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables (at most 64; LD_* refused)"`
+	Env           map[string]string `json:"env,omitempty" jsonschema:"env vars (at most 64; LD_* refused)"`
 	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text for stdin"`
 	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"for send_input"`
 	TimeoutS      *float64          `json:"timeout_s,omitempty"`

@@ -100,6 +100,14 @@ func TestEgressPerJobAllowlist(t *testing.T) {
 		t.Fatalf("run_script with egress: %v", r)
 	}
 
+	// So does start_session.
+	r = s.ok("start_session", map[string]any{"command": "python3", "language": "python", "mode": "pipe", "wait_s": 30,
+		"until": "hello from the mirror", "egress": []any{"mirror.sbx.test:" + port},
+		"args": []any{"-c", "import urllib.request\nprint(urllib.request.urlopen('http://mirror.sbx.test:" + port + "/hello', timeout=30).read().decode())"}})
+	if r["matched"] != true || !strings.Contains(str(r, "output"), "hello from the mirror") {
+		t.Fatalf("start_session with egress: %v", r)
+	}
+
 	// Without the argument the policy's network (none) holds; [] is none
 	// too; in python, whose warm sandboxes now include egress-shaped ones.
 	for _, args := range []map[string]any{{}, {"egress": []any{}}, {"language": "python"}, {"language": "python", "egress": []any{}}} {
