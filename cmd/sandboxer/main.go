@@ -168,9 +168,10 @@ func serve(args []string) error {
 	}
 	defer auditLog.Close()
 	var egressRT *egress.Runtime
-	if cfg.Policy.Network == policy.NetworkEgress || cfg.Policy.Workspaces.InstallNetwork == policy.NetworkEgress {
+	if len(cfg.Policy.Egress.Allow) > 0 {
 		// Jobs (and installs) on network egress reach the policy's hosts
-		// through the proxy.
+		// through the proxy; so do jobs and workspaces that ask for some of
+		// them (the egress argument), whatever the policy's network.
 		if egressRT, err = startEgress(rt, engine, cfg.Policy, auditLog, lock.ID()); err != nil {
 			return err
 		}
@@ -181,6 +182,7 @@ func serve(args []string) error {
 	workspaces.Baselines = baseline.New(filepath.Join(cfg.StateDir, "baselines"))
 	if egressRT != nil {
 		workspaces.Egress = egressRT.Grant
+		workspaces.GrantEgress = egressRT.GrantOwn
 	}
 	defer workspaces.ClosePortsAll()
 	if mt != nil {
@@ -354,7 +356,7 @@ func startEgress(rt sandbox.Runtime, engine *docker.Runtime, pol *policy.Policy,
 		_ = auditLog.Write(entry)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("egress proxy (network: egress): %w", err)
+		return nil, fmt.Errorf("egress proxy (policy egress.allow): %w", err)
 	}
 	return e, nil
 }

@@ -9,6 +9,7 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -22,11 +23,16 @@ type Rule struct {
 	Host     string // lowercase, no trailing dot; for a wildcard the domain after "*."
 	Wildcard bool
 	Port     int // 0 = 80 and 443
+	// Narrowed is set on a job's own rule (see Narrow) that the policy
+	// allows only through a wildcard: it leads to a private or loopback
+	// address no more than that wildcard does.
+	Narrowed bool
 }
 
-// Exact says whether the rule names one host (a name or an address): only
-// such a rule may lead to a private or loopback address.
-func (r Rule) Exact() bool { return !r.Wildcard }
+// Exact says whether the rule names one host (a name or an address) and the
+// operator did too: only such a rule may lead to a private or loopback
+// address.
+func (r Rule) Exact() bool { return !r.Wildcard && !r.Narrowed }
 
 func (r Rule) String() string {
 	h := r.Host
@@ -122,6 +128,75 @@ func (l List) Match(host string, port int) (Rule, bool) {
 		}
 	}
 	return Rule{}, false
+}
+
+// MaxNarrow is how many entries a job's or workspace's own list may hold.
+const MaxNarrow = 64
+
+// Narrow reads a job's or workspace's own allowlist, which must lie within
+// the policy's (ceiling): each entry's host is one a rule of the ceiling
+// matches (a wildcard only under an equal or broader wildcard of it), on
+// ports it allows. An entry the ceiling allows only through a wildcard
+// keeps the wildcard's refusal of private addresses. The error names the
+// first entry that is not within, and what the ceiling allows.
+func Narrow(ceiling List, entries []string) (List, error) {
+	if len(ceiling) == 0 {
+		return nil, errors.New("the policy allows no host (its egress.allow is empty)")
+	}
+	if len(entries) > MaxNarrow {
+		return nil, fmt.Errorf("%d entries; at most %d", len(entries), MaxNarrow)
+	}
+	l, err := ParseList(entries)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range l {
+		narrowed, ok := ceiling.covers(r)
+		if !ok {
+			return nil, fmt.Errorf("%q is not within the policy's egress.allow (%s)", entries[i], ceiling)
+		}
+		l[i].Narrowed = narrowed
+	}
+	return l, nil
+}
+
+// covers says whether every host and port r allows is one l allows, and
+// whether it does so only through a wildcard for some of them.
+func (l List) covers(r Rule) (narrowed, ok bool) {
+	_, err := netip.ParseAddr(r.Host)
+	addr := err == nil // an address is within only a rule that names it
+	ports := []int{r.Port}
+	if r.Port == 0 {
+		ports = []int{80, 443}
+	}
+	for _, port := range ports {
+		found, exact := false, false
+		for _, c := range l {
+			if c.Port == 0 && port != 80 && port != 443 || c.Port != 0 && c.Port != port {
+				continue
+			}
+			switch {
+			case !c.Wildcard && !r.Wildcard && c.Host == r.Host:
+				found, exact = true, true
+			case c.Wildcard && !addr && (r.Host == c.Host && r.Wildcard || strings.HasSuffix(r.Host, "."+c.Host)):
+				found = true
+			}
+		}
+		if !found {
+			return false, false
+		}
+		narrowed = narrowed || !exact && !r.Wildcard
+	}
+	return narrowed, true
+}
+
+// String is the list as the policy writes it.
+func (l List) String() string {
+	s := make([]string, len(l))
+	for i, r := range l {
+		s[i] = r.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 // cgnat is the shared address space (RFC 6598), private in practice.

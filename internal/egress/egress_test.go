@@ -254,3 +254,66 @@ func TestProxyForwardsPlainHTTP(t *testing.T) {
 		t.Errorf("a name off the list: %d", resp.StatusCode)
 	}
 }
+
+func TestNarrow(t *testing.T) {
+	ceiling, err := ParseList([]string{"*.example.com", "pkg.internal:443", "172.17.0.1:8080", "mirror.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		entry    string
+		ok       bool
+		narrowed bool
+	}{
+		{"a.example.com", true, true}, {"*.example.com", true, false}, {"*.a.example.com:443", true, false},
+		{"pkg.internal:443", true, false}, {"PKG.internal.:443", true, false}, {"172.17.0.1:8080", true, false},
+		{"mirror.test", true, false}, {"mirror.test:80", true, false},
+		{"example.com", false, false}, {"*.com", false, false}, {"a.example.com:8443", false, false},
+		{"pkg.internal", false, false}, // 80 and 443: the policy allows 443 only
+		{"pkg.internal:80", false, false}, {"172.17.0.1:80", false, false}, {"172.17.0.2:8080", false, false},
+		{"other.test", false, false}, {"*.mirror.test", false, false}, {"evilexample.com", false, false},
+	} {
+		l, err := Narrow(ceiling, []string{c.entry})
+		if (err == nil) != c.ok {
+			t.Errorf("Narrow(%q): error %v, want ok=%v", c.entry, err, c.ok)
+			continue
+		}
+		if err != nil {
+			if !strings.Contains(err.Error(), c.entry) || !strings.Contains(err.Error(), "*.example.com, pkg.internal:443") {
+				t.Errorf("Narrow(%q): the error names neither the entry nor the policy's list: %v", c.entry, err)
+			}
+			continue
+		}
+		if l[0].Narrowed != c.narrowed || l[0].Exact() == (c.narrowed || l[0].Wildcard) {
+			t.Errorf("Narrow(%q) = %+v, want narrowed=%v", c.entry, l[0], c.narrowed)
+		}
+	}
+	if _, err := Narrow(nil, []string{"a.example.com"}); err == nil || !strings.Contains(err.Error(), "egress.allow is empty") {
+		t.Errorf("Narrow under an empty policy list: %v", err)
+	}
+	if _, err := Narrow(ceiling, []string{"a b"}); err == nil || !strings.Contains(err.Error(), `"a b"`) {
+		t.Errorf("Narrow of a bad entry: %v", err)
+	}
+	many := make([]string, MaxNarrow+1)
+	for i := range many {
+		many[i] = "mirror.test"
+	}
+	if _, err := Narrow(ceiling, many); err == nil {
+		t.Error("Narrow of too many entries: no error")
+	}
+}
+
+// An exact name a job narrowed out of a policy wildcard is refused a
+// private address as the wildcard is: narrowing never widens.
+func TestNarrowedNameKeepsTheWildcardsPrivateRefusal(t *testing.T) {
+	ceiling, _ := ParseList([]string{"*.wild.test:8080"})
+	l, err := Narrow(ceiling, []string{"inner.wild.test:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{Resolver: names{"inner.wild.test": "10.0.0.7"}}
+	_, err = p.check(context.Background(), Grant{Allow: l}, "inner.wild.test", 8080)
+	if err == nil || !strings.Contains(err.Error(), "private address") {
+		t.Fatalf("a narrowed name resolving to a private address: %v", err)
+	}
+}

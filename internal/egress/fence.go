@@ -14,6 +14,14 @@ import (
 // from the bridge to the host is rejected. Each server adds its proxy's port
 // and takes it out when it stops; the chain and its jump stay (they let
 // nothing through by themselves).
+//
+// The fence also keeps the network's sandboxes apart: an internal bridge
+// network still forwards between its containers, so a job (or a workspace,
+// which may stay on the network for days) could connect to a service
+// another tenant's sandbox listens on. Traffic from the bridge to the same
+// bridge is rejected in DOCKER-USER (the chain the engine evaluates before
+// its own and keeps across its restarts), or in FORWARD where the engine
+// has no such chain: the proxy is the sandboxes' only peer.
 const fenceChain = "SANDBOXER-EGRESS"
 
 // fence lets the bridge reach the host on port only; undo takes the port's
@@ -54,6 +62,14 @@ func fence(bridge string, port int) (undo func(), err error) {
 		if err := ensure(step.check, step.add...); err != nil {
 			return nil, fmt.Errorf("fence the egress network from the host's services: %w", err)
 		}
+	}
+	forward := "DOCKER-USER"
+	if ipt("-S", forward) != nil {
+		forward = "FORWARD"
+	}
+	peers := []string{forward, "-i", bridge, "-o", bridge, "-j", "REJECT"}
+	if err := ensure(peers, append([]string{"-I"}, peers...)...); err != nil {
+		return nil, fmt.Errorf("fence the egress network's sandboxes from each other: %w", err)
 	}
 	return func() { _ = ipt(append([]string{"-D"}, allow...)...) }, nil
 }

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -51,12 +52,22 @@ func Start(ctx context.Context, next sandbox.Runtime, rt sandbox.EgressRuntime, 
 // Addr is where the proxy listens.
 func (r *Runtime) Addr() string { return r.addr }
 
-// Start runs spec, with a grant when it is on the egress network.
+// Start runs spec, with a grant when it is on the egress network: of the
+// spec's own list when it has one, else of the policy's.
 func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
 	if spec.Network != sandbox.NetworkEgress || spec.Workspace != "" {
 		return r.Runtime.Start(ctx, spec, out)
 	}
-	env, revoke := r.Grant(ctx, spec.JobID)
+	var env []string
+	var revoke func()
+	if spec.Egress != nil {
+		var err error
+		if env, revoke, err = r.GrantOwn(ctx, spec.JobID, spec.Egress); err != nil {
+			return nil, err
+		}
+	} else {
+		env, revoke = r.Grant(ctx, spec.JobID)
+	}
 	spec.Env = append(append([]string(nil), spec.Env...), env...)
 	h, err := r.Runtime.Start(ctx, spec, out)
 	if err != nil {
@@ -75,6 +86,18 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 func (r *Runtime) Grant(ctx context.Context, job string) (env []string, revoke func()) {
 	token, revoke := r.proxy.Add(Grant{Tenant: tenant.Owner(ctx), Job: job, Allow: r.allow})
 	return ProxyEnv(ProxyURL(token, r.addr)), revoke
+}
+
+// GrantOwn gives job its own allowlist, which must lie within the policy's
+// (see Narrow), until revoke. It is checked again at each grant, so a list
+// kept with a workspace never outlives the policy that allowed it.
+func (r *Runtime) GrantOwn(ctx context.Context, job string, entries []string) (env []string, revoke func(), err error) {
+	allow, err := Narrow(r.allow, entries)
+	if err != nil {
+		return nil, nil, fmt.Errorf("egress: %w", err)
+	}
+	token, revoke := r.proxy.Add(Grant{Tenant: tenant.Owner(ctx), Job: job, Allow: allow})
+	return ProxyEnv(ProxyURL(token, r.addr)), revoke, nil
 }
 
 // ProxyEnv is the environment that points HTTP clients at a proxy URL.

@@ -75,6 +75,9 @@ type Request struct {
 	// Limits are the policy's limits as resolved for this request.
 	Limits  policy.Resolved
 	Network string
+	// Egress, with Network egress, is the job's own allowlist (within the
+	// policy's egress.allow); nil = the policy's whole list.
+	Egress []string
 	// TTY runs the job on a terminal of this size (pty sessions).
 	TTY *sandbox.TTY
 	// Mounts are engine volumes mounted into the job's sandbox (dependency caches).
@@ -106,7 +109,7 @@ func SandboxLimits(r policy.Resolved, logBytes int64) sandbox.Limits {
 func SandboxSpec(pol *policy.Policy, req Request) sandbox.Spec {
 	return sandbox.Spec{
 		Kind: req.Kind, Image: req.Image, Cmd: req.Cmd, Env: req.Env,
-		WorkDir: req.Cwd, Network: req.Network, Runtime: pol.Runtime, EngineLog: pol.Output.EngineLog,
+		WorkDir: req.Cwd, Network: req.Network, Egress: req.Egress, Runtime: pol.Runtime, EngineLog: pol.Output.EngineLog,
 		OpenStdin: req.KeepStdinOpen || req.Stdin != nil,
 		Limits:    SandboxLimits(req.Limits, pol.Output.MaxBytesPerJob),
 		Timeout:   req.Limits.Timeout,

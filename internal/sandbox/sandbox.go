@@ -43,6 +43,9 @@ type Spec struct {
 	WorkDir string   // absolute path inside the container; a tmpfs is mounted there
 	Limits  Limits
 	Network string // "none" unless the policy allows another mode (NetworkEgress among them)
+	// Egress, on network NetworkEgress, is the job's own allowlist (within
+	// the policy's); nil = the policy's.
+	Egress  []string
 	Runtime string // OCI runtime name ("" = engine default, e.g. "runsc")
 	// EngineLog is the engine's own log of the container: "local" (capped at
 	// Limits.LogBytes, readable by Adopt) or "none".

@@ -39,6 +39,9 @@ type WorkspaceSpec struct {
 	Env []string
 	// Mounts are granted host directories (read-only) its jobs see.
 	Mounts []Mount
+	// Network is "" (none: the container has only lo) or NetworkEgress
+	// (a workspace made with its own allowlist: its jobs reach the proxy).
+	Network string
 }
 
 // WorkspaceRefs are the engine objects of a workspace.
@@ -64,7 +67,7 @@ type ExecOptions struct {
 // container or the other jobs in it).
 type WorkspaceRuntime interface {
 	// CreateWorkspace creates (not starts) a workspace's volume and container,
-	// with no network.
+	// with no network unless spec.Network is NetworkEgress.
 	CreateWorkspace(ctx context.Context, spec WorkspaceSpec) (WorkspaceRefs, error)
 	// StartWorkspace starts a workspace's container; a running one is left alone.
 	StartWorkspace(ctx context.Context, containerID string) error
@@ -78,7 +81,8 @@ type WorkspaceRuntime interface {
 	// limited like the workspace's container (same image, environment and
 	// user), its volume at /workspace, granted mounts left out, on the named
 	// network; for Exec, CopyFrom and Remove. The workspace's container
-	// itself never joins a network.
+	// itself joins no network but the egress network, and only when it was
+	// made for it (WorkspaceSpec.Network).
 	StartInstaller(ctx context.Context, workspaceContainerID, network string) (string, error)
 	// OOMKilled says whether the kernel killed a process of the container
 	// for memory.

@@ -29,6 +29,10 @@ type WorkspaceLimits struct {
 type WorkspaceDetails struct {
 	// Installed lists packages installed by install_packages, by manager.
 	Installed map[string][]string `json:"installed,omitempty"`
+	// Egress is the workspace's own allowlist (create_workspace's egress):
+	// its container is on the egress network and its jobs reach these
+	// hosts through the proxy. Empty: no network.
+	Egress []string `json:"egress,omitempty"`
 }
 
 // Workspace is one persisted workspace record.

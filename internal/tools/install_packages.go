@@ -55,7 +55,7 @@ func InstallPackages(d Deps) Tool {
 	managers := append([]string{workspace.ManagerAuto}, workspace.Managers...)
 	in := inputSchema[InstallPackagesArgs](map[string]param{
 		"workspace":  {desc: workspaceNameDesc},
-		"packages":   {desc: "packages, optionally versioned as the manager writes it (jq=1.6-2.1, x@^2, requests==2.31.0, example.com/x@v1.2.3)"},
+		"packages":   {desc: "packages, versioned as the manager writes it (jq=1.6-2.1, x@^2, requests==2.31.0)"},
 		"manager":    oneOf(managers...).describe("manager of packages; default auto (the workspace language's)"),
 		"by_manager": {desc: "manager to packages, instead of packages and manager"},
 		"timeout_s":  between(1, maxTimeout).describe("seconds for the whole install; default %d", min(defaultInstallTimeoutS, int(maxTimeout))),

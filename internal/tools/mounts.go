@@ -16,9 +16,9 @@ import (
 func (d Deps) mountsParam() param {
 	names := d.policyOrDefault().MountNames()
 	if len(names) == 0 {
-		return param{desc: "granted host dirs, read-only at /mnt/<name> (none granted)"}
+		return param{desc: "granted host dirs, read-only at /mnt/NAME (none granted)"}
 	}
-	return oneOf(names...).checkedByHandler().describe("granted host dirs, read-only at /mnt/<name>")
+	return oneOf(names...).checkedByHandler().describe("granted host dirs, read-only at /mnt/NAME")
 }
 
 // mountsFor resolves granted mount names into the sandbox's mounts. Nothing

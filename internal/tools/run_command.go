@@ -25,17 +25,18 @@ type RunCommandArgs struct {
 	Language      string            `json:"language,omitempty"`
 	Workspace     string            `json:"workspace,omitempty" jsonschema:"run in this workspace"`
 	Cwd           string            `json:"cwd,omitempty" jsonschema:"working directory under /workspace; default /workspace"`
-	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables (at most 64; LD_* refused)"`
+	Env           map[string]string `json:"env,omitempty" jsonschema:"env vars (at most 64; LD_* refused)"`
 	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text for stdin"`
-	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input"`
+	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"for send_input"`
 	TimeoutS      *float64          `json:"timeout_s,omitempty"`
 	WaitS         *float64          `json:"wait_s,omitempty"`
-	Background    bool              `json:"background,omitempty" jsonschema:"return the job_id at once"`
+	Background    bool              `json:"background,omitempty" jsonschema:"return job_id at once"`
 	Output        string            `json:"output,omitempty"`
 	MemoryMB      *int64            `json:"memory_mb,omitempty"`
 	CPUs          *float64          `json:"cpus,omitempty"`
 	Pids          *int64            `json:"pids,omitempty"`
 	Mounts        []string          `json:"mounts,omitempty"`
+	Egress        []string          `json:"egress,omitempty"`
 }
 
 // RunResult is run_command's result.
@@ -72,8 +73,8 @@ func RunCommand(d Deps) Tool {
 			"default %s", lang.DefaultLanguage),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
 			"seconds until killed; default %d", l.TimeoutS.Default),
-		"wait_s": waitParam(pol, "seconds before returning a running job's handle", float64(pol.Jobs.DefaultWaitS)),
-		"output": oneOf("both", "stdout", "stderr").describe("streams returned inline; default both"),
+		"wait_s": waitParam(pol, "seconds to wait before returning", float64(pol.Jobs.DefaultWaitS)),
+		"output": oneOf("both", "stdout", "stderr").describe("inline streams; default both"),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
 			"memory MiB; default %d", l.MemoryMB.Default),
 		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
@@ -81,6 +82,7 @@ func RunCommand(d Deps) Tool {
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
 			"process limit; default %d", l.Pids.Default),
 		"mounts": d.mountsParam(),
+		"egress": d.egressParam(),
 	})
 	def := mcp.NewTool("run_command",
 		mcp.WithDescription("Run a shell command in a fresh sandbox (no network, non-root, capped). Waits up to wait_s, then returns a job_id with the output so far while the job goes on; a non-zero exit is a result. Docs: sandboxer://docs/run_command"),
@@ -154,6 +156,13 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 	if problem := noWorkspaceMounts(args.Mounts, wsName); problem != nil {
 		return job.Request{}, 0, problem
 	}
+	if problem := noWorkspaceEgress(args.Egress, wsName); problem != nil {
+		return job.Request{}, 0, problem
+	}
+	network, allow, problem := d.egressFor(args.Egress)
+	if problem != nil {
+		return job.Request{}, 0, problem
+	}
 	mounts, problem := d.mountsFor(args.Mounts)
 	if problem != nil {
 		return job.Request{}, 0, problem
@@ -195,8 +204,8 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
 		Stdin: stdin, KeepStdinOpen: keepOpen,
 		Limits:  limits,
-		Network: d.Policy.Network,
-		Mounts:  mounts,
+		Network: network, Egress: allow,
+		Mounts: mounts,
 	}, wait, nil
 }
 

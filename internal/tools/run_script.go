@@ -34,20 +34,21 @@ type RunScriptArgs struct {
 	Code          string            `json:"code" jsonschema:"source code"`
 	Language      string            `json:"language"`
 	Workspace     string            `json:"workspace,omitempty" jsonschema:"run in this workspace"`
-	Args          []string          `json:"args,omitempty" jsonschema:"program arguments"`
+	Args          []string          `json:"args,omitempty" jsonschema:"program args"`
 	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text for stdin"`
-	Env           map[string]string `json:"env,omitempty" jsonschema:"environment variables"`
-	EnvFile       string            `json:"env_file,omitempty" jsonschema:"dotenv file under scripts.env_file_dirs"`
-	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"keep stdin open for send_input"`
+	Env           map[string]string `json:"env,omitempty" jsonschema:"env vars"`
+	EnvFile       string            `json:"env_file,omitempty" jsonschema:"dotenv file (scripts.env_file_dirs)"`
+	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"for send_input"`
 	TimeoutS      *float64          `json:"timeout_s,omitempty"`
 	WaitS         *float64          `json:"wait_s,omitempty"`
-	Background    bool              `json:"background,omitempty" jsonschema:"return the job_id at once"`
+	Background    bool              `json:"background,omitempty" jsonschema:"return job_id at once"`
 	Output        string            `json:"output,omitempty"`
 	MemoryMB      *int64            `json:"memory_mb,omitempty"`
 	CPUs          *float64          `json:"cpus,omitempty"`
 	Pids          *int64            `json:"pids,omitempty"`
-	Dependencies  []string          `json:"dependencies,omitempty" jsonschema:"packages, e.g. requests==2.31.0 or lodash@4"`
+	Dependencies  []string          `json:"dependencies,omitempty" jsonschema:"e.g. requests==2.31.0, lodash@4"`
 	Mounts        []string          `json:"mounts,omitempty"`
+	Egress        []string          `json:"egress,omitempty"`
 }
 
 // DependenciesResult says how a script's dependencies were made ready.
@@ -142,7 +143,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	jr, wait, problem := d.commandRequest(ctx, RunCommandArgs{
 		Command: driver, Language: scriptLanguageIn(sl.Name, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
 		TimeoutS: args.TimeoutS, WaitS: args.WaitS, Background: args.Background, Output: args.Output,
-		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids, Mounts: args.Mounts,
+		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids, Mounts: args.Mounts, Egress: args.Egress,
 	})
 	if problem != nil {
 		return nil, problem
@@ -321,8 +322,8 @@ func RunScript(d Deps) Tool {
 		"language": oneOf(scriptLanguageNames()...).describe("language"),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
 			"seconds until killed; default %d", l.TimeoutS.Default),
-		"wait_s": waitParam(pol, "seconds before returning a running job's handle", float64(pol.Jobs.DefaultWaitS)),
-		"output": oneOf("both", "stdout", "stderr").describe("streams returned inline; default both"),
+		"wait_s": waitParam(pol, "seconds to wait before returning", float64(pol.Jobs.DefaultWaitS)),
+		"output": oneOf("both", "stdout", "stderr").describe("inline streams; default both"),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
 			"memory MiB; default %d", l.MemoryMB.Default),
 		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
@@ -330,9 +331,10 @@ func RunScript(d Deps) Tool {
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
 			"process limit; default %d", l.Pids.Default),
 		"mounts": d.mountsParam(),
+		"egress": d.egressParam(),
 	})
 	def := mcp.NewTool("run_script",
-		mcp.WithDescription("Run source code in a fresh sandbox, compiled where needed, with cached dependencies; waits like run_command. Docs: sandboxer://docs/run_script"),
+		mcp.WithDescription("Run source code in a fresh sandbox, compiled if needed, cached dependencies; waits like run_command. Docs: sandboxer://docs/run_script"),
 		mcp.WithToolTitle("Run a script in a sandbox"),
 		annotations("Run a script in a sandbox", false, true, false, false),
 		withInput(in),

@@ -42,12 +42,13 @@ type StartSessionArgs struct {
 	Name         string            `json:"name,omitempty" jsonschema:"a name for the session"`
 	Workspace    string            `json:"workspace,omitempty" jsonschema:"run in this workspace"`
 	Cwd          string            `json:"cwd,omitempty" jsonschema:"working directory under /workspace; default /workspace"`
-	Env          map[string]string `json:"env,omitempty" jsonschema:"environment variables (at most 64; LD_* refused)"`
+	Env          map[string]string `json:"env,omitempty" jsonschema:"env vars (at most 64; LD_* refused)"`
 	WaitS        *float64          `json:"wait_s,omitempty"`
 	Until        string            `json:"until,omitempty" jsonschema:"RE2 regex, e.g. a prompt: wait until it matches"`
 	IdleTimeoutS *float64          `json:"idle_timeout_s,omitempty"`
 	TimeoutS     *float64          `json:"timeout_s,omitempty"`
 	Mounts       []string          `json:"mounts,omitempty"`
+	Egress       []string          `json:"egress,omitempty"`
 }
 
 // StartSessionResult is start_session's result.
@@ -87,13 +88,14 @@ func StartSession(d Deps) Tool {
 		"cols":   between(terminal.MinCols, terminal.MaxCols).describe("default %d", defaultCols),
 		"wait_s": waitParam(pol, "seconds to wait for the first output", sessionWaitS),
 		"idle_timeout_s": between(1, float64(idle.Max)).checkedByHandler().describe(
-			"end after this many seconds without input; default %d", idle.Default),
+			"end after this many idle seconds; default %d", idle.Default),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
 			"end this many seconds after start; default %d", l.TimeoutS.Max),
 		"mounts": d.mountsParam(),
+		"egress": d.egressParam(),
 	})
 	def := mcp.NewTool("start_session",
-		mcp.WithDescription("Start an interactive program (shell, python3 REPL, node, top) on a terminal or pipes in a fresh sandbox; drive it with send_input and read_output. Docs: sandboxer://docs/start_session"),
+		mcp.WithDescription("Start an interactive program (shell, REPL, top) on a terminal or pipes in a fresh sandbox; drive it with send_input and read_output. Docs: sandboxer://docs/start_session"),
 		mcp.WithToolTitle("Start an interactive session"),
 		annotations("Start an interactive session", false, true, false, false),
 		withInput(in),
@@ -236,6 +238,13 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 	if problem := noWorkspaceMounts(args.Mounts, wsName); problem != nil {
 		return job.Request{}, job.ReadRequest{}, problem
 	}
+	if problem := noWorkspaceEgress(args.Egress, wsName); problem != nil {
+		return job.Request{}, job.ReadRequest{}, problem
+	}
+	network, allow, problem := d.egressFor(args.Egress)
+	if problem != nil {
+		return job.Request{}, job.ReadRequest{}, problem
+	}
 	mounts, problem := d.mountsFor(args.Mounts)
 	if problem != nil {
 		return job.Request{}, job.ReadRequest{}, problem
@@ -294,7 +303,7 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 	return job.Request{
 		Kind: job.KindSession, Command: commandLine(argv), Cmd: argv,
 		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
-		KeepStdinOpen: true, Limits: limits, Network: d.Policy.Network,
+		KeepStdinOpen: true, Limits: limits, Network: network, Egress: allow,
 		TTY: tty, Details: store.Details{Session: details}, Mounts: mounts,
 	}, rr, nil
 }

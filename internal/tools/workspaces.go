@@ -32,6 +32,7 @@ type WorkspaceInfo struct {
 	Pids       int64                `json:"pids" jsonschema:"most processes and threads in its container at once"`
 	DiskMB     int64                `json:"disk_mb" jsonschema:"the most its /workspace may hold, in MiB (checked by polling while jobs run)"`
 	Ports      []workspace.PortInfo `json:"ports,omitempty" jsonschema:"ports open with expose_port"`
+	Egress     []string             `json:"egress,omitempty" jsonschema:"hosts its jobs reach through the proxy (create_workspace's egress); none: no network"`
 }
 
 func workspaceInfo(ws *workspace.Manager, w *store.Workspace) WorkspaceInfo {
@@ -39,7 +40,7 @@ func workspaceInfo(ws *workspace.Manager, w *store.Workspace) WorkspaceInfo {
 		Name: w.Name, Language: w.Language, Image: w.Image, State: w.State,
 		CreatedAt: stamp(w.CreatedAt), LastUsedAt: stamp(w.LastUsedAt),
 		MemoryMB: w.Limits.MemoryBytes >> 20, CPUs: float64(w.Limits.NanoCPUs) / 1e9, Pids: w.Limits.Pids,
-		DiskMB: w.Limits.DiskBytes >> 20,
+		DiskMB: w.Limits.DiskBytes >> 20, Egress: w.Details.Egress,
 	}
 }
 
@@ -72,6 +73,7 @@ type CreateWorkspaceArgs struct {
 	Mounts   []string `json:"mounts,omitempty"`
 	Import   string   `json:"import,omitempty"`
 	From     string   `json:"from,omitempty"`
+	Egress   []string `json:"egress,omitempty"`
 }
 
 // WorkspaceResult is create_workspace's result.
@@ -96,6 +98,7 @@ func CreateWorkspace(d Deps) Tool {
 		"mounts": d.mountsParam(),
 		"import": d.importParam(),
 		"from":   {desc: "workspace to fork: copy its files"},
+		"egress": d.egressParam(),
 	})
 	def := mcp.NewTool("create_workspace",
 		mcp.WithDescription("Create a named persistent sandbox with a volume at /workspace; jobs with its workspace argument share its files and packages. Docs: sandboxer://docs/create_workspace"),
@@ -149,8 +152,14 @@ func CreateWorkspace(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
+		var allow []string
+		if len(args.Egress) > 0 { // empty: no network, as without it
+			if allow, problem = d.checkEgress(args.Egress); problem != nil {
+				return problem, nil
+			}
+		}
 		w, origin, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Name, Image: image, Limits: limits,
-			Mounts: mounts, Import: imp, From: args.From})
+			Mounts: mounts, Import: imp, From: args.From, Egress: allow})
 		if err != nil {
 			return workspaceFailure(err), nil
 		}

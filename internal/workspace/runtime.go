@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -30,6 +31,22 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	w, release, err := r.ws.Acquire(ctx, spec.Workspace)
 	if err != nil {
 		return nil, err
+	}
+	if allow := w.Details.Egress; len(allow) > 0 {
+		// A workspace made with its own allowlist: each job holds a grant
+		// of it for its life.
+		if r.ws.GrantEgress == nil {
+			release()
+			return nil, fmt.Errorf("workspace %q was made with egress %v, but the egress proxy is not running (the policy's egress.allow is empty now): delete_workspace it and create it again without egress", w.Name, allow)
+		}
+		env, revoke, err := r.ws.GrantEgress(ctx, spec.JobID, allow)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("workspace %q: %w (the policy changed since it was made: delete_workspace it and create it again)", w.Name, err)
+		}
+		spec.Env = append(append([]string(nil), spec.Env...), env...)
+		prev := release
+		release = func() { revoke(); prev() }
 	}
 	inner, err := r.ws.rt.StartIn(ctx, w.ContainerID, spec, out)
 	if err != nil {

@@ -78,6 +78,10 @@ type Manager struct {
 	// the server's proxy) until revoke, with the environment pointing at it
 	// (workspaces.install_network: egress).
 	Egress func(ctx context.Context, job string) (env []string, revoke func())
+	// GrantEgress, when set, grants a job of a workspace made with its own
+	// allowlist that list (checked against the policy's at each grant)
+	// until revoke, with the environment pointing at the proxy.
+	GrantEgress func(ctx context.Context, job string, allow []string) (env []string, revoke func(), err error)
 	// Baselines keeps imports' baselines (set before use; nil: imports
 	// and forks' baselines are not available).
 	Baselines *baseline.Store
@@ -148,6 +152,10 @@ type CreateRequest struct {
 	// From, when set, names a workspace whose files (and baseline) the new
 	// one starts with; Image and Language must be that workspace's.
 	From string
+	// Egress, when not empty, is the workspace's own allowlist (already
+	// checked against the policy's): its container joins the egress network
+	// and its jobs reach these hosts through the proxy, for its life.
+	Egress []string
 }
 
 // Create makes a workspace and starts its container; with Import or From,
@@ -228,7 +236,14 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspa
 		Name: req.Name, Language: req.Language, Image: req.Image, State: StateCreating, ServerID: m.server,
 		Limits: store.WorkspaceLimits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
 			DiskBytes: m.pol.Workspaces.DiskMB << 20},
-		CreatedAt: time.Now(), LastUsedAt: time.Now(),
+		CreatedAt: time.Now(), LastUsedAt: time.Now(), Details: store.WorkspaceDetails{Egress: req.Egress},
+	}
+	network := ""
+	if len(req.Egress) > 0 {
+		if m.GrantEgress == nil {
+			return nil, errors.New("egress: the egress proxy is not running (policy key egress.allow is empty)")
+		}
+		network = sandbox.NetworkEgress
 	}
 	if err := m.st.CreateWorkspace(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrWorkspaceExists) {
@@ -237,7 +252,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspa
 		return nil, err
 	}
 	refs, err := m.rt.CreateWorkspace(ctx, sandbox.WorkspaceSpec{
-		Name: req.Name, Image: req.Image, Runtime: m.pol.Runtime, Env: CacheEnv, Mounts: req.Mounts,
+		Name: req.Name, Image: req.Image, Runtime: m.pol.Runtime, Env: CacheEnv, Mounts: req.Mounts, Network: network,
 		Limits: sandbox.Limits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
 			OpenFiles: l.OpenFiles, TmpBytes: l.TmpBytes, LogBytes: 1 << 20},
 	})

@@ -22,8 +22,9 @@ import (
 // is hardened exactly like the workspace, with the workspace's volume at
 // /workspace and the named network. Granted host mounts and published
 // ports are left out: an install has the network, and host files must not
-// travel with it. The workspace's container itself never joins a network,
-// so a job running there never sees one.
+// travel with it. The workspace's container itself never joins a network
+// (but the egress network, for a workspace made with its own allowlist), so
+// a job running there never sees the install's.
 func (r *Runtime) StartInstaller(ctx context.Context, workspaceID, network string) (string, error) {
 	info, err := r.cli.ContainerInspect(ctx, workspaceID, client.ContainerInspectOptions{})
 	if err != nil {

@@ -23,6 +23,9 @@ var _ sandbox.WorkspaceRuntime = (*Runtime)(nil)
 
 // CreateWorkspace creates a workspace's volume and its container (not started).
 func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec) (sandbox.WorkspaceRefs, error) {
+	if ws.Network != "" && ws.Network != sandbox.NetworkEgress {
+		return sandbox.WorkspaceRefs{}, fmt.Errorf("a workspace's network is none or %s, not %q", sandbox.NetworkEgress, ws.Network)
+	}
 	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
 	name := "sandboxer-ws-" + ws.Name + "-" + suffix
 	labels := map[string]string{
@@ -65,9 +68,11 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	}
 	host := &container.HostConfig{
 		LogConfig: d.logConfig("local", logBytes),
-		// No network, ever: installs get theirs in an install container
-		// (StartInstaller), so a job never sees one.
-		NetworkMode: "none",
+		// No network (installs get theirs in an install container,
+		// StartInstaller, so a job never sees one), but for a workspace
+		// made with its own allowlist: the internal egress network, whose
+		// only peer is the proxy.
+		NetworkMode: container.NetworkMode(engineNetwork(ws.Network)),
 		// No capability at all, root execs included: with no-new-privileges
 		// an exec as root gets none either (seen on Engine 20.10), so
 		// installs run as a capability-less root (apt's sandbox user off).

@@ -283,3 +283,19 @@ func TestFollowUse(t *testing.T) {
 	run(t, p, spec("python"))
 	waitFor(t, "python followed", func() bool { _, ok := statOf(p, "python"); return ok })
 }
+
+// A warm sandbox on the egress network never serves a job without network,
+// nor the reverse; jobs on it share one shape whatever their own allowlist
+// (the grant is in the environment, handed over at launch).
+func TestPoolKeySeparatesEgress(t *testing.T) {
+	none, onEgress, own := spec("base"), spec("base"), spec("base")
+	none.Network = "none"
+	onEgress.Network, own.Network = sandbox.NetworkEgress, sandbox.NetworkEgress
+	own.Egress = []string{"mirror.test"}
+	if none.PoolKey() == onEgress.PoolKey() {
+		t.Error("jobs with and without egress share a pool key")
+	}
+	if own.PoolKey() != onEgress.PoolKey() {
+		t.Error("a job's own allowlist changes the sandbox's shape")
+	}
+}
