@@ -397,8 +397,18 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 				return built, err
 			}
 			if present {
-				fmt.Fprintf(log, "==> %s is up to date\n", b.Tag)
-				continue
+				parent := parentOf(b)
+				ok, err := builtOn(ctx, cli, b.Tag, parent)
+				if err != nil {
+					return built, err
+				}
+				if ok {
+					fmt.Fprintf(log, "==> %s is up to date\n", b.Tag)
+					continue
+				}
+				// Two builds at once can each make the parent; a
+				// child of the one that lost its tag is made again.
+				fmt.Fprintf(log, "==> %s was built on another %s than the one tagged now\n", b.Tag, parent)
 			}
 		}
 		fmt.Fprintf(log, "==> building %s\n", b.Tag)
@@ -410,6 +420,39 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 		built = append(built, b.Tag)
 	}
 	return built, nil
+}
+
+// parentOf is the image a build starts from that ensureBuilds also makes
+// ("" for the base): a final image's core, a language core's parent core.
+func parentOf(b images.Build) string {
+	if b.Final {
+		return images.CoreTag(b.Image)
+	}
+	return b.BuildArgs[images.BaseImageArg]
+}
+
+// builtOn says whether tag's layers start with parent's (true when there
+// is no parent to check, or it is missing and so is built first).
+func builtOn(ctx context.Context, cli *client.Client, tag, parent string) (bool, error) {
+	if parent == "" {
+		return true, nil
+	}
+	p, err := cli.ImageInspect(ctx, parent)
+	if cerrdefs.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("inspect image %s: %w", parent, err)
+	}
+	c, err := cli.ImageInspect(ctx, tag)
+	if err != nil {
+		return false, fmt.Errorf("inspect image %s: %w", tag, err)
+	}
+	pl, cl := p.RootFS.Layers, c.RootFS.Layers
+	if len(pl) == 0 { // an engine that does not list layers: nothing to tell
+		return true, nil
+	}
+	return len(cl) > len(pl) && slices.Equal(cl[:len(pl)], pl), nil
 }
 
 // ExtraCABuildArg is the build argument through which core image builds that

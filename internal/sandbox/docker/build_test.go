@@ -419,3 +419,46 @@ func lastBytes(b []byte, n int) string {
 	}
 	return string(b)
 }
+
+// TestEnsureRebuildsAChildOfAReplacedParent: two builds at once can each
+// make a parent image; the tag ends on the second while a child was made on
+// the first. The next ensure makes the child again, on the tagged parent.
+func TestEnsureRebuildsAChildOfAReplacedParent(t *testing.T) {
+	cli := buildTestClient(t)
+	ctx := t.Context()
+	parent, child := "sandboxer/test-parent:1", "sandboxer/test-child:1"
+	t.Cleanup(func() {
+		for _, ref := range []string{child, "sandboxer/test-child:latest", parent, "sandboxer/test-parent:latest"} {
+			_, _ = cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{PruneChildren: true})
+		}
+	})
+	parentCtx := func(n string) []byte {
+		return tarOf(t, map[string]string{"Dockerfile": "FROM " + images.BaseRef + "\nRUN echo " + n + " > /parent\n"})
+	}
+	builds := []images.Build{
+		{Image: "test-parent", Tag: parent, Context: parentCtx("one")},
+		{Image: "test-child", Tag: child, Context: tarOf(t, map[string]string{"Dockerfile": "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN echo child > /child\n"}),
+			BuildArgs: map[string]string{images.BaseImageArg: parent}},
+	}
+	log := &summaryLog{t: t}
+	if _, err := ensureBuilds(ctx, cli, builds, false, log); err != nil {
+		t.Fatalf("build: %v\n%s", err, lastBytes(log.all.Bytes(), 4096))
+	}
+	// Another build takes the parent's tag with other layers.
+	if err := buildImage(ctx, cli, parent, parentCtx("two"), nil, false, log); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := builtOn(ctx, cli, child, parent); err != nil || ok {
+		t.Fatalf("builtOn after the parent was replaced = %v, %v; want false", ok, err)
+	}
+	built, err := ensureBuilds(ctx, cli, builds, false, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(built, []string{child}) {
+		t.Fatalf("ensure after the parent was replaced built %v, want the child only", built)
+	}
+	if ok, err := builtOn(ctx, cli, child, parent); err != nil || !ok {
+		t.Fatalf("builtOn after the ensure = %v, %v; want true", ok, err)
+	}
+}
