@@ -178,13 +178,15 @@ write_configs() {
 version = 2
 root = "$DIR/containerd/root"
 state = "$DIR/containerd/state"
-disabled_plugins = ["io.containerd.runtime.v1.linux", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
 [grpc]
   address = "$SOCK"
 [debug]
   address = ""
 [metrics]
   address = ""
+[plugins."io.containerd.runtime.v1.linux"]
+  runtime_root = "$DIR/containerd/runc"
 [plugins."io.containerd.internal.v1.opt"]
   path = "$DIR/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
