@@ -12,7 +12,7 @@ BIN   := bin/sandboxer
 SUPERVISOR := images/supervisor/sandboxer-supervisor
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build supervisor engine base-image images run test test-unit test-integration test-podman k8s-cluster k8s-cluster-down leftovers lint bench clean doctor gvisor conformance
+.PHONY: all build supervisor engine base-image images run test test-unit test-integration test-podman k8s-cluster k8s-cluster-down test-k8s leftovers lint bench clean doctor gvisor conformance
 
 all: build
 
@@ -94,6 +94,11 @@ k8s-cluster: images
 
 k8s-cluster-down:
 	@bash scripts/k8s-cluster.sh down
+
+# The runtime contract suite on that cluster (internal/sandbox/kubernetes).
+KUBECONFIG_K8S ?= $(CURDIR)/.k8s/kubeconfig
+test-k8s: build
+	KUBECONFIG=$(KUBECONFIG_K8S) SANDBOXER_TEST_K8S=1 $(GO) test $(GOTEST_FLAGS) ./internal/sandbox/kubernetes/
 
 # The official MCP conformance suite against the Streamable HTTP server (docs/http.md).
 conformance: build

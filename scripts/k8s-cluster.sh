@@ -244,6 +244,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%"}
 serializeImagePulls: false
+# Every image in the node's status (the runtime's ImageExists reads it), and a pids cap per pod
+# (a pod spec cannot set one per container).
+nodeStatusMaxImages: -1
+podPidsLimit: 1024
 rotateCertificates: false
 EOF
 }
@@ -264,21 +268,29 @@ import_pause() {
   log "imported $PAUSE_IMAGE (made locally)"
 }
 
-# The sandbox images from the local Docker engine; each name:tag@id is imported once.
+# The final sandbox images (sandboxer/<name>, not the -core ones) from the local Docker engine,
+# all tags of one image in one `docker save`; each image id is imported once. K8S_IMAGES="base
+# python" limits the import to those names.
 import_sandbox_images() {
   if ! docker version >/dev/null 2>&1; then
     log "no Docker engine answers: sandbox images not imported (run make images, then this again)"
     return 0
   fi
   touch "$DIR/imported"
-  local ref id n=0
-  while read -r ref id; do
-    grep -qxF "$ref@$id" "$DIR/imported" && continue
-    log "importing $ref"
-    docker save "$ref" | ctrk images import - >/dev/null
-    echo "$ref@$id" >>"$DIR/imported"
+  local id refs n=0 want=${K8S_IMAGES:-}
+  while read -r id refs; do
+    grep -qxF "$id" "$DIR/imported" && continue
+    log "importing $refs"
+    # shellcheck disable=SC2086 # refs is a list
+    docker save $refs | ctrk images import - >/dev/null
+    echo "$id" >>"$DIR/imported"
     n=$((n + 1))
-  done < <(docker images --format '{{.Repository}}:{{.Tag}} {{.ID}}' | awk '$1 ~ /^sandboxer/ && $1 !~ /:<none>$/')
+  done < <(docker images --format '{{.ID}} {{.Repository}}:{{.Tag}}' |
+    awk -v want=" $want " '$2 ~ /^sandboxer\// && $2 !~ /-core:/ && $2 !~ /:<none>$/ {
+        name = $2; sub(/^sandboxer\//, "", name); sub(/:.*/, "", name)
+        if (want != "  " && index(want, " " name " ") == 0) next
+        refs[$1] = refs[$1] " " $2 }
+      END { for (id in refs) print id refs[id] }')
   log "sandbox images: $n imported now, $(wc -l <"$DIR/imported") in all"
 }
 
