@@ -90,10 +90,16 @@ build_binaries() {
   command -v go >/dev/null || die "go is not on PATH: the Kubernetes binaries are built from source"
   log "building Kubernetes $VERSION from the Go module proxy into $BIN (first time only; takes a while)"
   mkdir -p "$BIN.tmp"
-  local start=$SECONDS
+  local start=$SECONDS minor=${VERSION#v1.}
+  minor=${minor%%.*}
+  # The version the components report (a module build has no git tree to read it from).
+  local ld="-s -w" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $pkg.gitVersion=$VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
   # nice: the build takes both cores for a long time; let everything else on the machine go first.
   (cd "$TOOLS" && CGO_ENABLED=0 nice -n 15 go build -trimpath -ldflags='-s -w' -o "$BIN.tmp/" ./pause &&
-    nice -n 15 go build -trimpath -ldflags='-s -w' -o "$BIN.tmp/" \
+    nice -n 15 go build -trimpath -ldflags="$ld" -o "$BIN.tmp/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
       k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
   mkdir -p "$BIN"
@@ -195,6 +201,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
+  # Negative oom_score_adj (the CRI's -998 for sandboxes, the kubelet's -997 for Guaranteed pods)
+  # needs CAP_SYS_RESOURCE, which this machine's root lacks ("failed to update
+  # /proc/self/oom_score_adj: Permission denied" from runc): clamp to containerd's own.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$DIR/cni"
@@ -255,7 +265,7 @@ EOF
 # ---- images ------------------------------------------------------------------------------
 # The pause image, as a docker-archive tarball made by hand: one layer holding the static binary.
 import_pause() {
-  ctrk images ls -q | grep -qx "$PAUSE_IMAGE" && return 0
+  ctrk images ls -q | grep -x "$PAUSE_IMAGE" >/dev/null && return 0
   local t; t=$(mktemp -d)
   mkdir "$t/rootfs" && cp "$BIN/pause" "$t/rootfs/pause"
   tar -C "$t/rootfs" --owner=0 --group=0 -cf "$t/layer.tar" pause
