@@ -333,6 +333,7 @@ up() {
   for c in "${COMPONENTS[@]}"; do alive "$c" || all=; done
   if [[ -n $all ]]; then
     log "already running (kubeconfig: $DIR/kubeconfig)"
+    import_sandbox_images
     return 0
   fi
   local t0=$SECONDS

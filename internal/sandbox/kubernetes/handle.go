@@ -11,6 +11,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -109,7 +111,8 @@ func (h *handle) attach() error {
 	go func() {
 		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: &h.diag})
 		h.attachErr = err
-		inR.CloseWithError(errors.Join(err, io.ErrClosedPipe))
+		// Writers still waiting fail; the stream's own copy of stdin sees an end.
+		inW.Close()
 		outW.CloseWithError(err)
 	}()
 	go h.parseUntilEnd(outR)
@@ -371,6 +374,11 @@ func (h *handle) waitForEnd() {
 		if e.Error != "" {
 			h.status.StartErr = errors.New(e.Error)
 		}
+		if e.ExitCode > 128 && !h.wasDestroyed() && h.removedFromOutside(ctx) {
+			// The kubelet stops a deleted pod with TERM: the supervisor
+			// reports that as the job's end, but the end was not the job's.
+			h.status.Gone = true
+		}
 		h.closeInput()
 		h.rt.removeLater(h.name)
 		close(h.done)
@@ -406,6 +414,15 @@ func (h *handle) waitForEnd() {
 	}
 	h.status = st
 	close(h.done)
+}
+
+// removedFromOutside says whether the pod is gone or being deleted.
+func (h *handle) removedFromOutside(ctx context.Context) bool {
+	pod, err := h.rt.cs.CoreV1().Pods(h.rt.namespace).Get(ctx, h.name, metav1.GetOptions{})
+	if err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	return pod.DeletionTimestamp != nil
 }
 
 // rereadLog parses what the container's log holds past the frames already
