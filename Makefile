@@ -95,8 +95,10 @@ k8s-cluster: images
 k8s-cluster-down:
 	@bash scripts/k8s-cluster.sh down
 
-# The runtime contract suite on that cluster (internal/sandbox/kubernetes).
-KUBECONFIG_K8S ?= $(CURDIR)/.k8s/kubeconfig
+# The runtime contract suite and the runtime's tests on that cluster (internal/sandbox/kubernetes),
+# as the service account of deploy/kubernetes/sandboxer.yaml in its namespace (restricted pod
+# security): make k8s-cluster writes that kubeconfig.
+KUBECONFIG_K8S ?= $(CURDIR)/.k8s/sandboxer.kubeconfig
 test-k8s: build
 	KUBECONFIG=$(KUBECONFIG_K8S) SANDBOXER_TEST_K8S=1 $(GO) test $(GOTEST_FLAGS) ./internal/sandbox/kubernetes/
 

@@ -304,6 +304,35 @@ import_sandbox_images() {
   log "sandbox images: $n imported now, $(wc -l <"$DIR/imported") in all"
 }
 
+# The namespace, service account, RBAC and NetworkPolicy a real cluster would get
+# (deploy/kubernetes/sandboxer.yaml), and a kubeconfig for that service account, in that
+# namespace, with a token of a day: make test-k8s runs as it.
+sa_kubeconfig() {
+  kc apply -f "$ROOT/deploy/kubernetes/sandboxer.yaml" >/dev/null
+  local token f=$DIR/sandboxer.kubeconfig
+  token=$(kc create token sandboxer -n sandboxer --duration=24h)
+  (
+    umask 077
+    cat >"$f" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: sandboxer
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $(base64 -w0 "$DIR/pki/ca.crt")
+users:
+- name: sandboxer
+  user:
+    token: $token
+contexts:
+- name: sandboxer
+  context: {cluster: sandboxer, user: sandboxer, namespace: sandboxer}
+current-context: sandboxer
+EOF
+  )
+}
+
 # ---- processes ---------------------------------------------------------------------------
 start() { # NAME CMD...: start in the background, in its own session, logging under logs/
   local name=$1; shift
@@ -334,6 +363,7 @@ up() {
   if [[ -n $all ]]; then
     log "already running (kubeconfig: $DIR/kubeconfig)"
     import_sandbox_images
+    sa_kubeconfig
     return 0
   fi
   local t0=$SECONDS
@@ -389,6 +419,7 @@ up() {
   wait_for kube-controller-manager 60 kc get serviceaccount default -n default
 
   import_sandbox_images
+  sa_kubeconfig
   log "up in $((SECONDS - t1))s (build/install $((t1 - t0))s); kubeconfig: $DIR/kubeconfig"
 }
 
