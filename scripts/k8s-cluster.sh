@@ -456,6 +456,10 @@ down() {
   if ip link show "$LINK" >/dev/null 2>&1; then ip link del "$LINK"; fi
   # libcni keeps its cache of results in /var/lib/cni whatever the config says.
   rm -f /var/lib/cni/results/sandboxer-isolated-*
+  # The kubelet's device-plugin socket and checkpoint sit in a path it does not take from
+  # --root-dir, and it links container logs into /var/log/containers: remove what is its.
+  rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+  rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet /var/log/containers 2>/dev/null || true
   # The kubelet's pod cgroups (cgroupfs driver), now empty.
   local cg
   for cg in /sys/fs/cgroup/*/kubepods; do
