@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -42,4 +43,14 @@ func newTestRuntime(t *testing.T) *kubernetes.Runtime {
 // and the fake are held to.
 func TestContract(t *testing.T) {
 	sandboxtest.RunContract(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t) }, images.Tag("base"))
+}
+
+// waitEnd waits (bounded) for a job to end.
+func waitEnd(t *testing.T, h sandbox.Handle) {
+	t.Helper()
+	select {
+	case <-h.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatal("the job did not end")
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -31,11 +30,7 @@ func TestHardeningFromInside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-h.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the job did not end")
-	}
+	waitEnd(t, h)
 	if st := h.Status(); st.ExitCode != 0 {
 		t.Fatalf("exit %d, stderr %q", st.ExitCode, out.Stderr())
 	}

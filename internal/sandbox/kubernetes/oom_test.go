@@ -3,7 +3,6 @@ package kubernetes_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -26,11 +25,7 @@ func TestOOMAndUsage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case <-h.Done():
-			case <-time.After(60 * time.Second):
-				t.Fatal("the job did not end")
-			}
+			waitEnd(t, h)
 			st := h.Status()
 			if st.OOMKilled != tc.oom {
 				t.Fatalf("OOMKilled = %v, want %v (exit %d)", st.OOMKilled, tc.oom, st.ExitCode)

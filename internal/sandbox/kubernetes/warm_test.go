@@ -44,11 +44,7 @@ func TestWarmPods(t *testing.T) {
 			if c, ok := find(t, rt, w.ContainerID()); ok && c.JobID != spec.JobID {
 				t.Errorf("claimed pod listed as %+v, want job %s", c, spec.JobID)
 			}
-			select {
-			case <-h.Done():
-			case <-time.After(30 * time.Second):
-				t.Fatal("the job did not end")
-			}
+			waitEnd(t, h)
 			if st := h.Status(); st.ExitCode != 0 {
 				t.Fatalf("exit %d stderr %q", st.ExitCode, out.Stderr())
 			}
