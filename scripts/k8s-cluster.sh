@@ -366,6 +366,16 @@ up() {
     sa_kubeconfig
     return 0
   fi
+  local any= port
+  for c in "${COMPONENTS[@]}"; do alive "$c" && any=1; done
+  if [[ -z $any ]]; then
+    # Nothing of ours runs: a listener on our ports is someone else's (another checkout's cluster?).
+    for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $CM_PORT $SCHED_PORT $KUBELET_PORT $KUBELET_HEALTHZ_PORT; do
+      if ss -Hltn "sport = :$port" 2>/dev/null | grep -q .; then
+        die "port $port is in use by another process (another checkout's cluster? make k8s-cluster-down there)"
+      fi
+    done
+  fi
   local t0=$SECONDS
   need_packages
   build_binaries
