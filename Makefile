@@ -12,7 +12,7 @@ BIN   := bin/sandboxer
 SUPERVISOR := images/supervisor/sandboxer-supervisor
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build supervisor engine base-image images run test test-unit test-integration test-podman leftovers lint bench clean doctor gvisor conformance
+.PHONY: all build supervisor engine base-image images run test test-unit test-integration test-podman k8s-cluster k8s-cluster-down test-k8s leftovers lint bench clean doctor gvisor conformance
 
 all: build
 
@@ -83,6 +83,24 @@ test-podman: build base-image
 	$(GO) build -race -o $(BIN)-race ./cmd/sandboxer
 	DOCKER_HOST=$(PODMAN_HOST) SANDBOXER_TEST_PODMAN=1 SANDBOXER_PODMAN_ROOTLESS_HOST=$(PODMAN_ROOTLESS_HOST) SANDBOXER_BIN=$(CURDIR)/$(BIN)-race \
 	  $(GO) test $(GOTEST_FLAGS) -run '$(PODMAN_TESTS)' ./internal/sandbox/docker/ ./test/e2e/
+
+# A single-node Kubernetes cluster on this machine (no registry, no internet): the control plane
+# and kubelet built from the Go module proxy at the version pinned in scripts/k8s-tools/go.mod
+# (cached by version under ~/.cache/sandboxer-k8s), Debian's etcd, containerd and CNI plugins,
+# the sandbox images imported from the local Docker engine. Everything lives under .k8s/; its
+# kubeconfig is .k8s/kubeconfig. Not part of `make test`: see docs/kubernetes.md.
+k8s-cluster: images
+	@bash scripts/k8s-cluster.sh up
+
+k8s-cluster-down:
+	@bash scripts/k8s-cluster.sh down
+
+# The runtime contract suite and the runtime's tests on that cluster (internal/sandbox/kubernetes),
+# as the service account of deploy/kubernetes/sandboxer.yaml in its namespace (restricted pod
+# security): make k8s-cluster writes that kubeconfig.
+KUBECONFIG_K8S ?= $(CURDIR)/.k8s/sandboxer.kubeconfig
+test-k8s: build
+	KUBECONFIG=$(KUBECONFIG_K8S) SANDBOXER_TEST_K8S=1 $(GO) test $(GOTEST_FLAGS) ./internal/sandbox/kubernetes/
 
 # The official MCP conformance suite against the Streamable HTTP server (docs/http.md).
 conformance: build

@@ -1,0 +1,56 @@
+package kubernetes_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sandboxer/sandboxer/images"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
+	"github.com/sandboxer/sandboxer/internal/sandbox/sandboxtest"
+)
+
+// newTestRuntime is a runtime on the cluster KUBECONFIG names (make k8s-cluster
+// leaves .k8s/kubeconfig), in namespace SANDBOXER_K8S_NAMESPACE (default
+// "default"). The tests run only with SANDBOXER_TEST_K8S=1 (make test-k8s).
+func newTestRuntime(t *testing.T) *kubernetes.Runtime {
+	t.Helper()
+	if os.Getenv("SANDBOXER_TEST_K8S") != "1" {
+		t.Skip("set SANDBOXER_TEST_K8S=1 and KUBECONFIG (make k8s-cluster && make test-k8s)")
+	}
+	rt, err := kubernetes.New("test-"+t.Name(), kubernetes.Config{Namespace: os.Getenv("SANDBOXER_K8S_NAMESPACE")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if cs, err := rt.List(ctx); err == nil {
+			for _, c := range cs {
+				_ = rt.Remove(ctx, c.ID)
+			}
+		}
+		_ = rt.Close()
+	})
+	return rt
+}
+
+// TestContract: the Kubernetes runtime keeps the contract the Docker runtime
+// and the fake are held to.
+func TestContract(t *testing.T) {
+	sandboxtest.RunContract(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t) }, images.Tag("base"))
+}
+
+// waitEnd waits (bounded) for a job to end.
+func waitEnd(t *testing.T, h sandbox.Handle) {
+	t.Helper()
+	select {
+	case <-h.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatal("the job did not end")
+	}
+}

@@ -1,0 +1,504 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
+)
+
+const (
+	// inputWindow is how much input may be on its way to a job, sent and not
+	// yet taken by its stdin (flow control, as on Docker).
+	inputWindow = 256 << 10
+	inputChunk  = 64 << 10
+	diagBytes   = 4 << 10
+	// deadlineBackstop: the supervisor stops a job this long after its
+	// timeout by itself, for a server that is gone.
+	deadlineBackstop = time.Second
+)
+
+// handle is one pod whose supervisor runs one job.
+type handle struct {
+	rt   *Runtime
+	name string
+
+	stdin      *io.PipeWriter // frames to the supervisor (the attach's stdin); nil when adopted
+	cancel     context.CancelFunc
+	followsLog bool // output read back from the container's log (adopted)
+	hasStdin   bool
+	tty        bool
+
+	writeMu sync.Mutex
+	turn    chan struct{}
+
+	ackMu   sync.Mutex
+	ackCond *sync.Cond
+	sent    uint64
+	acked   uint64
+	eofSent bool
+
+	out       outputSwitch
+	exit      *proto.Exit
+	exited    chan struct{}
+	consumed  int64
+	diag      tailBuffer
+	attachErr error
+
+	drained   chan struct{}
+	done      chan struct{}
+	destroyed chan struct{}
+	destroyMu sync.Once
+	status    sandbox.ExitStatus
+}
+
+func newHandle(rt *Runtime, name string) *handle {
+	h := &handle{
+		rt: rt, name: name,
+		turn:      make(chan struct{}, 1),
+		exited:    make(chan struct{}),
+		drained:   make(chan struct{}),
+		done:      make(chan struct{}),
+		destroyed: make(chan struct{}),
+	}
+	h.ackCond = sync.NewCond(&h.ackMu)
+	return h
+}
+
+func (h *handle) ContainerID() string        { return h.name }
+func (h *handle) Done() <-chan struct{}      { return h.done }
+func (h *handle) Status() sandbox.ExitStatus { <-h.done; return h.status }
+
+func (h *handle) ended() bool {
+	select {
+	case <-h.drained:
+		return true
+	case <-h.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// attach joins the pod's container through pods/attach: frames to its
+// stdin, its stdout parsed as frames, its stderr kept for diagnostics. The
+// stream lives until the container ends (or Close).
+func (h *handle) attach() error {
+	req := h.rt.cs.CoreV1().RESTClient().Post().Namespace(h.rt.namespace).
+		Resource("pods").Name(h.name).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: containerName, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	exec, err := remotecommand.NewSPDYExecutor(h.rt.cfg, "POST", req.URL())
+	if err != nil {
+		return fmt.Errorf("attach to pod %s: %w", h.name, err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stdin, h.cancel = inW, cancel
+	go func() {
+		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: &h.diag})
+		h.attachErr = err
+		// Writers still waiting fail; the stream's own copy of stdin sees an end.
+		inW.Close()
+		outW.CloseWithError(err)
+	}()
+	go h.parseUntilEnd(outR)
+	return nil
+}
+
+// followLog reads the container's log (frames from the start) until it ends.
+func (h *handle) followLog(ctx context.Context) error {
+	lctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.followsLog = true
+	rc, err := h.rt.cs.CoreV1().Pods(h.rt.namespace).GetLogs(h.name, &corev1.PodLogOptions{Container: containerName, Follow: true}).Stream(lctx)
+	if err != nil {
+		cancel()
+		return h.rt.engineErr(fmt.Errorf("read the log of pod %s: %w", h.name, err))
+	}
+	go h.parseUntilEnd(rc)
+	return nil
+}
+
+func (h *handle) parseUntilEnd(r io.ReadCloser) {
+	defer close(h.drained)
+	defer r.Close()
+	defer func() {
+		h.ackMu.Lock()
+		h.ackCond.Broadcast()
+		h.ackMu.Unlock()
+	}()
+	h.parse(r)
+}
+
+func (h *handle) parse(src io.Reader) {
+	r := proto.NewReader(&countingReader{r: src, n: &h.consumed})
+	for {
+		typ, p, err := r.Next()
+		if err != nil {
+			return
+		}
+		switch typ {
+		case proto.TypeStdout:
+			h.out.write(sandbox.Stdout, p)
+		case proto.TypeStderr:
+			h.out.write(sandbox.Stderr, p)
+		case proto.TypeAck:
+			if n, err := proto.DecodeAck(p); err == nil {
+				h.ackMu.Lock()
+				h.acked = max(h.acked, n)
+				h.ackCond.Broadcast()
+				h.ackMu.Unlock()
+			}
+		case proto.TypeExit:
+			var e proto.Exit
+			if json.Unmarshal(p, &e) == nil && h.exit == nil {
+				h.exit = &e
+				close(h.exited)
+			}
+		}
+	}
+}
+
+// launch hands the supervisor its job.
+func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output) error {
+	ps := proto.Spec{
+		Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir,
+		Stdin: proto.StdinClosed, KillMode: proto.KillContainer,
+		// No per-pod ulimits in a pod spec: the supervisor lowers them for the job.
+		Rlimits: map[string]uint64{"core": 0},
+	}
+	if spec.Timeout > 0 {
+		ps.TimeoutMS = (spec.Timeout + deadlineBackstop).Milliseconds()
+	}
+	if spec.Limits.OpenFiles > 0 {
+		ps.Rlimits["nofile"] = uint64(spec.Limits.OpenFiles)
+	}
+	if spec.Limits.FileSizeBytes > 0 {
+		ps.Rlimits["fsize"] = uint64(spec.Limits.FileSizeBytes)
+	}
+	if ps.Cwd == "" {
+		ps.Cwd = defaultWorkDir
+	}
+	if spec.OpenStdin {
+		ps.Stdin = proto.StdinPipe
+		h.hasStdin = true
+	}
+	if spec.TTY != nil {
+		ps.TTY = &proto.TTYSpec{Rows: spec.TTY.Rows, Cols: spec.TTY.Cols}
+		h.tty = true
+	}
+	if err := ps.Validate(); err != nil {
+		return err
+	}
+	payload, err := json.Marshal(ps)
+	if err != nil {
+		return err
+	}
+	h.out.set(out, 0, 0)
+	if err := h.writeFrame(ctx, proto.TypeSpec, payload); err != nil {
+		return fmt.Errorf("hand pod %s its job: %w", h.name, err)
+	}
+	return nil
+}
+
+// writeFrame writes one frame to the supervisor, giving up when ctx ends.
+func (h *handle) writeFrame(ctx context.Context, typ byte, payload []byte) error {
+	if h.stdin == nil {
+		return sandbox.ErrNoStdin
+	}
+	frame, err := proto.AppendFrame(nil, typ, payload)
+	if err != nil {
+		return err
+	}
+	// One frame at a time; the write goes on (holding the turn, so frames
+	// never interleave) when ctx ends first.
+	h.writeMu.Lock()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.stdin.Write(frame)
+		h.writeMu.Unlock()
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *handle) WriteStdin(ctx context.Context, p []byte) (int, error) {
+	if !h.hasStdin || h.stdin == nil {
+		return 0, sandbox.ErrNoStdin
+	}
+	select {
+	case h.turn <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-h.turn }()
+	if h.eofSent {
+		return 0, sandbox.ErrNoStdin
+	}
+	written := 0
+	for len(p) > 0 {
+		n := min(len(p), inputChunk)
+		if err := h.waitWindow(ctx, n); err != nil {
+			return written, err
+		}
+		if err := h.writeFrame(ctx, proto.TypeData, p[:n]); err != nil {
+			return written, err
+		}
+		h.ackMu.Lock()
+		h.sent += uint64(n)
+		h.ackMu.Unlock()
+		written += n
+		p = p[n:]
+	}
+	return written, nil
+}
+
+func (h *handle) waitWindow(ctx context.Context, n int) error {
+	stop := context.AfterFunc(ctx, func() {
+		h.ackMu.Lock()
+		h.ackCond.Broadcast()
+		h.ackMu.Unlock()
+	})
+	defer stop()
+	h.ackMu.Lock()
+	defer h.ackMu.Unlock()
+	for h.sent-h.acked+uint64(n) > inputWindow {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if h.ended() {
+			return io.ErrClosedPipe
+		}
+		h.ackCond.Wait()
+	}
+	return nil
+}
+
+func (h *handle) CloseStdin() error {
+	if !h.hasStdin || h.stdin == nil {
+		return nil
+	}
+	h.turn <- struct{}{}
+	defer func() { <-h.turn }()
+	if h.eofSent || h.ended() {
+		return nil
+	}
+	h.eofSent = true
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	return h.writeFrame(ctx, proto.TypeEOF, nil)
+}
+
+// Signal goes through the supervisor; with no stream to it (adopted, or
+// ended) there is nothing the API could deliver a signal with.
+func (h *handle) Signal(ctx context.Context, signal string) error {
+	if h.stdin == nil || h.ended() {
+		return nil
+	}
+	if err := h.writeFrame(ctx, proto.TypeSignal, []byte(signal)); err != nil && !h.ended() {
+		return fmt.Errorf("signal the job in pod %s: %w", h.name, err)
+	}
+	return nil
+}
+
+func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
+	if !h.tty {
+		return sandbox.ErrNoTTY
+	}
+	payload, _ := json.Marshal(proto.TTYSpec{Rows: rows, Cols: cols})
+	return h.writeFrame(ctx, proto.TypeResize, payload)
+}
+
+// Destroy deletes the pod, which kills everything in it.
+func (h *handle) Destroy(ctx context.Context) error {
+	h.destroyMu.Do(func() { close(h.destroyed) })
+	return h.rt.Remove(ctx, h.name)
+}
+
+func (h *handle) wasDestroyed() bool {
+	select {
+	case <-h.destroyed:
+		return true
+	default:
+		return false
+	}
+}
+
+func (h *handle) closeInput() {
+	if h.stdin != nil {
+		h.stdin.Close()
+	}
+	if h.cancel != nil {
+		h.cancel()
+	}
+}
+
+// waitForEnd records how the job ended: from the supervisor's Exit frame,
+// else from the pod's status, else the pod is gone. Then the pod goes.
+func (h *handle) waitForEnd() {
+	select {
+	case <-h.exited:
+	case <-h.drained:
+	}
+	select {
+	case <-h.drained:
+	case <-time.After(drainTimeout):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if h.exit == nil && h.followsLog {
+		h.rereadLog(ctx)
+	}
+	if e := h.exit; e != nil {
+		h.status = sandbox.ExitStatus{ExitCode: e.ExitCode, OOMKilled: e.OOMKilled, TimedOut: e.TimedOut,
+			Usage: sandbox.Usage{CPUMS: e.Usage.CPUMS, PeakMemoryBytes: e.Usage.PeakMemoryBytes, WallMS: e.Usage.WallMS}}
+		if e.Error != "" {
+			h.status.StartErr = errors.New(e.Error)
+		}
+		if e.ExitCode > 128 && !h.wasDestroyed() && h.removedFromOutside(ctx) {
+			// The kubelet stops a deleted pod with TERM: the supervisor
+			// reports that as the job's end, but the end was not the job's.
+			h.status.Gone = true
+		}
+		h.closeInput()
+		h.rt.removeLater(h.name)
+		close(h.done)
+		return
+	}
+	// No report: the stream ended without one. The pod's status may say how.
+	var st sandbox.ExitStatus
+	for i := 0; ; i++ {
+		var known bool
+		if st, known = h.rt.exitOf(ctx, h.name); known || i >= 20 || ctx.Err() != nil {
+			if !known {
+				st = sandbox.ExitStatus{ExitCode: -1, Err: fmt.Errorf("the stream from pod %s ended and its container still runs: %v", h.name, h.attachErr)}
+			}
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if st.Gone && h.wasDestroyed() {
+		st.Gone = false
+	}
+	if st.Err == nil && !st.Gone && !h.wasDestroyed() && st.ExitCode != 0 {
+		if d := h.diag.String(); d != "" {
+			st.StartErr = fmt.Errorf("the sandbox supervisor ended without a report: %s", d)
+		}
+	}
+	h.closeInput()
+	gone, err := h.rt.remove(ctx, h.name)
+	if err != nil {
+		st.CleanupErr = err
+	}
+	if gone && !h.wasDestroyed() && st.Err == nil {
+		st.Gone = true
+	}
+	h.status = st
+	close(h.done)
+}
+
+// removedFromOutside says whether the pod is gone or being deleted.
+func (h *handle) removedFromOutside(ctx context.Context) bool {
+	pod, err := h.rt.cs.CoreV1().Pods(h.rt.namespace).Get(ctx, h.name, metav1.GetOptions{})
+	if err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	return pod.DeletionTimestamp != nil
+}
+
+// rereadLog parses what the container's log holds past the frames already
+// read: a followed log can end a moment before the last frame is in it.
+func (h *handle) rereadLog(ctx context.Context) {
+	rc, err := h.rt.cs.CoreV1().Pods(h.rt.namespace).GetLogs(h.name, &corev1.PodLogOptions{Container: containerName}).Stream(ctx)
+	if err != nil {
+		return
+	}
+	defer rc.Close()
+	if _, err := io.CopyN(io.Discard, rc, h.consumed); err != nil {
+		return
+	}
+	h.parse(rc)
+}
+
+type countingReader struct {
+	r io.Reader
+	n *int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	*c.n += int64(n)
+	return n, err
+}
+
+// outputSwitch is where job output goes, past what an earlier server captured.
+type outputSwitch struct {
+	mu   sync.Mutex
+	out  sandbox.Output
+	skip [3]int64
+}
+
+func (s *outputSwitch) set(out sandbox.Output, skipStdout, skipStderr int64) {
+	s.mu.Lock()
+	s.out = out
+	s.skip[sandbox.Stdout], s.skip[sandbox.Stderr] = skipStdout, skipStderr
+	s.mu.Unlock()
+}
+
+func (s *outputSwitch) write(stream sandbox.Stream, p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.out == nil {
+		return
+	}
+	if k := s.skip[stream]; k > 0 {
+		if int64(len(p)) <= k {
+			s.skip[stream] -= int64(len(p))
+			return
+		}
+		p = p[k:]
+		s.skip[stream] = 0
+	}
+	s.out.Write(stream, p)
+}
+
+// tailBuffer keeps the last diagBytes written to it.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > diagBytes {
+		t.b = t.b[len(t.b)-diagBytes:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.TrimSpace(t.b))
+}

@@ -1,0 +1,474 @@
+// Package kubernetes implements sandbox.Runtime on the Kubernetes API with
+// client-go: one Pod per job, hardened in its spec, whose only container runs
+// the image's sandboxer-supervisor. The supervisor's frames travel over the
+// pods/attach subresource (its stdout; its stderr is diagnostics), exactly as
+// they do over Docker's attach; a restarted server reads them back from the
+// container's log (pods/log). It is the only package that imports client-go.
+package kubernetes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+const (
+	// supervisorPath is where every image carries the supervisor.
+	supervisorPath = "/usr/local/bin/sandboxer-supervisor"
+	defaultWorkDir = "/workspace"
+	tmpPath        = "/tmp"
+	homePath       = "/home/sandbox"
+	homeSize       = 64 << 20
+	// containerName is the pod's only container.
+	containerName = "job"
+	// sandboxUID is the images' non-root user.
+	sandboxUID = 1000
+	// startTimeout bounds the wait for a pod's container to run.
+	startTimeout = 2 * time.Minute
+	// cleanupTimeout bounds the calls made after the caller's context is gone.
+	cleanupTimeout = 30 * time.Second
+	// drainTimeout bounds how long we wait for output after the end is known.
+	drainTimeout = 5 * time.Second
+)
+
+// Annotations keep the exact values that the labels can only carry as hashes
+// (a label value is at most 63 characters of [A-Za-z0-9_.-]).
+const (
+	annInstance = "dev.sandboxer/instance"
+	annServer   = "dev.sandboxer/server"
+	annJobID    = "dev.sandboxer/job-id"
+)
+
+// Runtime runs sandboxes as Pods in one namespace.
+type Runtime struct {
+	cs        kubernetes.Interface
+	cfg       *rest.Config
+	host      string
+	namespace string
+	instance  string
+	server    string
+
+	removeMu sync.Mutex
+	removing sync.WaitGroup
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)
+
+// Option configures a Runtime.
+type Option func(*Runtime)
+
+// WithServer labels every pod with the server process's identity.
+func WithServer(id string) Option { return func(r *Runtime) { r.server = id } }
+
+// Config says which cluster and namespace: Kubeconfig "" means KUBECONFIG,
+// else ~/.kube/config; Namespace "" means the kubeconfig context's, else "default".
+type Config struct {
+	Kubeconfig string
+	Namespace  string
+}
+
+// New connects to the cluster cfg names. It succeeds while the cluster is
+// down (the first call fails instead), like the Docker runtime.
+func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if cfg.Kubeconfig != "" {
+		rules.ExplicitPath = cfg.Kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfigName(cfg.Kubeconfig), err)
+	}
+	ns := cfg.Namespace
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil || ns == "" {
+			ns = "default"
+		}
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+	}
+	r := &Runtime{cs: cs, cfg: rc, host: rc.Host, namespace: ns, instance: instance}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
+}
+
+func kubeconfigName(explicit string) string {
+	switch {
+	case explicit != "":
+		return explicit
+	case os.Getenv("KUBECONFIG") != "":
+		return "KUBECONFIG=" + os.Getenv("KUBECONFIG")
+	}
+	return "~/.kube/config"
+}
+
+// Namespace is where the pods go.
+func (r *Runtime) Namespace() string { return r.namespace }
+
+// Close waits (bounded) for pod removals under way.
+func (r *Runtime) Close() error {
+	done := make(chan struct{})
+	go func() { r.removing.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(cleanupTimeout):
+	}
+	return nil
+}
+
+func (r *Runtime) engineErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var st apierrors.APIStatus
+	if errors.As(err, &st) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &sandbox.EngineError{Host: "Kubernetes API " + r.host, Err: err}
+}
+
+func (r *Runtime) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := r.cs.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+		return &sandbox.EngineError{Host: "Kubernetes API " + r.host, Err: err}
+	}
+	return nil
+}
+
+// ImageExists says whether a node reports the image among its own (the
+// kubelet's node status; pods never pull, see podFor). The list lags an
+// import by up to the kubelet's status period.
+func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
+	nodes, err := r.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, r.engineErr(fmt.Errorf("list nodes: %w", err))
+	}
+	want := map[string]bool{ref: true, "docker.io/" + ref: true, "docker.io/library/" + ref: true}
+	for _, n := range nodes.Items {
+		for _, img := range n.Status.Images {
+			for _, name := range img.Names {
+				if want[name] {
+					return true, nil
+				}
+			}
+		}
+	}
+	return false, nil
+}
+
+// labelValue turns any string into a valid label value that stands for it.
+func labelValue(s string) string {
+	if s == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "h" + hex.EncodeToString(sum[:20])
+}
+
+func (r *Runtime) selector() string {
+	if r.instance == "" {
+		return sandbox.LabelManaged + "=true"
+	}
+	return sandbox.LabelInstance + "=" + labelValue(r.instance)
+}
+
+// podFor is the hardening profile (DESIGN §4) stated in a pod spec.
+func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
+	l := spec.Limits
+	workdir := spec.WorkDir
+	if workdir == "" {
+		workdir = defaultWorkDir
+	}
+	yes, no := true, false
+	uid := int64(sandboxUID)
+	grace := int64(0)
+	res := corev1.ResourceList{}
+	if l.MemoryBytes > 0 {
+		res[corev1.ResourceMemory] = *resource.NewQuantity(l.MemoryBytes, resource.BinarySI)
+	}
+	if l.NanoCPUs > 0 {
+		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(l.NanoCPUs/1e6, 1), resource.DecimalSI)
+	}
+	type vol struct {
+		name, path string
+		size       int64
+	}
+	vols := []vol{{"tmp", tmpPath, l.TmpBytes}, {"home", homePath, homeSize}}
+	if workdir != tmpPath && workdir != homePath {
+		vols = append(vols, vol{"work", workdir, l.WorkdirBytes})
+	}
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	for _, v := range vols {
+		ed := &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}
+		if v.size > 0 {
+			ed.SizeLimit = resource.NewQuantity(v.size, resource.BinarySI)
+		}
+		volumes = append(volumes, corev1.Volume{Name: v.name, VolumeSource: corev1.VolumeSource{EmptyDir: ed}})
+		mounts = append(mounts, corev1.VolumeMount{Name: v.name, MountPath: v.path})
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: "sandboxer-",
+			Labels: map[string]string{
+				sandbox.LabelManaged:  "true",
+				sandbox.LabelInstance: labelValue(r.instance),
+				sandbox.LabelServer:   labelValue(r.server),
+				sandbox.LabelJobID:    labelValue(spec.JobID),
+				sandbox.LabelKind:     labelValue(spec.Kind),
+			},
+			Annotations: map[string]string{
+				annInstance: r.instance, annServer: r.server, annJobID: spec.JobID,
+				sandbox.LabelKind: spec.Kind,
+			},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			TerminationGracePeriodSeconds: &grace,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:  containerName,
+				Image: spec.Image,
+				// The supervisor waits for the job on its stdin; the job's own
+				// command is never the container's.
+				Command:    []string{supervisorPath},
+				WorkingDir: workdir,
+				Stdin:      true,
+				// StdinOnce: when the server goes, the supervisor sees its input
+				// end (and keeps the job running).
+				StdinOnce: true,
+				// There is no registry: an image is present on the node or missing.
+				ImagePullPolicy: corev1.PullNever,
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
+					AllowPrivilegeEscalation: &no, Privileged: &no,
+					ReadOnlyRootFilesystem: &yes,
+					Capabilities:           &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:         &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+				Resources:                corev1.ResourceRequirements{Limits: res, Requests: res},
+				VolumeMounts:             mounts,
+				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			}},
+			Volumes: volumes,
+		},
+	}
+}
+
+// Start creates the pod, waits for its supervisor to run, attaches to it and
+// hands it the job.
+func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	if spec.Workspace != "" || len(spec.Mounts) > 0 {
+		return nil, errors.New("the kubernetes backend runs no workspaces or mounts yet")
+	}
+	pod, err := r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
+	if err != nil {
+		return nil, r.engineErr(fmt.Errorf("create pod: %w", err))
+	}
+	name := pod.Name
+	fail := func(err error) (sandbox.Handle, error) {
+		r.removeQuietly(name)
+		return nil, err
+	}
+	if err := r.waitRunning(ctx, pod, spec.Image); err != nil {
+		return fail(err)
+	}
+	h := newHandle(r, name)
+	if err := h.attach(); err != nil {
+		return fail(err)
+	}
+	if err := h.launch(ctx, spec, out); err != nil {
+		h.closeInput()
+		return fail(err)
+	}
+	go h.waitForEnd()
+	return h, nil
+}
+
+// waitRunning waits until the pod's container runs (or cannot).
+func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	w, err := r.cs.CoreV1().Pods(r.namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector:   "metadata.name=" + pod.Name,
+		ResourceVersion: pod.ResourceVersion,
+	})
+	if err != nil {
+		return r.engineErr(fmt.Errorf("watch pod %s: %w", pod.Name, err))
+	}
+	defer w.Stop()
+	check := func(p *corev1.Pod) (bool, error) {
+		for _, cs := range p.Status.ContainerStatuses {
+			switch {
+			case cs.State.Running != nil:
+				return true, nil
+			case cs.State.Terminated != nil:
+				t := cs.State.Terminated
+				return false, fmt.Errorf("pod %s ended before its job was handed over: %s (exit %d) %s", p.Name, t.Reason, t.ExitCode, t.Message)
+			case cs.State.Waiting != nil:
+				switch cs.State.Waiting.Reason {
+				case "ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName":
+					return false, &sandbox.ImageError{Image: image}
+				case "CreateContainerError", "CreateContainerConfigError", "RunContainerError":
+					return false, fmt.Errorf("pod %s: %s: %s", p.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+				}
+			}
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return false, fmt.Errorf("pod %s ended (%s) before its job was handed over: %s", p.Name, p.Status.Phase, p.Status.Message)
+		}
+		return false, nil
+	}
+	if ok, err := check(pod); ok || err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s did not start within %s: %w", pod.Name, startTimeout, ctx.Err())
+		case ev, open := <-w.ResultChan():
+			if !open {
+				p, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+				if err != nil {
+					return r.engineErr(fmt.Errorf("pod %s: %w", pod.Name, err))
+				}
+				if ok, err := check(p); ok || err != nil {
+					return err
+				}
+				return r.waitRunning(ctx, p, image)
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if !isPod {
+				continue
+			}
+			if ev.Type == "DELETED" {
+				return fmt.Errorf("pod %s was deleted before it started", pod.Name)
+			}
+			if ok, err := check(p); ok || err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Adopt follows a pod a previous server process started: the supervisor's
+// frames are read back from the container's log from the start, skipping
+// job output already captured, until the end.
+func (r *Runtime) Adopt(ctx context.Context, id string, skipStdout, skipStderr int64, out sandbox.Output) (sandbox.Handle, error) {
+	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
+			return nil, sandbox.ErrNotFound
+		}
+		return nil, r.engineErr(err)
+	}
+	if r.instance != "" && pod.Annotations[annInstance] != r.instance {
+		return nil, fmt.Errorf("pod %s does not belong to this server", id)
+	}
+	h := newHandle(r, id)
+	h.out.set(out, skipStdout, skipStderr)
+	if err := h.followLog(ctx); err != nil {
+		return nil, err
+	}
+	go h.waitForEnd()
+	return h, nil
+}
+
+func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
+	pods, err := r.cs.CoreV1().Pods(r.namespace).List(ctx, metav1.ListOptions{LabelSelector: r.selector()})
+	if err != nil {
+		return nil, r.engineErr(fmt.Errorf("list pods: %w", err))
+	}
+	var out []sandbox.Container
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue // being removed
+		}
+		out = append(out, sandbox.Container{
+			ID:       p.Name,
+			JobID:    p.Annotations[annJobID],
+			Kind:     p.Annotations[sandbox.LabelKind],
+			Instance: p.Annotations[annInstance],
+			Server:   p.Annotations[annServer],
+			Running:  p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending,
+		})
+	}
+	return out, nil
+}
+
+// Remove deletes a pod at once (no grace: the kubelet kills what runs in it);
+// a pod already gone is success.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	_, err := r.remove(ctx, id)
+	return err
+}
+
+func (r *Runtime) remove(ctx context.Context, id string) (alreadyGone bool, err error) {
+	grace := int64(0)
+	err = r.cs.CoreV1().Pods(r.namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	switch {
+	case err == nil:
+		return false, nil
+	case apierrors.IsNotFound(err), apierrors.IsBadRequest(err), apierrors.IsInvalid(err):
+		return true, nil
+	}
+	return false, r.engineErr(fmt.Errorf("delete pod %s: %w", id, err))
+}
+
+func (r *Runtime) removeQuietly(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_ = r.Remove(ctx, id)
+}
+
+// removeLater deletes an ended pod in the background; Close waits for it.
+func (r *Runtime) removeLater(id string) {
+	r.removing.Add(1)
+	go func() {
+		defer r.removing.Done()
+		r.removeQuietly(id)
+	}()
+}
+
+// exitOf reads how the pod's container ended from its status.
+func (r *Runtime) exitOf(ctx context.Context, id string) (sandbox.ExitStatus, bool) {
+	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return sandbox.ExitStatus{ExitCode: -1, Gone: true}, true
+		}
+		return sandbox.ExitStatus{ExitCode: -1, Err: r.engineErr(err)}, true
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil {
+			return sandbox.ExitStatus{ExitCode: int(t.ExitCode), OOMKilled: t.Reason == "OOMKilled",
+				StartedAt: t.StartedAt.Time, FinishedAt: t.FinishedAt.Time}, true
+		}
+	}
+	return sandbox.ExitStatus{}, false
+}
