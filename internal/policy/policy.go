@@ -31,6 +31,11 @@ type Policy struct {
 	Egress Egress `yaml:"egress"`
 	// Runtime is the OCI runtime of job containers; "" = engine default (e.g. "runsc" for gVisor).
 	Runtime string `yaml:"runtime"`
+	// Backend is where sandboxes run: "docker" (default) or "kubernetes"
+	// (a pod per job, docs/kubernetes.md).
+	Backend string `yaml:"backend"`
+	// Kubernetes is where backend "kubernetes" finds its cluster.
+	Kubernetes Kubernetes `yaml:"kubernetes"`
 	// Languages optionally overrides the image of a language, by language name.
 	// Never nil after Default() or Load().
 	Languages map[string]Language `yaml:"languages"`
@@ -49,6 +54,20 @@ type Policy struct {
 	Mounts []Mount `yaml:"mounts"`
 	// HTTP configures serve --http (docs/http.md).
 	HTTP HTTP `yaml:"http"`
+}
+
+// Backends a policy may name.
+const (
+	BackendDocker     = "docker"
+	BackendKubernetes = "kubernetes"
+)
+
+// Kubernetes says which cluster and namespace backend "kubernetes" uses.
+type Kubernetes struct {
+	// Namespace of the pods; "" = the kubeconfig context's, else "default".
+	Namespace string `yaml:"namespace"`
+	// Kubeconfig is an absolute path; "" = KUBECONFIG, else ~/.kube/config.
+	Kubeconfig string `yaml:"kubeconfig"`
 }
 
 // HTTP configures the Streamable HTTP listener.
@@ -249,6 +268,7 @@ func Default() *Policy {
 		Network:   NetworkNone,
 		Egress:    Egress{Allow: []string{}, Hosts: map[string]string{}},
 		Runtime:   "",
+		Backend:   BackendDocker,
 		Languages: map[string]Language{},
 		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2, MaxTotal: 6, FollowIdleS: 300},
 		Scripts:   Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300},

@@ -29,6 +29,14 @@ func TestDefaultValidates(t *testing.T) {
 	}
 }
 
+func TestKubernetesBackendValidates(t *testing.T) {
+	p := Default()
+	p.Backend, p.Kubernetes = BackendKubernetes, Kubernetes{Namespace: "sandboxer", Kubeconfig: "/root/.kube/config"}
+	if err := p.Validate(); err != nil {
+		t.Fatalf("backend kubernetes with the other defaults: %v", err)
+	}
+}
+
 func TestDefaultIsFresh(t *testing.T) {
 	a := Default()
 	a.Languages["python"] = Language{Image: "x"}
@@ -238,6 +246,14 @@ func TestValidateErrors(t *testing.T) {
 		{"egress without hosts", func(p *Policy) { p.Network = NetworkEgress }, `policy: egress.allow: must name at least one host with network: egress`},
 		{"egress bad host", func(p *Policy) { p.Egress.Allow = []string{"http://x.com"} }, `policy: egress.allow: allowlist entry "http://x.com"`},
 		{"runtime", func(p *Policy) { p.Runtime = "runsc; rm -rf /" }, `policy: runtime: invalid OCI runtime name`},
+		{"backend", func(p *Policy) { p.Backend = "nomad" }, `policy: backend: must be "docker" or "kubernetes", got "nomad"`},
+		{"backend empty", func(p *Policy) { p.Backend = "" }, `policy: backend: must be "docker" or "kubernetes", got ""`},
+		{"namespace", func(p *Policy) { p.Kubernetes.Namespace = "Team_A" }, `policy: kubernetes.namespace: invalid namespace "Team_A"`},
+		{"kubeconfig relative", func(p *Policy) { p.Kubernetes.Kubeconfig = "kube/config" }, `policy: kubernetes.kubeconfig: must be an absolute path, got "kube/config"`},
+		{"kubernetes network", func(p *Policy) { p.Backend = BackendKubernetes; p.Network = NetworkBridge }, `policy: network: must be "none" with backend: kubernetes`},
+		{"kubernetes egress", func(p *Policy) { p.Backend = BackendKubernetes; p.Egress.Allow = []string{"x.com"} }, `policy: egress.allow: must be empty with backend: kubernetes`},
+		{"kubernetes runtime", func(p *Policy) { p.Backend = BackendKubernetes; p.Runtime = "runsc" }, `policy: runtime: must be empty with backend: kubernetes`},
+		{"kubernetes mounts", func(p *Policy) { p.Backend = BackendKubernetes; p.Mounts = []Mount{{Name: "src", Source: "/tmp"}} }, `policy: mounts: must be empty with backend: kubernetes`},
 		{"language name", func(p *Policy) { p.Languages["Python"] = Language{Image: "python"} }, `policy: languages.Python: invalid language name "Python"`},
 		{"language name long", func(p *Policy) { p.Languages[strings.Repeat("a", 33)] = Language{Image: "python"} }, `invalid language name`},
 		{"image empty", func(p *Policy) { p.Languages["python"] = Language{} }, `policy: languages.python.image: must be set`},

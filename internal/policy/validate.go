@@ -178,6 +178,7 @@ func (p *Policy) Validate() error {
 	if p.Runtime != "" && !runtimePattern.MatchString(p.Runtime) {
 		ps.add("runtime", "invalid OCI runtime name %q (want letters, digits, '.', '_', '-'; or empty for the engine default)", p.Runtime)
 	}
+	p.validateBackend(&ps)
 
 	names := make([]string, 0, len(p.Languages))
 	for name := range p.Languages {
@@ -320,4 +321,41 @@ func MountSourceProblem(source string, forbidden []string) string {
 		}
 	}
 	return ""
+}
+
+// namespacePattern is a Kubernetes namespace name (an RFC 1123 label).
+var namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// validateBackend checks backend and its kubernetes keys. The kubernetes
+// runtime has no networks, granted mounts or OCI runtime choice yet: a
+// policy asking for them with it is refused here, before any pod starts.
+func (p *Policy) validateBackend(ps *problems) {
+	k := p.Kubernetes
+	if k.Namespace != "" && !namespacePattern.MatchString(k.Namespace) {
+		ps.add("kubernetes.namespace", "invalid namespace %q (want lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit)", k.Namespace)
+	}
+	if k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig) {
+		ps.add("kubernetes.kubeconfig", "must be an absolute path, got %q", k.Kubeconfig)
+	}
+	switch p.Backend {
+	case BackendDocker:
+		return
+	case BackendKubernetes:
+	default:
+		ps.add("backend", "must be %q or %q, got %q", BackendDocker, BackendKubernetes, p.Backend)
+		return
+	}
+	const why = "with backend: kubernetes (not supported there yet; see docs/kubernetes.md)"
+	if p.Network != NetworkNone {
+		ps.add("network", "must be %q %s, got %q", NetworkNone, why, p.Network)
+	}
+	if len(p.Egress.Allow) > 0 {
+		ps.add("egress.allow", "must be empty %s", why)
+	}
+	if p.Runtime != "" {
+		ps.add("runtime", "must be empty %s, got %q", why, p.Runtime)
+	}
+	if len(p.Mounts) > 0 {
+		ps.add("mounts", "must be empty %s", why)
+	}
 }
