@@ -32,7 +32,6 @@ import (
 	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
 	"github.com/sandboxer/sandboxer/internal/serverlock"
 	"github.com/sandboxer/sandboxer/internal/store"
@@ -128,7 +127,6 @@ func serve(args []string) error {
 		warm       *pool.Pool
 		depCaches  *deps.Manager
 	)
-	engineOpts := []docker.Option{docker.WithServer(lock.ID())}
 	if cfg.TokenFile != "" {
 		if tokens, err = auth.Load(cfg.TokenFile); err != nil {
 			return err
@@ -141,9 +139,12 @@ func serve(args []string) error {
 	}
 	if cfg.MetricsAddr != "" {
 		mt = metrics.New(stateSources(&jobs, &workspaces, &warm, &depCaches))
-		engineOpts = append(engineOpts, docker.WithErrorHook(mt.EngineError))
 	}
-	engine, err := docker.New(cfg.Instance(), engineOpts...)
+	var onEngineError func(string)
+	if mt != nil {
+		onEngineError = mt.EngineError
+	}
+	engine, err := newEngine(cfg, lock.ID(), onEngineError)
 	if err != nil {
 		return err
 	}
@@ -177,18 +178,21 @@ func serve(args []string) error {
 		}
 		rt = egressRT
 	}
-	// Workspaces sit in front: a job naming one runs in its container.
-	workspaces = workspace.New(engine, st, cfg.Policy, lock.ID(), log)
-	workspaces.Baselines = baseline.New(filepath.Join(cfg.StateDir, "baselines"))
-	if egressRT != nil {
-		workspaces.Egress = egressRT.Grant
-		workspaces.GrantEgress = egressRT.GrantOwn
+	// Workspaces sit in front: a job naming one runs in its container. A
+	// runtime without workspaces leaves them nil, and their tools refuse.
+	if wsRT, ok := engine.(sandbox.WorkspaceRuntime); ok {
+		workspaces = workspace.New(wsRT, st, cfg.Policy, lock.ID(), log)
+		workspaces.Baselines = baseline.New(filepath.Join(cfg.StateDir, "baselines"))
+		if egressRT != nil {
+			workspaces.Egress = egressRT.Grant
+			workspaces.GrantEgress = egressRT.GrantOwn
+		}
+		defer workspaces.ClosePortsAll()
+		if mt != nil {
+			workspaces.OnInstall = func(manager string, ok bool) { mt.Install(manager, ok) }
+		}
+		rt = workspace.NewRuntime(rt, workspaces)
 	}
-	defer workspaces.ClosePortsAll()
-	if mt != nil {
-		workspaces.OnInstall = func(manager string, ok bool) { mt.Install(manager, ok) }
-	}
-	rt = workspace.NewRuntime(rt, workspaces)
 	defer rt.Close() // removes the warm sandboxes, then waits for removals under way
 	jobs, err = job.New(rt, st, cfg.Policy, cfg.StateDir, log, job.WithServer(lock.ID(), serverlock.NewProber(cfg.StateDir)), job.WithMetrics(mt))
 	if err != nil {
@@ -206,7 +210,9 @@ func serve(args []string) error {
 	if warm != nil {
 		go warm.Run()
 	}
-	go workspaces.Run()
+	if workspaces != nil {
+		go workspaces.Run()
+	}
 
 	depCaches = deps.New(engine, cfg.Policy)
 	if mt != nil && depCaches != nil {
@@ -238,7 +244,7 @@ func serve(args []string) error {
 	}
 	srv, err := mcpserver.New(tools.Deps{
 		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm, Workspaces: workspaces,
-		Dependencies: depCaches, Blocklist: blocked, Processes: engine,
+		Dependencies: depCaches, Blocklist: blocked, Processes: processInspector(engine),
 	}, cfg.Toolsets, mcpserver.WithAudit(auditLog, lock.ID()), mcpserver.WithMetrics(mt))
 	if err != nil {
 		return err
@@ -247,8 +253,12 @@ func serve(args []string) error {
 	// tokens to sign in with.
 	var ui http.Handler
 	if tokens != nil {
+		var wsUI console.Workspaces // an untyped nil when there are none
+		if workspaces != nil {
+			wsUI = workspaces
+		}
 		ui = console.New(console.Deps{
-			Auth: tokens, Jobs: jobs, Workspaces: workspaces, AuditDir: cfg.StateDir,
+			Auth: tokens, Jobs: jobs, Workspaces: wsUI, AuditDir: cfg.StateDir,
 			Blocklist: blocked.Entries, Pool: poolStats(warm), Caches: cacheList(depCaches), Done: ctx.Done(),
 		})
 	}
@@ -336,7 +346,7 @@ func poolTargets(pol *policy.Policy, languages *lang.Registry) ([]pool.Target, e
 // startEgress makes the egress network, serves the allowlist proxy on its
 // gateway, and puts the runtime that hands jobs their grants in front of rt.
 // Every decision of the proxy goes to the audit log.
-func startEgress(rt sandbox.Runtime, engine *docker.Runtime, pol *policy.Policy, auditLog *audit.Log, server string) (*egress.Runtime, error) {
+func startEgress(rt sandbox.Runtime, engine sandbox.Runtime, pol *policy.Policy, auditLog *audit.Log, server string) (*egress.Runtime, error) {
 	allow, err := egress.ParseList(pol.Egress.Allow)
 	if err != nil {
 		return nil, err // the policy was validated: not reached
@@ -345,9 +355,13 @@ func startEgress(rt sandbox.Runtime, engine *docker.Runtime, pol *policy.Policy,
 	if err != nil {
 		return nil, err
 	}
+	egressEngine, ok := engine.(sandbox.EgressRuntime)
+	if !ok {
+		return nil, fmt.Errorf("policy egress.allow: this server's runtime has no egress network (backend: %s)", pol.Backend)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := egress.Start(ctx, rt, engine, allow, hosts, func(ev egress.Event) {
+	e, err := egress.Start(ctx, rt, egressEngine, allow, hosts, func(ev egress.Event) {
 		entry := audit.Entry{Time: time.Now().UTC(), Client: ev.Tenant, Server: server, Tool: "egress", JobID: ev.Job,
 			Decision: audit.Allowed, Outcome: "ok", Host: ev.Host, Port: ev.Port, BytesUp: ev.BytesUp, BytesDown: ev.BytesDown}
 		if !ev.Allowed {
@@ -359,4 +373,13 @@ func startEgress(rt sandbox.Runtime, engine *docker.Runtime, pol *policy.Policy,
 		return nil, fmt.Errorf("egress proxy (policy egress.allow): %w", err)
 	}
 	return e, nil
+}
+
+// processInspector is the engine's process view; nil (an untyped nil, so
+// the tools see none) when the runtime has none.
+func processInspector(e engine) sandbox.ProcessInspector {
+	if p, ok := e.(sandbox.ProcessInspector); ok {
+		return p
+	}
+	return nil
 }

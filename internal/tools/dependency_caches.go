@@ -65,7 +65,7 @@ func ListDependencyCaches(d Deps) Tool {
 			return errorResult("%v", err), nil
 		}
 		if d.Dependencies == nil {
-			return errorResult("this server's runtime keeps no dependency caches"), nil
+			return errorResult("%s", d.lacks("dependency caches")), nil
 		}
 		all, err := d.Dependencies.List(ctx)
 		if err != nil {
@@ -98,7 +98,7 @@ func PruneDependencyCaches(d Deps) Tool {
 			return errorResult("%v", err), nil
 		}
 		if d.Dependencies == nil {
-			return errorResult("this server's runtime keeps no dependency caches"), nil
+			return errorResult("%s", d.lacks("dependency caches")), nil
 		}
 		if len(args.Keys) > 1000 {
 			return errorResult("keys has %d entries; the limit is 1000", len(args.Keys)), nil

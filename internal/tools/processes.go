@@ -107,7 +107,7 @@ func (d Deps) runningJob(ctx context.Context, id string) (*job.Job, *mcp.CallToo
 func (d Deps) processes(ctx context.Context, rec *job.Job) JobProcesses {
 	jp := JobProcesses{JobID: rec.ID, Processes: []ProcessInfo{}}
 	if d.Processes == nil {
-		jp.Error = "this server's runtime cannot list processes"
+		jp.Error = d.lacks("process listing and signals")
 		return jp
 	}
 	ps, err := d.Processes.Processes(ctx, rec.ContainerID)
@@ -199,7 +199,7 @@ func KillProcess(d Deps) Tool {
 		}
 		audit.NoteJob(ctx, rec.ID)
 		if d.Processes == nil {
-			return errorResult("this server's runtime cannot signal processes"), nil
+			return errorResult("%s", d.lacks("process listing and signals")), nil
 		}
 		// The pid must be one of this sandbox's own: a host pid, or another
 		// job's, is refused before anything is sent.

@@ -131,7 +131,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 			return nil, errorResult("%v", err)
 		}
 		if d.Dependencies == nil {
-			return nil, errorResult("dependencies cannot be installed: this server's runtime keeps no dependency caches")
+			return nil, errorResult("dependencies cannot be installed: %s", d.lacks("dependency caches"))
 		}
 		depList = list
 	}

@@ -244,6 +244,15 @@ func plain(s *jsonschema.Schema) {
 // policyOrDefault is the policy the schemas state: the server's, or the
 // built-in defaults when there is none (the schema snapshot builds tools
 // from an empty Deps).
+// lacks is the refusal of a feature whose seam this server's runtime does
+// not implement (a nil manager in Deps): it names the backend that has it.
+func (d Deps) lacks(feature string) string {
+	if b := d.policyOrDefault().Backend; b != policy.BackendDocker {
+		return fmt.Sprintf("%s need backend: docker; this server runs backend: %s", feature, b)
+	}
+	return feature + " are not available in this server"
+}
+
 func (d Deps) policyOrDefault() *policy.Policy {
 	if d.Policy != nil {
 		return d.Policy

@@ -47,7 +47,7 @@ func workspaceInfo(ws *workspace.Manager, w *store.Workspace) WorkspaceInfo {
 // workspaces returns the manager, or a tool error when workspaces are off.
 func (d Deps) workspaces() (*workspace.Manager, *mcp.CallToolResult) {
 	if d.Workspaces == nil {
-		return nil, errorResult("workspaces are not available in this server")
+		return nil, errorResult("%s", d.lacks("workspaces"))
 	}
 	if !d.Workspaces.Enabled() {
 		return nil, errorResult("%v", workspace.ErrDisabled)

@@ -121,6 +121,9 @@ func kubeconfigName(explicit string) string {
 	return "~/.kube/config"
 }
 
+// Host names the API server and the namespace, for logs.
+func (r *Runtime) Host() string { return r.host + " namespace " + r.namespace }
+
 // Namespace is where the pods go.
 func (r *Runtime) Namespace() string { return r.namespace }
 
