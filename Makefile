@@ -96,11 +96,15 @@ k8s-cluster-down:
 	@bash scripts/k8s-cluster.sh down
 
 # The runtime contract suite and the runtime's tests on that cluster (internal/sandbox/kubernetes),
+# then the e2e core of a server with backend: kubernetes (test/e2e, TestKubernetes*),
 # as the service account of deploy/kubernetes/sandboxer.yaml in its namespace (restricted pod
 # security): make k8s-cluster writes that kubeconfig.
 KUBECONFIG_K8S ?= $(CURDIR)/.k8s/sandboxer.kubeconfig
 test-k8s: build
 	KUBECONFIG=$(KUBECONFIG_K8S) SANDBOXER_TEST_K8S=1 $(GO) test $(GOTEST_FLAGS) ./internal/sandbox/kubernetes/
+	$(GO) build -race -o bin/sandboxer-race ./cmd/sandboxer
+	KUBECONFIG=$(KUBECONFIG_K8S) SANDBOXER_TEST_K8S=1 SANDBOXER_BIN=$(CURDIR)/bin/sandboxer-race \
+		$(GO) test $(GOTEST_FLAGS) -run 'Kubernetes' ./test/e2e/
 
 # The official MCP conformance suite against the Streamable HTTP server (docs/http.md).
 conformance: build

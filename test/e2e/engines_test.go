@@ -85,6 +85,12 @@ func engineCore(t *testing.T, env ...string) {
 // next one, started with the same engine environment.
 func engineAdoption(t *testing.T, env ...string) {
 	t.Helper()
+	adoption(t, func(s *server) { s.waitNoContainers(30 * time.Second) }, env...)
+}
+
+// adoption is engineAdoption with noneLeft checking the engine is clean after.
+func adoption(t *testing.T, noneLeft func(*server), env ...string) {
+	t.Helper()
 	s := startServer(t, env...)
 	r := s.ok("run_command", map[string]any{"command": "for i in $(seq 1 8); do echo line$i; sleep 1; done; exit 5", "background": true})
 	id := str(r, "job_id")
@@ -96,13 +102,13 @@ func engineAdoption(t *testing.T, env ...string) {
 	s2 := startServerIn(t, s.stateDir, env...)
 	g := s2.ok("get_job", map[string]any{"job_id": id, "wait_s": 40})
 	if str(g, "status") != "failed" || str(g, "reason") != "exit_code" || exitCode(t, g) != 5 {
-		t.Fatalf("after restart: want failed/exit_code/5, got %v", g)
+		t.Fatalf("after restart: want failed/exit_code/5, got %v\nstderr of the second server:\n%s", g, tail(s2.stderr.String(), 4000))
 	}
 	out, _ := s2.readAll(id)
 	if got := strings.Join(lines(out), ","); got != "line1,line2,line3,line4,line5,line6,line7,line8" {
 		t.Fatalf("output after restart: %q", got)
 	}
-	s2.waitNoContainers(30 * time.Second)
+	noneLeft(s2)
 }
 
 func TestTLSEngineCore(t *testing.T) {

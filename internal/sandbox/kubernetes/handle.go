@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,7 +24,6 @@ const (
 	// yet taken by its stdin (flow control, as on Docker).
 	inputWindow = 256 << 10
 	inputChunk  = 64 << 10
-	diagBytes   = 4 << 10
 	// deadlineBackstop: the supervisor stops a job this long after its
 	// timeout by itself, for a server that is gone.
 	deadlineBackstop = time.Second
@@ -55,7 +53,6 @@ type handle struct {
 	exit      *proto.Exit
 	exited    chan struct{}
 	consumed  int64
-	diag      tailBuffer
 	attachErr error
 
 	drained   chan struct{}
@@ -94,12 +91,12 @@ func (h *handle) ended() bool {
 }
 
 // attach joins the pod's container through pods/attach: frames to its
-// stdin, its stdout parsed as frames, its stderr kept for diagnostics. The
+// stdin, its stdout parsed as frames. The
 // stream lives until the container ends (or Close).
 func (h *handle) attach() error {
 	req := h.rt.cs.CoreV1().RESTClient().Post().Namespace(h.rt.namespace).
 		Resource("pods").Name(h.name).SubResource("attach").
-		VersionedParams(&corev1.PodAttachOptions{Container: containerName, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodAttachOptions{Container: containerName, Stdin: true, Stdout: true}, scheme.ParameterCodec)
 	exec, err := remotecommand.NewSPDYExecutor(h.rt.cfg, "POST", req.URL())
 	if err != nil {
 		return fmt.Errorf("attach to pod %s: %w", h.name, err)
@@ -109,7 +106,10 @@ func (h *handle) attach() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stdin, h.cancel = inW, cancel
 	go func() {
-		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: &h.diag})
+		// No stderr: the supervisor's goes to the termination message (see
+		// podFor), and containerd ends an attach whose stderr ends, closing
+		// the container's stdin with it.
+		err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW})
 		h.attachErr = err
 		// Writers still waiting fail; the stream's own copy of stdin sees an end.
 		inW.Close()
@@ -374,6 +374,12 @@ func (h *handle) waitForEnd() {
 		if e.Error != "" {
 			h.status.StartErr = errors.New(e.Error)
 		}
+		if e.ExitCode > 128 && h.wasDestroyed() {
+			// Destroyed: the kubelet's TERM (then KILL) of the deleted pod
+			// ended it. Said as Docker's kill says it (137), so the caller
+			// tells the removal from an exit of the job's own (a timeout).
+			h.status.ExitCode = 128 + 9
+		}
 		if e.ExitCode > 128 && !h.wasDestroyed() && h.removedFromOutside(ctx) {
 			// The kubelet stops a deleted pod with TERM: the supervisor
 			// reports that as the job's end, but the end was not the job's.
@@ -399,9 +405,12 @@ func (h *handle) waitForEnd() {
 	if st.Gone && h.wasDestroyed() {
 		st.Gone = false
 	}
-	if st.Err == nil && !st.Gone && !h.wasDestroyed() && st.ExitCode != 0 {
-		if d := h.diag.String(); d != "" {
-			st.StartErr = fmt.Errorf("the sandbox supervisor ended without a report: %s", d)
+	if st.StartErr != nil {
+		// The termination message: the supervisor's stderr (see podFor).
+		if diag := st.StartErr.Error(); st.Err == nil && !st.Gone && !h.wasDestroyed() && st.ExitCode != 0 {
+			st.StartErr = fmt.Errorf("the sandbox supervisor ended without a report: %s", diag)
+		} else {
+			st.StartErr = nil
 		}
 	}
 	h.closeInput()
@@ -479,26 +488,4 @@ func (s *outputSwitch) write(stream sandbox.Stream, p []byte) {
 		s.skip[stream] = 0
 	}
 	s.out.Write(stream, p)
-}
-
-// tailBuffer keeps the last diagBytes written to it.
-type tailBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > diagBytes {
-		t.b = t.b[len(t.b)-diagBytes:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(bytes.TrimSpace(t.b))
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,9 @@ import (
 const (
 	// supervisorPath is where every image carries the supervisor.
 	supervisorPath = "/usr/local/bin/sandboxer-supervisor"
+	// terminationLog is the container's termination message file (the
+	// kubelet's default path, world-writable): the supervisor's stderr.
+	terminationLog = "/dev/termination-log"
 	defaultWorkDir = "/workspace"
 	tmpPath        = "/tmp"
 	homePath       = "/home/sandbox"
@@ -258,8 +262,12 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 				Name:  containerName,
 				Image: spec.Image,
 				// The supervisor waits for the job on its stdin; the job's own
-				// command is never the container's.
-				Command:    []string{supervisorPath},
+				// command is never the container's. Its own stderr goes to the
+				// termination message, not the container's log: the log
+				// merges both streams, and adoption reads frames back from it
+				// (a diagnostic line there, such as "server input ended",
+				// would break the frames that follow).
+				Command:    []string{"/bin/sh", "-c", `exec "$0" 2>>` + terminationLog, supervisorPath},
 				WorkingDir: workdir,
 				Stdin:      true,
 				// StdinOnce: when the server goes, the supervisor sees its input
@@ -469,8 +477,14 @@ func (r *Runtime) exitOf(ctx context.Context, id string) (sandbox.ExitStatus, bo
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if t := cs.State.Terminated; t != nil {
-			return sandbox.ExitStatus{ExitCode: int(t.ExitCode), OOMKilled: t.Reason == "OOMKilled",
-				StartedAt: t.StartedAt.Time, FinishedAt: t.FinishedAt.Time}, true
+			st := sandbox.ExitStatus{ExitCode: int(t.ExitCode), OOMKilled: t.Reason == "OOMKilled",
+				StartedAt: t.StartedAt.Time, FinishedAt: t.FinishedAt.Time}
+			if m := strings.TrimSpace(t.Message); m != "" {
+				// The supervisor's stderr (see podFor), for a supervisor
+				// that ended without a report.
+				st.StartErr = errors.New(m)
+			}
+			return st, true
 		}
 	}
 	return sandbox.ExitStatus{}, false

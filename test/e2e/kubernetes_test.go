@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
+)
+
+// The server with `backend: kubernetes` on the cluster of `make k8s-cluster`:
+// `make test-k8s` runs these with SANDBOXER_TEST_K8S=1 and KUBECONFIG naming
+// the cluster (as its sandboxer service account, in namespace sandboxer).
+
+// kubernetesPolicy is the policy of these tests. The node has 2 CPUs and a
+// pod's CPU request equals its limit: a quarter CPU each lets the warm pod,
+// jobs and a session fit at once.
+const kubernetesPolicy = `backend: kubernetes
+kubernetes:
+  kubeconfig: %s
+limits:
+  cpus:
+    default: 0.25
+pool:
+  size: {bash: 1, python: 0}
+`
+
+// kubernetesEnv skips outside make test-k8s, and otherwise returns the
+// environment of a server on the cluster.
+func kubernetesEnv(t *testing.T) []string {
+	t.Helper()
+	if os.Getenv("SANDBOXER_TEST_K8S") != "1" {
+		t.Skip("skipping: Kubernetes tests run under `make test-k8s` (SANDBOXER_TEST_K8S=1, KUBECONFIG naming the cluster)")
+	}
+	kc := os.Getenv("KUBECONFIG")
+	if kc == "" {
+		t.Fatal("SANDBOXER_TEST_K8S=1 needs KUBECONFIG (make test-k8s sets it)")
+	}
+	return []string{policyEnv(t, fmt.Sprintf(kubernetesPolicy, kc))}
+}
+
+// pods lists this server instance's pods on the cluster; warm ones too when all.
+func (s *server) pods(all bool) []sandbox.Container {
+	s.t.Helper()
+	cfg := config.Config{StateDir: s.stateDir}
+	rt, err := kubernetes.New(cfg.Instance(), kubernetes.Config{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := rt.List(ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	out := cs[:0]
+	for _, c := range cs {
+		if all || c.Kind != sandbox.KindPool || c.JobID != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// waitNoPods waits until the instance has no pods left (warm ones too when all).
+func (s *server) waitNoPods(all bool, within time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ps := s.pods(all)
+		if len(ps) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%d pods still present after %s: %+v", len(ps), within, ps)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// kubernetesProbe adds to the hardening probe what only a pod could leak:
+// a service account token, and a default route.
+const kubernetesProbe = fHardeningProbe + `
+echo "sa_token=$(ls -d /var/run/secrets/kubernetes.io /run/secrets/kubernetes.io 2>/dev/null | tr '\n' ' ')"
+echo "default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)"
+`
+
+func TestKubernetesCore(t *testing.T) {
+	env := kubernetesEnv(t)
+	s := startServer(t, env...)
+
+	// A job's exit code, both streams and its stdin.
+	r := s.ok("run_command", map[string]any{"command": "cat; echo to-stderr >&2; exit 3", "stdin": "from-stdin\n"})
+	if str(r, "status") != "failed" || exitCode(t, r) != 3 || str(r, "stdout") != "from-stdin\n" || str(r, "stderr") != "to-stderr\n" {
+		t.Fatalf("run_command with stdin: %v", r)
+	}
+
+	// Hardening, read from inside the pod.
+	h := fRun(s, map[string]any{"command": kubernetesProbe, "env": map[string]any{"PROBE_VAR": "agent-set"}})
+	f := fFields(str(h, "stdout"))
+	for k, want := range map[string]string{"uid": "1000", "CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2",
+		"write_tmp": "written", "docker_sock": "", "leaked_env": "", "probe_var": "agent-set", "sa_token": "", "default_route": "0"} {
+		if f[k] != want {
+			t.Errorf("inside the pod %s=%q, want %q", k, f[k], want)
+		}
+	}
+	if !strings.HasPrefix(f["rootfs_opts"], "ro,") || f["write_root"] == "written" {
+		t.Errorf("root filesystem: options %q, write %q", f["rootfs_opts"], f["write_root"])
+	}
+	// The test cluster's CNI gives a pod lo and a dead-end eth0 (docs/kubernetes.md).
+	if nif := f["netifs"]; nif != "lo" && nif != "eth0 lo" {
+		t.Errorf("inside the pod netifs=%q, want lo (and the dead-end eth0)", nif)
+	}
+	if f["connect"] == "connected" || f["connect"] == "" {
+		t.Errorf("a connect to 1.1.1.1:80 from the pod: %q", f["connect"])
+	}
+
+	// A background job: output read while it runs, then killed.
+	bg := s.ok("run_command", map[string]any{"command": "i=0; while :; do i=$((i+1)); echo tick$i; sleep 0.2; done", "background": true})
+	id := str(bg, "job_id")
+	rd := s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "tick3", "wait_s": 20})
+	if rd["matched"] != true {
+		t.Fatalf("background output: %v", rd)
+	}
+	k := s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL", "grace_s": 0})
+	if str(k, "status") != "killed" {
+		t.Fatalf("kill_job: %v", k)
+	}
+
+	// The job's deadline.
+	to := s.ok("run_command", map[string]any{"command": "sleep 1000", "timeout_s": 2})
+	if str(to, "status") != "timed_out" {
+		t.Fatalf("want timed_out, got %v", to)
+	}
+
+	// An interactive session with a terminal.
+	sess := s.startSession(map[string]any{"command": "bash", "until": `\$ $`})
+	sid := str(sess, "job_id")
+	out, _ := s.typeLine(sid, "echo sum=$((6*7))", "until", `sum=42`)
+	if !strings.Contains(out, "sum=42") {
+		t.Fatalf("session answer: %q", out)
+	}
+	s.ok("kill_job", map[string]any{"job_id": sid, "signal": "KILL", "grace_s": 0})
+
+	// Languages are probed through the runtime.
+	if txt := text(s.call("list_languages", map[string]any{})); !strings.Contains(txt, "bash") || !strings.Contains(txt, "python") {
+		t.Errorf("list_languages: %s", txt)
+	}
+
+	// What the kubernetes runtime lacks is refused, naming the backend.
+	const want = "need backend: docker; this server runs backend: kubernetes"
+	if msg := s.toolErr("create_workspace", map[string]any{"name": "k8s-ws"}); !strings.Contains(msg, "workspaces "+want) {
+		t.Errorf("create_workspace on kubernetes: %q", msg)
+	}
+	if msg := s.toolErr("run_command", map[string]any{"command": "true", "workspace": "k8s-ws"}); !strings.Contains(msg, "workspaces "+want) {
+		t.Errorf("run_command in a workspace on kubernetes: %q", msg)
+	}
+	if msg := s.toolErr("list_dependency_caches", map[string]any{}); !strings.Contains(msg, "dependency caches "+want) {
+		t.Errorf("list_dependency_caches on kubernetes: %q", msg)
+	}
+
+	s.waitNoPods(false, 30*time.Second)
+	s.stop()
+	s.waitNoPods(true, 30*time.Second)
+}
+
+// A job survives a SIGKILLed server: the next one adopts its pod and reads
+// what it printed meanwhile from the container's log.
+func TestKubernetesRestartAdoption(t *testing.T) {
+	env := kubernetesEnv(t)
+	adoption(t, func(s *server) {
+		s.waitNoPods(false, 30*time.Second)
+		s.stop()
+		s.waitNoPods(true, 30*time.Second)
+	}, env...)
+}
