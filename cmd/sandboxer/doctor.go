@@ -49,6 +49,16 @@ func doctor(args []string) error {
 		return err
 	}
 	defer lock.Release()
+	if cfg.Policy.Backend == policy.BackendKubernetes {
+		if err := doctorKubernetes(cfg, lock.ID(), report); err != nil {
+			return err
+		}
+		if problems > 0 {
+			return fmt.Errorf("%d problem(s)", problems)
+		}
+		fmt.Println("all checks passed")
+		return nil
+	}
 	rt, err := docker.New(cfg.Instance(), docker.WithServer(lock.ID()))
 	if err != nil {
 		return err
@@ -81,23 +91,7 @@ func doctor(args []string) error {
 		}
 		report(has, "policy runtime", cfg.Policy.Runtime, "install it and register it with dockerd, or clear `runtime` in the policy")
 	}
-	baseBuilt := false
-	for _, img := range images.All() {
-		tag := images.Tag(img.Name)
-		ok, err := rt.ImageExists(ctx, tag)
-		if err != nil {
-			report(false, "image "+img.Name, err.Error(), "")
-			continue
-		}
-		if img.Name == "base" {
-			baseBuilt = ok
-		}
-		fix := "run `make images` (or `sandboxer images build`)"
-		if images.Supervisor() == nil {
-			fix = images.ErrNoSupervisor.Error() + ", then `make images`"
-		}
-		report(ok, "image "+img.Name, tag, fix)
-	}
+	baseBuilt := reportImages(ctx, rt, report)
 	reportPool(ctx, cfg.Policy, rt, report)
 	if !baseBuilt {
 		return fmt.Errorf("%d problem(s)", problems)
@@ -107,33 +101,13 @@ func doctor(args []string) error {
 	if err != nil {
 		return err
 	}
-	out := &sandbox.Buffer{Max: 1 << 20}
-	h, err := rt.Start(ctx, sandbox.Spec{
+	facts, ok := runProbe(ctx, rt, sandbox.Spec{
 		JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"bash", "-c", probeScript},
 		WorkDir: "/workspace", Network: probeNetwork(cfg.Policy.Network), Runtime: cfg.Policy.Runtime,
 		Limits: job.SandboxLimits(limits, 1<<20),
-	}, out)
-	if err != nil {
-		report(false, "hardened container", err.Error(), "")
+	}, "check the engine's log (/var/log/dockerd.log)", report)
+	if !ok {
 		return fmt.Errorf("%d problem(s)", problems)
-	}
-	started := time.Now()
-	select {
-	case <-h.Done():
-	case <-time.After(doctorProbeTimeout):
-		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = h.Destroy(dctx)
-		dcancel()
-		report(false, "hardened container", fmt.Sprintf("did not finish within %s", doctorProbeTimeout), "check the engine's log (/var/log/dockerd.log)")
-		return fmt.Errorf("%d problem(s)", problems)
-	}
-	st := h.Status()
-	report(st.ExitCode == 0 && st.Err == nil, "hardened container", fmt.Sprintf("ran in %d ms, exit %d", time.Since(started).Milliseconds(), st.ExitCode), "")
-	facts := map[string]string{}
-	for _, line := range strings.Split(out.Stdout(), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			facts[k] = strings.TrimSpace(v)
-		}
 	}
 	want := []struct{ key, value, what string }{
 		{"uid", "1000", "non-root user"},
@@ -236,4 +210,56 @@ func probeNetwork(network string) string {
 		return policy.NetworkNone
 	}
 	return network
+}
+
+// reportImages checks each sandbox image on the engine; it says whether base is there.
+func reportImages(ctx context.Context, rt sandbox.Runtime, report func(ok bool, what, detail, fix string)) bool {
+	baseBuilt := false
+	for _, img := range images.All() {
+		tag := images.Tag(img.Name)
+		ok, err := rt.ImageExists(ctx, tag)
+		if err != nil {
+			report(false, "image "+img.Name, err.Error(), "")
+			continue
+		}
+		if img.Name == "base" {
+			baseBuilt = ok
+		}
+		fix := "run `make images` (or `sandboxer images build`)"
+		if images.Supervisor() == nil {
+			fix = images.ErrNoSupervisor.Error() + ", then `make images`"
+		}
+		report(ok, "image "+img.Name, tag, fix)
+	}
+	return baseBuilt
+}
+
+// runProbe runs spec (the probe script) in a hardened sandbox and returns the
+// key=value facts it printed; false (reported) when it could not run.
+func runProbe(ctx context.Context, rt sandbox.Runtime, spec sandbox.Spec, fix string, report func(ok bool, what, detail, fix string)) (map[string]string, bool) {
+	out := &sandbox.Buffer{Max: 1 << 20}
+	h, err := rt.Start(ctx, spec, out)
+	if err != nil {
+		report(false, "hardened container", err.Error(), "")
+		return nil, false
+	}
+	started := time.Now()
+	select {
+	case <-h.Done():
+	case <-time.After(doctorProbeTimeout):
+		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = h.Destroy(dctx)
+		dcancel()
+		report(false, "hardened container", fmt.Sprintf("did not finish within %s", doctorProbeTimeout), fix)
+		return nil, false
+	}
+	st := h.Status()
+	report(st.ExitCode == 0 && st.Err == nil, "hardened container", fmt.Sprintf("ran in %d ms, exit %d", time.Since(started).Milliseconds(), st.ExitCode), "")
+	facts := map[string]string{}
+	for _, line := range strings.Split(out.Stdout(), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			facts[k] = strings.TrimSpace(v)
+		}
+	}
+	return facts, true
 }

@@ -180,3 +180,14 @@ func TestKubernetesRestartAdoption(t *testing.T) {
 		s.waitNoPods(true, 30*time.Second)
 	}, env...)
 }
+
+// doctor on backend kubernetes names the API server and namespace, finds the
+// images on the node and reads a pod's hardening from inside.
+func TestKubernetesDoctor(t *testing.T) {
+	env := kubernetesEnv(t)
+	out, err := runBin(t, env, "doctor", "--state-dir", t.TempDir())
+	if err != nil || !strings.Contains(out, "all checks passed") || !strings.Contains(out, "namespace sandboxer answers") ||
+		!strings.Contains(out, "sa_token=absent") || !strings.Contains(out, "default_route=0") {
+		t.Fatalf("doctor on kubernetes: %v\n%s", err, out)
+	}
+}

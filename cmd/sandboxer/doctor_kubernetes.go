@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sandboxer/sandboxer/images"
+	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
+)
+
+// kubernetesProbe adds what only a pod could leak to the probe: a service
+// account token, and a route out.
+const kubernetesProbe = probeScript + `
+ls -d /var/run/secrets/kubernetes.io /run/secrets/kubernetes.io >/dev/null 2>&1 && echo sa_token=present || echo sa_token=absent
+echo default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)`
+
+// doctorKubernetes checks backend kubernetes: the API answers, the images
+// are on the node(s), and a pod reads its hardening from inside.
+func doctorKubernetes(cfg *config.Config, server string, report func(ok bool, what, detail, fix string)) error {
+	rt, err := kubernetes.New(cfg.Instance(), kubernetes.Config{
+		Kubeconfig: cfg.Policy.Kubernetes.Kubeconfig, Namespace: cfg.Policy.Kubernetes.Namespace,
+	}, kubernetes.WithServer(server))
+	if err != nil {
+		report(false, "kubernetes", err.Error(), "set kubernetes.kubeconfig in the policy, or KUBECONFIG")
+		return nil
+	}
+	defer rt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := rt.Ping(ctx); err != nil {
+		report(false, "kubernetes", rt.Host()+": "+err.Error(), "start the cluster (`make k8s-cluster` here) or fix the kubeconfig")
+		return nil
+	}
+	report(true, "kubernetes", "API "+rt.Host()+" answers", "")
+	baseBuilt := reportImages(ctx, rt, report)
+	reportPool(ctx, cfg.Policy, rt, report)
+	if !baseBuilt {
+		return nil
+	}
+	limits, err := cfg.Policy.Resolve(policy.Request{})
+	if err != nil {
+		return err
+	}
+	facts, ok := runProbe(ctx, rt, sandbox.Spec{
+		JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"bash", "-c", kubernetesProbe},
+		WorkDir: "/workspace", Network: policy.NetworkNone, Limits: job.SandboxLimits(limits, 1<<20),
+	}, "kubectl describe the namespace's pods; is the node Ready?", report)
+	if !ok {
+		return nil
+	}
+	for _, w := range []struct{ key, value, what string }{
+		{"uid", "1000", "non-root user"},
+		{"CapEff", "0000000000000000", "no capabilities"},
+		{"NoNewPrivs", "1", "no-new-privileges"},
+		{"Seccomp", "2", "seccomp filter"},
+		{"rootfs", "readonly", "read-only root"},
+		{"sa_token", "absent", "no SA token"},
+		{"default_route", "0", "no route out"},
+		{"docker_sock", "absent", "no Docker socket"},
+	} {
+		report(facts[w.key] == w.value, w.what, fmt.Sprintf("%s=%s", w.key, facts[w.key]), "")
+	}
+	return nil
+}
