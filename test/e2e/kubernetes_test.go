@@ -19,7 +19,8 @@ import (
 
 // kubernetesPolicy is the policy of these tests. The node has 2 CPUs and a
 // pod's CPU request equals its limit: a quarter CPU each lets the warm pod,
-// jobs and a session fit at once.
+// jobs and a session fit at once; one warm pod (bash) and no more, since
+// list_languages' probes would otherwise have the pool follow every image.
 const kubernetesPolicy = `backend: kubernetes
 kubernetes:
   kubeconfig: %s
@@ -28,6 +29,7 @@ limits:
     default: 0.25
 pool:
   size: {bash: 1, python: 0}
+  max_total: 1
 `
 
 // kubernetesEnv skips outside make test-k8s, and otherwise returns the
@@ -84,6 +86,23 @@ func (s *server) waitNoPods(all bool, within time.Duration) {
 	}
 }
 
+// waitWarmPod waits for a warm pod of this server and returns its name.
+func (s *server) waitWarmPod() string {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for _, c := range s.pods(true) {
+			if c.Kind == sandbox.KindPool && c.JobID == "" && c.Running {
+				return c.ID
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("no warm pod after 60 s\nstderr:\n%s", tail(s.stderr.String(), 3000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // kubernetesProbe adds to the hardening probe what only a pod could leak:
 // a service account token, and a default route.
 const kubernetesProbe = fHardeningProbe + `
@@ -99,6 +118,11 @@ func TestKubernetesCore(t *testing.T) {
 	r := s.ok("run_command", map[string]any{"command": "cat; echo to-stderr >&2; exit 3", "stdin": "from-stdin\n"})
 	if str(r, "status") != "failed" || exitCode(t, r) != 3 || str(r, "stdout") != "from-stdin\n" || str(r, "stderr") != "to-stderr\n" {
 		t.Fatalf("run_command with stdin: %v", r)
+	}
+	// A script in another language (a cold pod of its image).
+	sc := s.ok("run_script", map[string]any{"language": "python", "code": "print(6*7)"})
+	if str(sc, "status") != "completed" || str(sc, "stdout") != "42\n" {
+		t.Fatalf("run_script python: %v", sc)
 	}
 
 	// Hardening, read from inside the pod.
@@ -151,6 +175,23 @@ func TestKubernetesCore(t *testing.T) {
 	// Languages are probed through the runtime.
 	if txt := text(s.call("list_languages", map[string]any{})); !strings.Contains(txt, "bash") || !strings.Contains(txt, "python") {
 		t.Errorf("list_languages: %s", txt)
+	}
+
+	// The warm pool keeps a pod through the runtime's Warmer: a job runs in
+	// it. (A pod listed is not yet ready while it starts: a job then runs
+	// cold and leaves the warm one, so a few tries, bounded.)
+	served := false
+	for try := 0; try < 10 && !served; try++ {
+		warm := s.waitWarmPod()
+		r = s.ok("run_command", map[string]any{"command": "echo warm"})
+		g := s.ok("get_job", map[string]any{"job_id": str(r, "job_id")})
+		served = str(g, "container_id") == warm
+		if !served {
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	if !served {
+		t.Errorf("no job ran in a warm pod in 10 tries\nstderr:\n%s", tail(s.stderr.String(), 3000))
 	}
 
 	// What the kubernetes runtime lacks is refused, naming the backend.

@@ -104,6 +104,11 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 			ns = "default"
 		}
 	}
+	if rc.QPS == 0 {
+		// client-go's default (5 a second, bursts of 10) throttles a server
+		// starting pods for several jobs and a warm pool at once.
+		rc.QPS, rc.Burst = 50, 100
+	}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
