@@ -508,7 +508,7 @@ func run(ctx context.Context, o options) error {
 	case "workspace":
 		return workspaceOnly(ctx, o)
 	case "kubernetes":
-		return kubernetesRuntimes(ctx)
+		return kubernetesRuntimes(ctx, o)
 	}
 	image := images.Tag("base")
 	r := &report{runs: o.runs, seqN: o.seq, concN: o.conc, callers: o.callers, seqOffN: o.seqOff, concOffN: o.concOff}
