@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 )
@@ -86,6 +87,14 @@ func features(ctx context.Context, o options, r *report) error {
 		return err
 	}
 	line("run_script javascript hello world, followed", jsWarm.minus(time.Second), "p50 <= 40 ms")
+	// The same program on the host, in the same run: node's own start.
+	if node, err := exec.LookPath("node"); err == nil {
+		host, err := sample(o.runs, true, func() error { return exec.CommandContext(ctx, node, "-e", "console.log('hello')").Run() })
+		if err == nil {
+			line("  host: node -e hello", host, "")
+			fmt.Printf("  followed javascript hello / host node (p50)                    %.2f\n", float64(jsWarm.minus(time.Second).p50())/float64(host.p50()))
+		}
+	}
 
 	progress("features: dependencies (is-number@7.0.0)")
 	code := "const isNumber = require('is-number'); console.log(isNumber(5))"

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -275,6 +276,9 @@ func serve(args []string) error {
 		}
 		defer stopHTTP()
 	}
+	// Start-up hashed the embedded image contexts (tens of MB, once): give
+	// that memory back before serving, so an idle server stays small.
+	debug.FreeOSMemory()
 	var serveErr error
 	if cfg.HTTPAddr != "" {
 		serveErr = srv.ServeHTTP(ctx, cfg.HTTPAddr, mcpserver.HTTPOptions{

@@ -108,7 +108,7 @@ func TestGVisorIsolationAndTimeout(t *testing.T) {
 		"command":    "echo secret > /tmp/secret; echo secret > /dev/shm/secret; echo ready; exec sleep 60",
 		"background": true,
 	})
-	s.ok("read_output", map[string]any{"job_id": str(first, "job_id"), "until": "ready", "wait_s": 30})
+	s.ok("read_output", map[string]any{"job_id": str(first, "job_id"), "cursor": 0, "until": "ready", "wait_s": 30})
 	r := s.ok("run_command", map[string]any{"command": "ls /tmp /dev/shm; ps -eo comm | grep -c sleep || true"})
 	if strings.Contains(str(r, "stdout"), "secret") || !strings.HasSuffix(str(r, "stdout"), "0\n") {
 		t.Fatalf("under runsc the second job sees the first one's files or processes:\n%s", str(r, "stdout"))

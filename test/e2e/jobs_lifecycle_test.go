@@ -65,7 +65,7 @@ func TestJobsReadOutputUntil(t *testing.T) {
 	r := s.ok("run_command", map[string]any{"command": "sleep 2; echo READY; sleep 30", "background": true})
 	id := str(r, "job_id")
 	start := time.Now()
-	rd := s.ok("read_output", map[string]any{"job_id": id, "until": "READY", "wait_s": 20})
+	rd := s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "READY", "wait_s": 20})
 	took := time.Since(start)
 	if rd["matched"] != true {
 		t.Fatalf("until READY did not match: %v", rd)
@@ -132,7 +132,7 @@ func TestJobsKillJob(t *testing.T) {
 	r = s.ok("run_command", map[string]any{"command": "trap '' TERM; echo trapped; while true; do sleep 1; done", "background": true})
 	id = str(r, "job_id")
 	// Bash installs the trap before the signal comes, however late it runs.
-	if rd := s.ok("read_output", map[string]any{"job_id": id, "until": "trapped", "wait_s": 30}); rd["matched"] != true {
+	if rd := s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "trapped", "wait_s": 30}); rd["matched"] != true {
 		t.Fatalf("the TERM-ignoring job never said trapped: %v", rd)
 	}
 	start := time.Now()

@@ -81,7 +81,7 @@ func TestJobsEndedDuringOutage(t *testing.T) {
 	s := startServer(t)
 	r := s.ok("run_command", map[string]any{"command": "echo before; sleep 2; echo after >&2; exit 3", "background": true})
 	id := str(r, "job_id")
-	s.ok("read_output", map[string]any{"job_id": id, "until": "before", "wait_s": 10})
+	s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "before", "wait_s": 10})
 	s.kill9()
 	time.Sleep(4 * time.Second) // the job ends meanwhile
 	again := startServerIn(t, s.stateDir)
@@ -104,7 +104,7 @@ func TestJobsRecoverWithoutEngineLog(t *testing.T) {
 	s := startServer(t, env)
 	r := s.ok("run_command", map[string]any{"command": "for i in $(seq 1 10); do echo line$i; sleep 1; done; exit 4", "background": true})
 	id := str(r, "job_id")
-	s.ok("read_output", map[string]any{"job_id": id, "until": "line2", "wait_s": 20})
+	s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "line2", "wait_s": 20})
 	s.kill9()
 	time.Sleep(2 * time.Second)
 	again := startServerIn(t, s.stateDir, env)

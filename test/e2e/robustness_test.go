@@ -17,7 +17,7 @@ func TestSendInputToAJobThatDoesNotRead(t *testing.T) {
 	id := str(s.ok("run_command", map[string]any{"command": "echo started; exec sleep 60", "background": true}), "job_id")
 	// "running" holds from the moment a slot is taken, while the sandbox may
 	// still be starting (seconds on a busy machine): wait for the process.
-	if rd := s.ok("read_output", map[string]any{"job_id": id, "until": "started", "wait_s": 50}); rd["matched"] != true {
+	if rd := s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "started", "wait_s": 50}); rd["matched"] != true {
 		t.Fatalf("the job never started: %v", rd)
 	}
 

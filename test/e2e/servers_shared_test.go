@@ -76,7 +76,7 @@ func TestServersShareStateDir(t *testing.T) {
 	// B's jobs, and A's new one started by a fourth server that then dies too.
 	d := startServerIn(t, a.stateDir, fast)
 	d1 := bg(d, counter)
-	if r := d.ok("read_output", map[string]any{"job_id": d1, "until": "tick1", "wait_s": 20}); r["matched"] != true {
+	if r := d.ok("read_output", map[string]any{"job_id": d1, "cursor": 0, "until": "tick1", "wait_s": 20}); r["matched"] != true {
 		t.Fatalf("D's job never started: %v", r)
 	}
 	d.kill9()
