@@ -191,6 +191,7 @@ func workspaceOnly(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	fresh = fresh.minus(100 * time.Millisecond)
 	ws, err := workspaceTrue(ctx, s, o.runs)
 	if err != nil {
 		return err
