@@ -347,34 +347,16 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 			return nil, h.rt.engineErr(fmt.Errorf("set the sandbox's limits: %w", err))
 		}
 	}
-	ps := proto.Spec{
-		Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir,
-		Stdin: proto.StdinClosed, TimeoutMS: backstop(spec.Timeout), KillMode: proto.KillContainer,
-	}
+	ps := sandbox.SupervisorSpec(spec, defaultWorkDir)
+	ps.TimeoutMS, ps.KillMode = backstop(spec.Timeout), proto.KillContainer
 	if h.shared() {
 		// A workspace's container is shared: kill the job's tree only. An
 		// exec cannot be re-joined after a restart, so its job dies with
 		// this server's stream to it; a daemon's job waits for the next.
 		ps.KillMode, ps.KillOnDetach = proto.KillTree, h.execID != ""
-		ps.Rlimits = map[string]uint64{}
-		if spec.Limits.OpenFiles > 0 {
-			ps.Rlimits["nofile"] = uint64(spec.Limits.OpenFiles)
-		}
-		if spec.Limits.FileSizeBytes > 0 {
-			ps.Rlimits["fsize"] = uint64(spec.Limits.FileSizeBytes)
-		}
+		ps.Rlimits = sandbox.JobRlimits(spec.Limits)
 	}
-	if ps.Cwd == "" {
-		ps.Cwd = defaultWorkDir
-	}
-	if spec.OpenStdin {
-		ps.Stdin = proto.StdinPipe
-		h.hasStdin = true
-	}
-	if spec.TTY != nil {
-		ps.TTY = &proto.TTYSpec{Rows: spec.TTY.Rows, Cols: spec.TTY.Cols}
-		h.tty = true
-	}
+	h.hasStdin, h.tty = spec.OpenStdin, spec.TTY != nil
 	if err := ps.Validate(); err != nil {
 		return nil, err
 	}

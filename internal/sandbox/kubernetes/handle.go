@@ -175,32 +175,15 @@ func (h *handle) parse(src io.Reader) {
 
 // launch hands the supervisor its job.
 func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output) error {
-	ps := proto.Spec{
-		Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir,
-		Stdin: proto.StdinClosed, KillMode: proto.KillContainer,
-		// No per-pod ulimits in a pod spec: the supervisor lowers them for the job.
-		Rlimits: map[string]uint64{"core": 0},
-	}
+	ps := sandbox.SupervisorSpec(spec, defaultWorkDir)
+	ps.KillMode = proto.KillContainer
+	// No per-pod ulimits in a pod spec: the supervisor lowers them for the job.
+	ps.Rlimits = sandbox.JobRlimits(spec.Limits)
+	ps.Rlimits["core"] = 0
 	if spec.Timeout > 0 {
 		ps.TimeoutMS = (spec.Timeout + deadlineBackstop).Milliseconds()
 	}
-	if spec.Limits.OpenFiles > 0 {
-		ps.Rlimits["nofile"] = uint64(spec.Limits.OpenFiles)
-	}
-	if spec.Limits.FileSizeBytes > 0 {
-		ps.Rlimits["fsize"] = uint64(spec.Limits.FileSizeBytes)
-	}
-	if ps.Cwd == "" {
-		ps.Cwd = defaultWorkDir
-	}
-	if spec.OpenStdin {
-		ps.Stdin = proto.StdinPipe
-		h.hasStdin = true
-	}
-	if spec.TTY != nil {
-		ps.TTY = &proto.TTYSpec{Rows: spec.TTY.Rows, Cols: spec.TTY.Cols}
-		h.tty = true
-	}
+	h.hasStdin, h.tty = spec.OpenStdin, spec.TTY != nil
 	if err := ps.Validate(); err != nil {
 		return err
 	}

@@ -1,0 +1,33 @@
+package sandbox
+
+import "github.com/sandboxer/sandboxer/internal/supervisor/proto"
+
+// SupervisorSpec is spec's job as the sandbox supervisor takes it: argv,
+// environment, working directory (defaultCwd when spec has none), stdin and
+// terminal. Each runtime adds its kill mode, deadline and rlimits.
+func SupervisorSpec(spec Spec, defaultCwd string) proto.Spec {
+	ps := proto.Spec{Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir, Stdin: proto.StdinClosed}
+	if ps.Cwd == "" {
+		ps.Cwd = defaultCwd
+	}
+	if spec.OpenStdin {
+		ps.Stdin = proto.StdinPipe
+	}
+	if spec.TTY != nil {
+		ps.TTY = &proto.TTYSpec{Rows: spec.TTY.Rows, Cols: spec.TTY.Cols}
+	}
+	return ps
+}
+
+// JobRlimits are the per-job rlimits the supervisor sets where the engine
+// cannot set them on the sandbox itself (a shared workspace, a pod).
+func JobRlimits(l Limits) map[string]uint64 {
+	r := map[string]uint64{}
+	if l.OpenFiles > 0 {
+		r["nofile"] = uint64(l.OpenFiles)
+	}
+	if l.FileSizeBytes > 0 {
+		r["fsize"] = uint64(l.FileSizeBytes)
+	}
+	return r
+}
