@@ -14,8 +14,9 @@ import (
 // goSuites runs real Go test suites (google/uuid and google/go-cmp, fetched
 // through the Go module proxy now) on the host with a warm build cache, in a
 // fresh sandbox through run_command (language go: the image's read-only
-// standard-library seed, nothing else), and twice in a workspace (the second
-// run reads the workspace's own build cache on its volume).
+// standard-library seed, nothing else), and in a workspace after a first run
+// (the later runs read the workspace's own build cache on its volume). Each
+// side is the best of two timed runs.
 func goSuites(ctx context.Context, o options) error {
 	s, err := startServer(ctx, o, "gosuites", "")
 	if err != nil {
@@ -39,12 +40,16 @@ func goSuites(ctx context.Context, o options) error {
 		}
 		unpack := "mkdir -p /tmp/m && cd /tmp/m && base64 -d | tar xzf - && chmod -R u+w . && "
 		stdin := base64.StdEncoding.EncodeToString(tarball)
-		start := time.Now()
-		// The host's go test uses both cores: the sandbox gets them too.
-		if err := s.longJob(ctx, map[string]any{"language": "go", "command": unpack + "go test -count=1 ./...", "stdin": stdin, "cpus": 2, "memory_mb": 2048}); err != nil {
-			return err
+		// As on the host, the best of two timed runs: each in a sandbox of
+		// its own. The host's go test uses both cores: the sandbox gets them too.
+		var fresh time.Duration
+		for range 2 {
+			start := time.Now()
+			if err := s.longJob(ctx, map[string]any{"language": "go", "command": unpack + "go test -count=1 ./...", "stdin": stdin, "cpus": 2, "memory_mb": 2048}); err != nil {
+				return err
+			}
+			fresh = best(fresh, time.Since(start))
 		}
-		fresh := time.Since(start)
 		ws := fmt.Sprintf("bench-go-%d-%d", os.Getpid(), i)
 		if _, err := s.call(ctx, "create_workspace", map[string]any{"name": ws, "language": "go", "cpus": 2, "memory_mb": 2048}); err != nil {
 			return err
@@ -52,12 +57,13 @@ func goSuites(ctx context.Context, o options) error {
 		wsArgs := func(command string) map[string]any {
 			return map[string]any{"workspace": ws, "command": command, "stdin": stdin}
 		}
+		// The first run fills the workspace's cache; then the best of two.
 		err = s.longJob(ctx, wsArgs("base64 -d | tar xzf - && chmod -R u+w . && go test -count=1 ./..."))
 		var second time.Duration
-		if err == nil {
-			start = time.Now()
+		for run := 0; err == nil && run < 2; run++ {
+			start := time.Now()
 			err = s.longJob(ctx, map[string]any{"workspace": ws, "command": "go test -count=1 ./..."})
-			second = time.Since(start)
+			second = best(second, time.Since(start))
 		}
 		_, _ = s.call(ctx, "delete_workspace", map[string]any{"name": ws})
 		if err != nil {
@@ -69,6 +75,14 @@ func goSuites(ctx context.Context, o options) error {
 		fmt.Printf("%-46s %9.0f %9.0f %7.2f  <= 1.2 %s\n", name+": second run in a workspace", ms(host), ms(second), sr, yes(sr <= 1.2))
 	}
 	return nil
+}
+
+// best is the shorter of two times, a zero one not counting.
+func best(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
 }
 
 // longJob runs a command that may outlast one call's wait to its end, and
@@ -113,7 +127,7 @@ func hostGoTest(ctx context.Context, src string) (time.Duration, error) {
 	if out, err := exec.CommandContext(ctx, "sh", "-c", "cp -r "+src+"/. "+dir+" && chmod -R u+w "+dir).CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("copy %s: %v: %s", src, err, out)
 	}
-	var best time.Duration
+	var fastest time.Duration
 	for i := 0; i < 3; i++ {
 		cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "./...")
 		cmd.Dir = dir
@@ -124,9 +138,9 @@ func hostGoTest(ctx context.Context, src string) (time.Duration, error) {
 		if err := cmd.Run(); err != nil {
 			return 0, fmt.Errorf("host go test in %s: %v: %s", src, err, out.String())
 		}
-		if d := time.Since(start); i > 0 && (best == 0 || d < best) {
-			best = d
+		if i > 0 {
+			fastest = best(fastest, time.Since(start))
 		}
 	}
-	return best, nil
+	return fastest, nil
 }

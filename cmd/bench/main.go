@@ -253,8 +253,11 @@ func (s *server) runJob(ctx context.Context, args map[string]any) (map[string]an
 	return r, nil
 }
 
-// rss is the server process's resident memory in bytes.
-func (s *server) rss() (int64, error) {
+// rss is the server process's resident memory in bytes (VmRSS).
+func (s *server) rss() (int64, error) { return s.status("VmRSS:") }
+
+// status reads one size (kB) from the server process's /proc status.
+func (s *server) status(key string) (int64, error) {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return 0, errors.New("server pid unknown")
 	}
@@ -265,12 +268,12 @@ func (s *server) rss() (int64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), key); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, errors.New("no VmRSS")
+	return 0, fmt.Errorf("no %s in the server's status", key)
 }
 
 // waiting lists the instance's warm containers waiting for a job, leaving
@@ -488,7 +491,7 @@ type report struct {
 	warmTrue, warmEcho, warmPy           *warmCase
 	coldTrue, coldEcho, dockerRunOff     stats
 	seqOn, concOn, seqOff, concOff       float64
-	rssIdle, rssBusy                     int64
+	rssIdle, rssIdleAnon, rssBusy        int64
 	getJobIdle, getJobFlood              stats
 	poolSize, runs, seqN, concN, callers int
 	seqOffN, concOffN                    int
@@ -623,8 +626,13 @@ func poolOn(ctx context.Context, o options, r *report) error {
 	if _, err := s.poolFull(ctx, r.poolSize, claimed); err != nil {
 		return err
 	}
-	time.Sleep(time.Second)
+	// Idle: no call for longer than the server waits before it trims its
+	// memory (cmd/sandboxer idleTrimAfter, 5 s).
+	time.Sleep(6 * time.Second)
 	if r.rssIdle, err = s.rss(); err != nil {
+		return err
+	}
+	if r.rssIdleAnon, err = s.status("RssAnon:"); err != nil {
 		return err
 	}
 
@@ -799,7 +807,8 @@ func printReport(o options, r *report) {
 	tp(fmt.Sprintf("pool off, %d from %d callers", r.concOffN, r.callers), r.concOff, "")
 
 	fmt.Printf("\n%-46s %9s  %s\n", "server memory (VmRSS)", "MiB", "goal")
-	fmt.Printf("%-46s %9.1f  %s\n", "idle, pool full", float64(r.rssIdle)/(1<<20), "<= 30 MiB")
+	fmt.Printf("%-46s %9.1f  %s\n", "idle (6 s without calls), pool full", float64(r.rssIdle)/(1<<20), "<= 30 MiB")
+	fmt.Printf("%-46s %9.1f\n", "  of which anonymous (heap, stacks)", float64(r.rssIdleAnon)/(1<<20))
 	fmt.Printf("%-46s %9.1f\n", "8 jobs running (sleep)", float64(r.rssBusy)/(1<<20))
 
 	dr := float64(r.dockerRun.p50())

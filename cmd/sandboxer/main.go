@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
+
 	"slices"
 	"sort"
 	"strings"
@@ -30,6 +30,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/logging"
 	"github.com/sandboxer/sandboxer/internal/mcpserver"
+	"github.com/sandboxer/sandboxer/internal/memtrim"
 	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -39,6 +40,11 @@ import (
 	"github.com/sandboxer/sandboxer/internal/tools"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
+
+// idleTrimAfter is how long a server goes without tool calls before it
+// trims its memory (internal/memtrim): long enough that an agent's next call
+// rarely pays for mapping pages back.
+const idleTrimAfter = 5 * time.Second
 
 const usage = `usage: sandboxer <command> [flags]
 
@@ -243,10 +249,13 @@ func serve(args []string) error {
 	if mt != nil {
 		blocked.Observe = func(d blocklist.Decision) { mt.BlockDecision(!d.Allowed, d.Rule.Command) }
 	}
+	// An idle server hands back what its calls left behind (heap, binary pages).
+	trim := memtrim.New(idleTrimAfter, nil)
+	defer trim.Close()
 	srv, err := mcpserver.New(tools.Deps{
 		Jobs: jobs, Policy: cfg.Policy, Languages: languages, Runtime: rt, Pool: warm, Workspaces: workspaces,
 		Dependencies: depCaches, Blocklist: blocked, Processes: processInspector(engine),
-	}, cfg.Toolsets, mcpserver.WithAudit(auditLog, lock.ID()), mcpserver.WithMetrics(mt))
+	}, cfg.Toolsets, mcpserver.WithAudit(auditLog, lock.ID()), mcpserver.WithMetrics(mt), mcpserver.WithIdleTrim(trim))
 	if err != nil {
 		return err
 	}
@@ -278,7 +287,7 @@ func serve(args []string) error {
 	}
 	// Start-up hashed the embedded image contexts (tens of MB, once): give
 	// that memory back before serving, so an idle server stays small.
-	debug.FreeOSMemory()
+	memtrim.Trim()
 	var serveErr error
 	if cfg.HTTPAddr != "" {
 		serveErr = srv.ServeHTTP(ctx, cfg.HTTPAddr, mcpserver.HTTPOptions{

@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandboxer/sandboxer/internal/audit"
+	"github.com/sandboxer/sandboxer/internal/memtrim"
 	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/tools"
@@ -30,6 +31,24 @@ func WithAudit(l *audit.Log, serverID string) Option {
 // WithMetrics counts every tool call and times it.
 func WithMetrics(m *metrics.Metrics) Option {
 	return func(s *Server) { s.metrics = m }
+}
+
+// WithIdleTrim tells t of every tool call, so that it trims the server's
+// memory only while no call runs (internal/memtrim).
+func WithIdleTrim(t *memtrim.Trimmer) Option {
+	return func(s *Server) { s.trim = t }
+}
+
+// trimMiddleware marks each tool call busy for the idle trimmer.
+func (s *Server) trimMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if s.trim == nil {
+			return next(ctx, req)
+		}
+		s.trim.Begin()
+		defer s.trim.End()
+		return next(ctx, req)
+	}
 }
 
 // metricsMiddleware is the mcp-go tool middleware behind the tool families.

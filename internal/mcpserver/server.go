@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandboxer/sandboxer/internal/audit"
+	"github.com/sandboxer/sandboxer/internal/memtrim"
 	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/tools"
@@ -112,6 +113,7 @@ type Server struct {
 	wire     *wire
 	audit    *audit.Log
 	metrics  *metrics.Metrics
+	trim     *memtrim.Trimmer
 	serverID string
 	readOnly map[string]bool // tools annotated read-only: not audited
 	tools    map[string]tools.Tool
@@ -139,6 +141,7 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 		server.WithToolHandlerMiddleware(s.auditMiddleware),
 		server.WithToolHandlerMiddleware(s.metricsMiddleware),
 		server.WithToolHandlerMiddleware(s.roleMiddleware),
+		server.WithToolHandlerMiddleware(s.trimMiddleware),
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
 		// No server.WithInputSchemaValidation: each tool checks its arguments

@@ -106,7 +106,14 @@ type wsState struct {
 	lock sync.Mutex // one create/start/stop/delete at a time
 	busy int        // jobs and operations under way here
 	jobs map[*handle]struct{}
+	// touched is when this server last wrote the workspace's last use (under
+	// Manager.mu): a burst of short jobs writes it once a touchEvery.
+	touched time.Time
 }
+
+// touchEvery is how often a workspace's last use is written while jobs come
+// and go; idle stops count in minutes.
+const touchEvery = time.Second
 
 // New makes a manager; Run starts its background loop.
 func New(rt sandbox.WorkspaceRuntime, st *store.Store, pol *policy.Policy, server string, log zerolog.Logger) *Manager {
@@ -353,7 +360,7 @@ func (m *Manager) Acquire(ctx context.Context, name string) (w *store.Workspace,
 		if err := m.st.UpdateWorkspace(ctx, w); err != nil {
 			return nil, nil, err
 		}
-	} else if err := m.st.TouchWorkspace(ctx, name, now); err != nil {
+	} else if err := m.touch(ctx, name, now); err != nil {
 		return nil, nil, err
 	}
 	return w, m.hold(name), nil
@@ -373,9 +380,25 @@ func (m *Manager) hold(name string) (release func()) {
 			m.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			defer cancel()
-			_ = m.st.TouchWorkspace(ctx, name, time.Now())
+			_ = m.touch(ctx, name, time.Now())
 		})
 	}
+}
+
+// touch writes a workspace's last use, unless this server wrote it less
+// than touchEvery ago.
+func (m *Manager) touch(ctx context.Context, name string, now time.Time) error {
+	s := m.ws(name)
+	m.mu.Lock()
+	recent := now.Sub(s.touched) < touchEvery && !now.Before(s.touched)
+	if !recent {
+		s.touched = now
+	}
+	m.mu.Unlock()
+	if recent {
+		return nil
+	}
+	return m.st.TouchWorkspace(ctx, name, now)
 }
 
 // byContainer names the workspace whose container has this id ("" if none).
