@@ -15,65 +15,83 @@ import (
 // through the Go module proxy now) on the host with a warm build cache, in a
 // fresh sandbox through run_command (language go: the image's read-only
 // standard-library seed, nothing else), and in a workspace after a first run
-// (the later runs read the workspace's own build cache on its volume). Each
-// side is the best of two timed runs.
+// (the later runs read the workspace's own build cache on its volume).
+// Host, fresh and workspace runs take turns, round by round, so that a change
+// in the machine's load falls on all three; each is the best of its rounds.
 func goSuites(ctx context.Context, o options) error {
 	s, err := startServer(ctx, o, "gosuites", "")
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	fmt.Printf("\n%-46s %9s %9s %7s  %s\n", "go test suites (-count=1)", "host ms", "ours ms", "ratio", "goal")
+	fmt.Printf("\n%-46s %9s %9s %7s  %s\n", "go test suites (-count=1, best of 3)", "host ms", "ours ms", "ratio", "goal")
 	for i, mod := range []string{"github.com/google/uuid@v1.6.0", "github.com/google/go-cmp@v0.7.0"} {
 		progress("go suites: %s", mod)
-		dir, err := moduleDir(ctx, mod)
-		if err != nil {
+		if err := goSuite(ctx, s, mod, fmt.Sprintf("bench-go-%d-%d", os.Getpid(), i)); err != nil {
 			return err
 		}
-		host, err := hostGoTest(ctx, dir)
-		if err != nil {
-			return err
-		}
-		tarball, err := exec.CommandContext(ctx, "tar", "czf", "-", "-C", dir, ".").Output()
-		if err != nil {
-			return err
-		}
-		unpack := "mkdir -p /tmp/m && cd /tmp/m && base64 -d | tar xzf - && chmod -R u+w . && "
-		stdin := base64.StdEncoding.EncodeToString(tarball)
-		// As on the host, the best of two timed runs: each in a sandbox of
-		// its own. The host's go test uses both cores: the sandbox gets them too.
-		var fresh time.Duration
-		for range 2 {
-			start := time.Now()
-			if err := s.longJob(ctx, map[string]any{"language": "go", "command": unpack + "go test -count=1 ./...", "stdin": stdin, "cpus": 2, "memory_mb": 2048}); err != nil {
-				return err
-			}
-			fresh = best(fresh, time.Since(start))
-		}
-		ws := fmt.Sprintf("bench-go-%d-%d", os.Getpid(), i)
-		if _, err := s.call(ctx, "create_workspace", map[string]any{"name": ws, "language": "go", "cpus": 2, "memory_mb": 2048}); err != nil {
-			return err
-		}
-		wsArgs := func(command string) map[string]any {
-			return map[string]any{"workspace": ws, "command": command, "stdin": stdin}
-		}
-		// The first run fills the workspace's cache; then the best of two.
-		err = s.longJob(ctx, wsArgs("base64 -d | tar xzf - && chmod -R u+w . && go test -count=1 ./..."))
-		var second time.Duration
-		for run := 0; err == nil && run < 2; run++ {
-			start := time.Now()
-			err = s.longJob(ctx, map[string]any{"workspace": ws, "command": "go test -count=1 ./..."})
-			second = best(second, time.Since(start))
-		}
-		_, _ = s.call(ctx, "delete_workspace", map[string]any{"name": ws})
-		if err != nil {
-			return err
-		}
-		name := mod[len("github.com/google/"):]
-		fr, sr := float64(fresh)/float64(host), float64(second)/float64(host)
-		fmt.Printf("%-46s %9.0f %9.0f %7.2f  <= 1.5 %s\n", name+": fresh sandbox", ms(host), ms(fresh), fr, yes(fr <= 1.5))
-		fmt.Printf("%-46s %9.0f %9.0f %7.2f  <= 1.2 %s\n", name+": second run in a workspace", ms(host), ms(second), sr, yes(sr <= 1.2))
 	}
+	return nil
+}
+
+// goSuiteRounds is how many times each of host, fresh and workspace runs.
+const goSuiteRounds = 3
+
+func goSuite(ctx context.Context, s *server, mod, ws string) error {
+	dir, err := moduleDir(ctx, mod)
+	if err != nil {
+		return err
+	}
+	host, err := newHostGoTest(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer host.close()
+	tarball, err := exec.CommandContext(ctx, "tar", "czf", "-", "-C", dir, ".").Output()
+	if err != nil {
+		return err
+	}
+	unpack := "mkdir -p /tmp/m && cd /tmp/m && base64 -d | tar xzf - && chmod -R u+w . && "
+	stdin := base64.StdEncoding.EncodeToString(tarball)
+	// The host's go test uses both cores: the sandboxes get them too.
+	if _, err := s.call(ctx, "create_workspace", map[string]any{"name": ws, "language": "go", "cpus": 2, "memory_mb": 2048}); err != nil {
+		return err
+	}
+	defer s.call(ctx, "delete_workspace", map[string]any{"name": ws})
+	// The first run fills the workspace's cache.
+	if err := s.longJob(ctx, map[string]any{"workspace": ws, "command": "base64 -d | tar xzf - && chmod -R u+w . && go test -count=1 ./...", "stdin": stdin}); err != nil {
+		return err
+	}
+	// A failing suite is run once more, as on the host (see hostGoTest.run).
+	timed := func(args map[string]any) (time.Duration, error) {
+		start := time.Now()
+		err := s.longJob(ctx, args)
+		if err != nil {
+			start = time.Now()
+			err = s.longJob(ctx, args)
+		}
+		return time.Since(start), err
+	}
+	var hostBest, freshBest, wsBest time.Duration
+	for range goSuiteRounds {
+		d, err := host.run(ctx)
+		if err != nil {
+			return err
+		}
+		hostBest = best(hostBest, d)
+		if d, err = timed(map[string]any{"language": "go", "command": unpack + "go test -count=1 ./...", "stdin": stdin, "cpus": 2, "memory_mb": 2048}); err != nil {
+			return err
+		}
+		freshBest = best(freshBest, d)
+		if d, err = timed(map[string]any{"workspace": ws, "command": "go test -count=1 ./..."}); err != nil {
+			return err
+		}
+		wsBest = best(wsBest, d)
+	}
+	name := mod[len("github.com/google/"):]
+	fr, sr := float64(freshBest)/float64(hostBest), float64(wsBest)/float64(hostBest)
+	fmt.Printf("%-46s %9.0f %9.0f %7.2f  <= 1.5 %s\n", name+": fresh sandbox", ms(hostBest), ms(freshBest), fr, yes(fr <= 1.5))
+	fmt.Printf("%-46s %9.0f %9.0f %7.2f  <= 1.2 %s\n", name+": again in a workspace", ms(hostBest), ms(wsBest), sr, yes(sr <= 1.2))
 	return nil
 }
 
@@ -116,31 +134,44 @@ func moduleDir(ctx context.Context, mod string) (string, error) {
 	return info.Dir, nil
 }
 
-// hostGoTest is go test -count=1 on the host with a warm build cache: once to
-// warm it, then the best of two timed runs.
-func hostGoTest(ctx context.Context, src string) (time.Duration, error) {
+// hostGoTest is go test -count=1 in a copy of a module on the host, whose
+// build cache newHostGoTest warms with one untimed run.
+type hostGoTest struct{ dir string }
+
+func newHostGoTest(ctx context.Context, src string) (*hostGoTest, error) {
 	dir, err := os.MkdirTemp("", "sandboxer-bench-gosuite")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	h := &hostGoTest{dir: dir}
 	if out, err := exec.CommandContext(ctx, "sh", "-c", "cp -r "+src+"/. "+dir+" && chmod -R u+w "+dir).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("copy %s: %v: %s", src, err, out)
+		h.close()
+		return nil, fmt.Errorf("copy %s: %v: %s", src, err, out)
 	}
-	var fastest time.Duration
-	for i := 0; i < 3; i++ {
+	if _, err := h.run(ctx); err != nil {
+		h.close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// run times one go test; a failing run is tried once more (uuid's
+// TestVersion6 fails now and then on a busy machine: "time reversed").
+func (h *hostGoTest) run(ctx context.Context) (time.Duration, error) {
+	var err error
+	for range 2 {
 		cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "./...")
-		cmd.Dir = dir
+		cmd.Dir = h.dir
 		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		start := time.Now()
-		if err := cmd.Run(); err != nil {
-			return 0, fmt.Errorf("host go test in %s: %v: %s", src, err, out.String())
+		if err = cmd.Run(); err == nil {
+			return time.Since(start), nil
 		}
-		if i > 0 {
-			fastest = best(fastest, time.Since(start))
-		}
+		err = fmt.Errorf("host go test in %s: %v: %s", h.dir, err, out.String())
 	}
-	return fastest, nil
+	return 0, err
 }
+
+func (h *hostGoTest) close() { os.RemoveAll(h.dir) }
