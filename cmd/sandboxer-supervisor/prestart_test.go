@@ -16,7 +16,7 @@ import (
 // job it is handed and copies its stdin.
 func prestartProgram(m string) proto.Prestart {
 	return proto.Prestart{
-		Argv:     []string{"bash", "-c", `echo "early $$ ${`+proto.PrestartFDEnv+`:-none}"; cat <&3; echo; exec cat`, "prestart-" + m},
+		Argv:     []string{"bash", "-c", `echo "early $$ ${` + proto.PrestartFDEnv + `:-none}"; cat <&3; echo; exec cat`, "prestart-" + m},
 		EarlyEnv: []string{"LC_*", "SANDBOXER_TEST_EARLY"},
 	}
 }
@@ -72,7 +72,7 @@ func TestPrestartTakesAMatchingJob(t *testing.T) {
 
 func TestPrestartRefusesOtherJobs(t *testing.T) {
 	for name, edit := range map[string]func(*proto.Spec){
-		"another command":  func(s *proto.Spec) { s.Argv = []string{"bash", "-c", "echo fresh; cat"} },
+		"another command":   func(s *proto.Spec) { s.Argv = []string{"bash", "-c", "echo fresh; cat"} },
 		"early env differs": func(s *proto.Spec) { s.Env = append(s.Env, "SANDBOXER_TEST_EARLY=1") },
 		"early env pattern": func(s *proto.Spec) { s.Env = append(s.Env, "LC_SANDBOXER_TEST=x") },
 		"stdin closed":      func(s *proto.Spec) { s.Stdin = proto.StdinClosed },
