@@ -14,6 +14,11 @@
 // so its position (offset 0) and sizes are known exactly; ParseCompile reads
 // it back. A program cannot forge it: the block is complete before the program
 // starts, and only offset 0 counts.
+//
+// A language whose image carries its own runner (Language.Main: javascript's
+// script-main.js) skips the driver in a fresh sandbox without a setup step:
+// the runner does the same in the language's runtime, which a warm sandbox
+// can start before the job (sandbox.Prestart).
 package script
 
 import (
