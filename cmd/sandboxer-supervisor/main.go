@@ -83,9 +83,16 @@ func main() {
 			os.Exit(daemonMain())
 		case proto.ConnectCommand:
 			os.Exit(connectMain(os.Stdin, os.Stdout))
+		case proto.PrestartCommand:
+			var pre proto.Prestart
+			if len(os.Args) != 3 || json.Unmarshal([]byte(os.Args[2]), &pre) != nil {
+				logger.Print("usage: sandboxer-supervisor prestart '<JSON Prestart>'")
+				os.Exit(codeBadSpec)
+			}
+			os.Exit(run(os.Stdin, os.Stdout, &pre))
 		}
 	}
-	os.Exit(run(os.Stdin, os.Stdout))
+	os.Exit(run(os.Stdin, os.Stdout, nil))
 }
 
 // frameWriter serialises frames to the server. After the first write error
@@ -162,7 +169,9 @@ func readFrames(r io.Reader, out chan<- frame) {
 	}
 }
 
-func run(stdin io.Reader, stdout io.Writer) int {
+// run serves one job. With pre, a program is started ahead of the job and
+// handed the job if it fits (see proto's Prestart).
+func run(stdin io.Reader, stdout io.Writer, pre *proto.Prestart) int {
 	// With SIGPIPE notified, a write to a vanished reader fails with EPIPE
 	// instead of killing the supervisor (Go's default for fds 1 and 2).
 	// Handled signals are reset to their defaults in the job by execve.
@@ -181,10 +190,21 @@ func run(stdin io.Reader, stdout io.Writer) int {
 		events = append(events, "could not become a child subreaper: orphans of the job may escape")
 	}
 
+	var early *prestarted
+	if pre != nil {
+		var err error
+		if early, err = startPrestart(*pre); err != nil {
+			logger.Printf("no prestarted process: %v", err) // the job starts as usual
+		}
+	}
+
 	frames := make(chan frame, 16)
 	go readFrames(stdin, frames)
 
 	fail := func(code int, msg string) int {
+		if early != nil {
+			early.discard()
+		}
 		logger.Print(msg)
 		out.exit(proto.Exit{ExitCode: code, Error: msg, Events: events})
 		return code
@@ -221,7 +241,7 @@ wait:
 			return fail(codeBadSpec, "kill_mode \"container\" refused: "+why)
 		}
 	}
-	s := &super{spec: spec, out: out, frames: frames, sigs: sigs, received: received, events: events}
+	s := &super{spec: spec, out: out, frames: frames, sigs: sigs, received: received, events: events, early: early}
 	exit := s.run()
 	out.exit(exit)
 	// The container's exit code is the job's, so the engine's record agrees
@@ -247,6 +267,8 @@ type super struct {
 
 	cgroupBase cgroupSnap
 	useCgroup  bool
+
+	early *prestarted // started before the job; taken by start() or discarded
 }
 
 func (s *super) event(format string, args ...any) {

@@ -36,6 +36,21 @@ func (s *super) start() (int, error) {
 			return codeCannotExec, fmt.Errorf("cannot start: working directory %s: %v", truncate(cwd, 200), unwrapPath(err))
 		}
 	}
+	if s.early != nil {
+		early := s.early
+		s.early = nil
+		wd := cwd
+		if wd == "" {
+			wd = early.cwd
+		}
+		why := early.refusal(sp, sp.Env, wd)
+		if why == "" {
+			s.take(early, sp, sp.Env, wd)
+			return 0, nil
+		}
+		logger.Printf("prestarted process not used (%s): starting the job anew", why)
+		early.discard()
+	}
 	path, code, err := lookPath(sp.Argv[0], sp.Env, cwd)
 	if err != nil {
 		return code, err

@@ -82,6 +82,8 @@ type Request struct {
 	TTY *sandbox.TTY
 	// Mounts are engine volumes mounted into the job's sandbox (dependency caches).
 	Mounts []sandbox.Mount
+	// Prestart lets a warm sandbox start the job's program ahead (sandbox.Prestart).
+	Prestart *sandbox.Prestart
 	// Details are kept with the job's record (a session's terminal, a script's source).
 	Details store.Details
 	// ExitReason, when set, names the reason of a non-zero exit the process
@@ -116,6 +118,7 @@ func SandboxSpec(pol *policy.Policy, req Request) sandbox.Spec {
 		TTY:       req.TTY,
 		Workspace: req.Workspace,
 		Mounts:    req.Mounts,
+		Prestart:  req.Prestart,
 	}
 }
 

@@ -65,6 +65,21 @@ type Spec struct {
 	// Mounts are engine volumes mounted into the sandbox (never host paths).
 	// A spec with mounts is never served from the warm pool (see PoolKey).
 	Mounts []Mount
+	// Prestart, when set, lets a warm sandbox of this shape start Cmd's
+	// program before its job comes (see Prestart). A runtime may ignore it.
+	Prestart *Prestart
+}
+
+// Prestart is a program a warm sandbox may start ahead of its job: Argv, a
+// prefix of the job's Cmd, is started with the sandbox's own environment
+// and waits for the job's argv, environment and working directory
+// (internal/supervisor/proto, Prestart). The sandbox hands it the job only
+// when no variable named by EarlyEnv (those the program reads at start-up;
+// a trailing * matches any suffix) differs; otherwise it discards it and
+// starts the job anew.
+type Prestart struct {
+	Argv     []string
+	EarlyEnv []string
 }
 
 // Mount is a named engine volume mounted at Target.
@@ -192,6 +207,10 @@ func (s Spec) PoolKey() string {
 	// Mounts are fixed at creation: no warm sandbox (made without) serves them.
 	for _, m := range s.Mounts {
 		key += fmt.Sprintf("|mount=%s:%s:%s:%t", m.Volume, m.Source, m.Target, m.ReadOnly)
+	}
+	// So is what a warm sandbox starts ahead of its job.
+	if p := s.Prestart; p != nil {
+		key += fmt.Sprintf("|prestart=%q:%q", p.Argv, p.EarlyEnv)
 	}
 	return key
 }

@@ -14,6 +14,11 @@
 // so its position (offset 0) and sizes are known exactly; ParseCompile reads
 // it back. A program cannot forge it: the block is complete before the program
 // starts, and only offset 0 counts.
+//
+// A language whose image carries its own runner (Language.Main: javascript's
+// script-main.js) skips the driver in a fresh sandbox without a setup step:
+// the runner does the same in the language's runtime, which a warm sandbox
+// can start before the job (sandbox.Prestart).
 package script
 
 import (
@@ -44,13 +49,31 @@ type Language struct {
 	File    string // file name of the source in ScriptDir
 	Compile string // shell command run in ScriptDir; "" = interpreted
 	Run     string // shell command that execs the program; "$@" are the args
+	// Main, when set, is a program of the image that does what the driver
+	// does (reads the source from stdin, writes it under ScriptDir, runs it
+	// with the args) in the language's own runtime: a fresh sandbox with no
+	// setup step runs Main + args instead of the driver, and a warm sandbox
+	// may start Main before its job (sandbox.Prestart).
+	Main []string
+	// EarlyEnv names the variables Main's runtime reads when it starts
+	// (sandbox.Prestart.EarlyEnv): a job that sets them runs in a new process.
+	EarlyEnv []string
 }
+
+// NodeMain is the javascript image's runner of a script (images/javascript/script-main.js).
+const NodeMain = "/usr/local/lib/sandboxer/script-main.js"
+
+// nodeEarlyEnv: what node, V8, libuv, OpenSSL, ICU and the C library read
+// when node starts, rather than when a script asks.
+var nodeEarlyEnv = []string{"NODE_*", "UV_*", "LD_*", "GLIBC_TUNABLES", "MALLOC_*", "OPENSSL_*", "SSL_CERT_*",
+	"TZ", "LANG", "LANGUAGE", "LC_*", "ICU_*"}
 
 var languages = map[string]Language{
 	"bash":   {Name: "bash", File: "main.sh", Run: `exec bash "$D/main.sh" "$@"`},
 	"python": {Name: "python", File: "main.py", Run: `exec python3 "$D/main.py" "$@"`},
 	// Node decides CommonJS or ES module from the syntax.
-	"javascript": {Name: "javascript", File: "main.js", Run: `exec node "$D/main.js" "$@"`},
+	"javascript": {Name: "javascript", File: "main.js", Run: `exec node "$D/main.js" "$@"`,
+		Main: []string{"node", NodeMain}, EarlyEnv: nodeEarlyEnv},
 	// esbuild (tsx's transpiler) strips the types; syntax errors are compile
 	// errors; require() still works in the ES module it emits.
 	"typescript": {Name: "typescript", File: "main.ts",

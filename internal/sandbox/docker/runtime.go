@@ -201,6 +201,13 @@ func (r *Runtime) containerConfig(d dialect, spec sandbox.Spec) (*container.Conf
 		// (and keeps the job running).
 		StdinOnce: true,
 	}
+	if spec.Kind == sandbox.KindPool && spec.Prestart != nil {
+		// A warm sandbox starts its job's program ahead (proto.Prestart).
+		pre, err := json.Marshal(proto.Prestart{Argv: spec.Prestart.Argv, EarlyEnv: spec.Prestart.EarlyEnv})
+		if err == nil {
+			cfg.Cmd = []string{supervisorPath, proto.PrestartCommand, string(pre)}
+		}
+	}
 	network := engineNetwork(spec.Network)
 	init := true
 	pids := l.Pids

@@ -299,3 +299,20 @@ func TestPoolKeySeparatesEgress(t *testing.T) {
 		t.Error("a job's own allowlist changes the sandbox's shape")
 	}
 }
+
+// A warm sandbox that starts its job's program ahead serves only jobs that
+// ask for that program (the supervisor still checks each job, and starts
+// any other anew); the rest of a job's command is not part of the shape.
+func TestPoolKeySeparatesPrestart(t *testing.T) {
+	plain, pre, other := spec("node"), spec("node"), spec("node")
+	pre.Prestart = &sandbox.Prestart{Argv: []string{"node", "/runner.js"}, EarlyEnv: []string{"NODE_*"}}
+	other.Prestart = &sandbox.Prestart{Argv: []string{"node", "/other.js"}, EarlyEnv: []string{"NODE_*"}}
+	if plain.PoolKey() == pre.PoolKey() || pre.PoolKey() == other.PoolKey() {
+		t.Error("jobs with another prestart (or none) share a pool key")
+	}
+	again := pre
+	again.Cmd = []string{"node", "/runner.js", "arg"}
+	if again.PoolKey() != pre.PoolKey() {
+		t.Error("a job's arguments change the sandbox's shape")
+	}
+}

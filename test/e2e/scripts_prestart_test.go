@@ -1,0 +1,128 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/config"
+)
+
+// waitPrestarted waits until a warm sandbox of this server waits with a
+// prestarted program (the pool following javascript's use).
+func (s *server) waitPrestarted() {
+	s.t.Helper()
+	cfg := config.Config{StateDir: s.stateDir}
+	inst := cfg.Instance()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := exec.Command("docker", "ps", "--no-trunc", "--filter", "label=dev.sandboxer.instance="+inst,
+			"--filter", "label=dev.sandboxer.kind=pool", "--filter", "status=running", "--format", "{{.Names}} {{.Command}}").Output()
+		if err != nil {
+			s.t.Fatalf("docker ps: %v", err)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, " prestart ") && !strings.HasPrefix(l, "sandboxer-job-") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("no warm javascript sandbox with a prestarted node after 2 minutes:\n%s\nstderr:\n%s", out, tail(s.stderr.String(), 3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A javascript script served by a warm sandbox runs in the node process the
+// sandbox started ahead, and behaves as `node main.js` would.
+func TestScriptJavascriptPrestarted(t *testing.T) {
+	s := startServer(t)
+	// The first javascript script starts cold; the pool then follows its use.
+	if r := s.ok("run_script", map[string]any{"language": "javascript", "code": "console.log('cold')"}); str(r, "stdout") != "cold\n" {
+		t.Fatalf("first script: %v", r)
+	}
+	run := func(args map[string]any) map[string]any {
+		t.Helper()
+		s.waitPrestarted()
+		args["language"] = "javascript"
+		if args["timeout_s"] == nil {
+			args["timeout_s"] = 60
+		}
+		args["wait_s"] = 50
+		return s.ok("run_script", args)
+	}
+
+	t.Run("argv env stdin cwd", func(t *testing.T) {
+		r := run(map[string]any{
+			"code": `const chunks = [];
+process.stdin.on('data', c => chunks.push(c)).on('end', () => console.log(JSON.stringify({
+  argv: process.argv.slice(1), foo: process.env.FOO, internal: Object.keys(process.env).filter(k => k.startsWith('SANDBOXER_')),
+  stdin: Buffer.concat(chunks).toString(), cwd: process.cwd(), main: require.main === module, origin: performance.timeOrigin })));`,
+			"args": []string{"one arg", "two"}, "env": map[string]any{"FOO": "bar baz"}, "stdin": "in put\nline 2\n",
+		})
+		var got struct {
+			Argv     []string
+			Foo      string
+			Internal []string
+			Stdin    string
+			Cwd      string
+			Main     bool
+			Origin   float64
+		}
+		if str(r, "status") != "completed" || json.Unmarshal([]byte(str(r, "stdout")), &got) != nil {
+			t.Fatalf("want completed with a JSON line, got %v", r)
+		}
+		if strings.Join(got.Argv, "|") != "/tmp/sandboxer-script/main.js|one arg|two" || got.Foo != "bar baz" || len(got.Internal) != 0 ||
+			got.Stdin != "in put\nline 2\n" || got.Cwd != "/workspace" || !got.Main {
+			t.Errorf("the script saw %+v", got)
+		}
+		// Its node started before the job was submitted: it was prestarted.
+		j := s.ok("get_job", map[string]any{"job_id": str(r, "job_id")})
+		created, err := time.Parse(time.RFC3339Nano, str(j, "created_at"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if origin := time.UnixMicro(int64(got.Origin * 1000)); !origin.Before(created) {
+			t.Errorf("node started at %v, after the job was submitted (%v): not a prestarted node", origin, created)
+		}
+	})
+
+	t.Run("exit code", func(t *testing.T) {
+		r := run(map[string]any{"code": "console.log('before'); process.exit(3); console.log('after')"})
+		if str(r, "status") != "failed" || num(t, r, "exit_code") != 3 || str(r, "stdout") != "before\n" {
+			t.Errorf("process.exit(3): %v", r)
+		}
+	})
+
+	t.Run("uncaught exception", func(t *testing.T) {
+		r := run(map[string]any{"code": "console.log('x');\nthrow new Error('boom')"})
+		if str(r, "status") != "failed" || num(t, r, "exit_code") != 1 || !strings.Contains(str(r, "stderr"), "Error: boom") ||
+			!strings.Contains(str(r, "stderr"), "/tmp/sandboxer-script/main.js:2") {
+			t.Errorf("throw: %v", r)
+		}
+	})
+
+	t.Run("ES module", func(t *testing.T) {
+		r := run(map[string]any{"code": "import os from 'node:os';\nconst t = await Promise.resolve(typeof os.cpus);\nconsole.log(t, typeof require, import.meta.filename);"})
+		if str(r, "status") != "completed" || str(r, "stdout") != "function undefined /tmp/sandboxer-script/main.js\n" {
+			t.Errorf("ES module: %v", r)
+		}
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		r := run(map[string]any{"code": "console.log('started'); setInterval(() => {}, 1000);", "timeout_s": 2})
+		if str(r, "status") != "timed_out" || str(r, "stdout") != "started\n" {
+			t.Errorf("a script past its timeout: %v", r)
+		}
+	})
+
+	// A job that sets what node reads at start-up runs in a new node.
+	t.Run("early env", func(t *testing.T) {
+		r := run(map[string]any{"code": "console.log(process.env.NODE_OPTIONS, typeof gc)", "env": map[string]any{"NODE_OPTIONS": "--expose-gc"}})
+		if str(r, "status") != "completed" || str(r, "stdout") != "--expose-gc function\n" {
+			t.Errorf("NODE_OPTIONS=--expose-gc: %v", r)
+		}
+	})
+}
