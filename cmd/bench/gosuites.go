@@ -72,13 +72,17 @@ func goSuite(ctx context.Context, s *server, mod, ws string) error {
 		}
 		return time.Since(start), err
 	}
-	var hostBest, freshBest, wsBest time.Duration
+	var hostBest, coldBest, freshBest, wsBest time.Duration
 	for range goSuiteRounds {
 		d, err := host.run(ctx)
 		if err != nil {
 			return err
 		}
 		hostBest = best(hostBest, d)
+		if d, err = host.runCold(ctx); err != nil {
+			return err
+		}
+		coldBest = best(coldBest, d)
 		if d, err = timed(map[string]any{"language": "go", "command": unpack + "go test -count=1 ./...", "stdin": stdin, "cpus": 2, "memory_mb": 2048}); err != nil {
 			return err
 		}
@@ -92,6 +96,9 @@ func goSuite(ctx context.Context, s *server, mod, ws string) error {
 	fr, sr := float64(freshBest)/float64(hostBest), float64(wsBest)/float64(hostBest)
 	fmt.Printf("%-46s %9.0f %9.0f %7.2f  <= 1.5 %s\n", name+": fresh sandbox", ms(hostBest), ms(freshBest), fr, yes(fr <= 1.5))
 	fmt.Printf("%-46s %9.0f %9.0f %7.2f  <= 1.2 %s\n", name+": again in a workspace", ms(hostBest), ms(wsBest), sr, yes(sr <= 1.2))
+	// What a fresh sandbox can reach: the host itself, building the module's
+	// own packages that no fresh sandbox may take from another job.
+	fmt.Printf("%-46s %9.0f %9.0f %7.2f\n", name+": fresh sandbox / host, module not built", ms(coldBest), ms(freshBest), float64(freshBest)/float64(coldBest))
 	return nil
 }
 
@@ -136,21 +143,29 @@ func moduleDir(ctx context.Context, mod string) (string, error) {
 
 // hostGoTest is go test -count=1 in a copy of a module on the host, whose
 // build cache newHostGoTest warms with one untimed run.
-type hostGoTest struct{ dir string }
+type hostGoTest struct{ src, dir string }
 
 func newHostGoTest(ctx context.Context, src string) (*hostGoTest, error) {
-	dir, err := os.MkdirTemp("", "sandboxer-bench-gosuite")
+	h, err := newHostGoTestCopy(ctx, src)
 	if err != nil {
 		return nil, err
-	}
-	h := &hostGoTest{dir: dir}
-	if out, err := exec.CommandContext(ctx, "sh", "-c", "cp -r "+src+"/. "+dir+" && chmod -R u+w "+dir).CombinedOutput(); err != nil {
-		h.close()
-		return nil, fmt.Errorf("copy %s: %v: %s", src, err, out)
 	}
 	if _, err := h.run(ctx); err != nil {
 		h.close()
 		return nil, err
+	}
+	return h, nil
+}
+
+func newHostGoTestCopy(ctx context.Context, src string) (*hostGoTest, error) {
+	dir, err := os.MkdirTemp("", "sandboxer-bench-gosuite")
+	if err != nil {
+		return nil, err
+	}
+	h := &hostGoTest{src: src, dir: dir}
+	if out, err := exec.CommandContext(ctx, "sh", "-c", "cp -r "+src+"/. "+dir+" && chmod -R u+w "+dir).CombinedOutput(); err != nil {
+		h.close()
+		return nil, fmt.Errorf("copy %s: %v: %s", src, err, out)
 	}
 	return h, nil
 }
@@ -175,3 +190,15 @@ func (h *hostGoTest) run(ctx context.Context) (time.Duration, error) {
 }
 
 func (h *hostGoTest) close() { os.RemoveAll(h.dir) }
+
+// runCold times go test in a new copy of the module: its own packages are
+// built anew (a directory of its own is part of their cache keys), the
+// standard library comes from the host's warm cache, as in a fresh sandbox.
+func (h *hostGoTest) runCold(ctx context.Context) (time.Duration, error) {
+	cold, err := newHostGoTestCopy(ctx, h.src)
+	if err != nil {
+		return 0, err
+	}
+	defer cold.close()
+	return cold.run(ctx)
+}
