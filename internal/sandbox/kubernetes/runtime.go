@@ -69,6 +69,8 @@ type Runtime struct {
 
 	removeMu sync.Mutex
 	removing sync.WaitGroup
+
+	onError func(operation string) // WithErrorHook
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -78,6 +80,10 @@ type Option func(*Runtime)
 
 // WithServer labels every pod with the server process's identity.
 func WithServer(id string) Option { return func(r *Runtime) { r.server = id } }
+
+// WithErrorHook tells f of each failed API call, by operation (the error's
+// leading words, e.g. "create pod"), for the metrics.
+func WithErrorHook(f func(operation string)) Option { return func(r *Runtime) { r.onError = f } }
 
 // Config says which cluster and namespace: Kubeconfig "" means KUBECONFIG,
 // else ~/.kube/config; Namespace "" means the kubeconfig context's, else "default".
@@ -147,9 +153,15 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
+// engineErr types a failed API call (connection failures become a
+// sandbox.EngineError) and counts it through the error hook.
 func (r *Runtime) engineErr(err error) error {
 	if err == nil {
 		return nil
+	}
+	if r.onError != nil && !errors.Is(err, context.Canceled) {
+		op, _, _ := strings.Cut(err.Error(), ":")
+		r.onError(op)
 	}
 	var st apierrors.APIStatus
 	if errors.As(err, &st) || errors.Is(err, context.Canceled) {
