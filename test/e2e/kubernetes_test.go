@@ -232,3 +232,65 @@ func TestKubernetesDoctor(t *testing.T) {
 		t.Fatalf("doctor on kubernetes: %v\n%s", err, out)
 	}
 }
+
+// list_processes and kill_process on backend kubernetes: a job's processes
+// with the pod's pids (the supervisor is pid 1, refused), one killed.
+func TestKubernetesProcesses(t *testing.T) {
+	env := kubernetesEnv(t)
+	s := startServer(t, env...)
+	id := str(s.ok("run_command", map[string]any{"command": "sleep 301 & sleep 302 & wait", "background": true, "timeout_s": 120}), "job_id")
+	procs := func() []map[string]any {
+		t.Helper()
+		var out []map[string]any
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			r := s.call("list_processes", map[string]any{"job_id": id})
+			if !r.IsError {
+				out = nil
+				for _, p := range structured(t, r)["jobs"].([]any)[0].(map[string]any)["processes"].([]any) {
+					out = append(out, p.(map[string]any))
+				}
+				if strings.Contains(mustJSON(out), `"command":"sleep 302"`) {
+					return out
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("job %s: no sleep process listed: %v", id, out)
+		return nil
+	}
+	ps := procs()
+	target := 0
+	for _, p := range ps {
+		if str(p, "command") == "sleep 301" {
+			target = int(p["pid"].(float64))
+		}
+		if p["pid"].(float64) == 1 && str(p, "role") != "supervisor" {
+			t.Errorf("pid 1 in the pod: %v", p)
+		}
+		if p["user"] == "root" {
+			t.Errorf("a process runs as root: %v", p)
+		}
+	}
+	if target == 0 {
+		t.Fatalf("no sleep 301 in %v", ps)
+	}
+	if msg := s.toolErr("kill_process", map[string]any{"job_id": id, "pid": 1}); !strings.Contains(msg, "supervisor") {
+		t.Errorf("pid 1: %q", msg)
+	}
+	s.ok("kill_process", map[string]any{"job_id": id, "pid": target, "signal": "KILL"})
+	deadline := time.Now().Add(20 * time.Second)
+	for strings.Contains(mustJSON(procs()), `"command":"sleep 301"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sleep 301 (pid %d) still listed after kill_process", target)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if all := s.ok("list_processes", map[string]any{}); len(all["jobs"].([]any)) != 1 {
+		t.Errorf("list_processes of all jobs: %v", all)
+	}
+	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL", "grace_s": 0})
+	s.waitNoPods(false, 30*time.Second)
+	s.stop()
+	s.waitNoPods(true, 30*time.Second)
+}

@@ -265,3 +265,37 @@ func (h *handle) rereadLog(ctx context.Context) {
 	}
 	h.c.Parse(rc)
 }
+
+// helloPolls bounds the wait for a started supervisor's Hello to reach the
+// container's log (20 ms apart).
+const helloPolls = 100
+
+// checkHello reads the supervisor's Hello, the first frame it writes, back
+// from the container's log and refuses another protocol version. The attach
+// joins after the supervisor wrote it (pods/attach does not replay), so the
+// log is the only place it can be read. A log still without a whole frame
+// after the bounded wait is not an error here: a supervisor that says
+// nothing fails at its job frame instead.
+func (r *Runtime) checkHello(ctx context.Context, name string) error {
+	limit := int64(4 << 10)
+	for i := 0; i < helloPolls; i++ {
+		rc, err := r.cs.CoreV1().Pods(r.namespace).GetLogs(name, &corev1.PodLogOptions{Container: containerName, LimitBytes: &limit}).Stream(ctx)
+		if err != nil {
+			return r.engineErr(fmt.Errorf("read the log of pod %s: %w", name, err))
+		}
+		typ, p, err := proto.NewReader(rc).Next()
+		rc.Close()
+		if err == nil {
+			if typ != proto.TypeHello {
+				return fmt.Errorf("the sandbox supervisor in pod %s began with a %s frame, not Hello: rebuild the images (make images)", name, proto.TypeName(typ))
+			}
+			return superstream.CheckHello(p)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}

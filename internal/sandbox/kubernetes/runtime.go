@@ -326,6 +326,9 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err := r.waitRunning(ctx, pod, spec.Image); err != nil {
 		return fail(err)
 	}
+	if err := r.checkHello(ctx, name); err != nil {
+		return fail(err)
+	}
 	h := newHandle(r, name)
 	if err := h.attach(); err != nil {
 		return fail(err)

@@ -33,6 +33,10 @@ func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm,
 		r.removeQuietly(pod.Name)
 		return nil, err
 	}
+	if err := r.checkHello(ctx, pod.Name); err != nil {
+		r.removeQuietly(pod.Name)
+		return nil, err
+	}
 	h := newHandle(r, pod.Name)
 	if err := h.attach(); err != nil {
 		r.removeQuietly(pod.Name)
