@@ -38,6 +38,8 @@ const (
 	tmpPath        = "/tmp"
 	homePath       = "/home/sandbox"
 	homeSize       = 64 << 20
+	// podPrefix begins every pod's name (generateName).
+	podPrefix = "sandboxer-"
 	// containerName is the pod's only container.
 	containerName = "job"
 	// sandboxUID is the images' non-root user.
@@ -160,8 +162,7 @@ func (r *Runtime) engineErr(err error) error {
 		return nil
 	}
 	if r.onError != nil && !errors.Is(err, context.Canceled) {
-		op, _, _ := strings.Cut(err.Error(), ":")
-		r.onError(op)
+		r.onError(operation(err))
 	}
 	var st apierrors.APIStatus
 	if errors.As(err, &st) || errors.Is(err, context.Canceled) {
@@ -253,7 +254,7 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: "sandboxer-",
+			GenerateName: podPrefix,
 			Labels: map[string]string{
 				sandbox.LabelManaged:  "true",
 				sandbox.LabelInstance: labelValue(r.instance),
@@ -508,4 +509,18 @@ func (r *Runtime) exitOf(ctx context.Context, id string) (sandbox.ExitStatus, bo
 		}
 	}
 	return sandbox.ExitStatus{}, false
+}
+
+// operation is a failed call's leading words without the pod's name ("exec
+// in pod", "create pod"): a metrics label takes a bounded set of values.
+func operation(err error) string {
+	op, _, _ := strings.Cut(err.Error(), ":")
+	words := strings.Fields(op)
+	kept := words[:0]
+	for _, w := range words {
+		if !strings.HasPrefix(w, podPrefix) {
+			kept = append(kept, w)
+		}
+	}
+	return strings.Join(kept, " ")
 }
