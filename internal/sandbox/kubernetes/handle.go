@@ -33,6 +33,11 @@ type handle struct {
 	cancel     context.CancelFunc
 	followsLog bool // output read back from the container's log (adopted)
 	attachErr  error
+	// ws is set when the job is a channel of a workspace daemon's stream
+	// (kill mode "tree"); key names it there, ch is its side of the stream.
+	ws  *superstream.Daemon
+	key string
+	ch  *superstream.Channel
 
 	done      chan struct{}
 	destroyed chan struct{}
@@ -49,7 +54,15 @@ func newHandle(rt *Runtime, name string) *handle {
 	}
 }
 
-func (h *handle) ContainerID() string        { return h.name }
+// ContainerID is the pod's name; a workspace job's adds its key, by which a
+// later server re-attaches it.
+func (h *handle) ContainerID() string {
+	if h.ws != nil {
+		return h.name + "/" + h.key
+	}
+	return h.name
+}
+
 func (h *handle) Done() <-chan struct{}      { return h.done }
 func (h *handle) Status() sandbox.ExitStatus { <-h.done; return h.status }
 
@@ -103,6 +116,10 @@ func (h *handle) followLog(ctx context.Context) error {
 func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output) error {
 	ps := sandbox.SupervisorSpec(spec, defaultWorkDir)
 	ps.KillMode = proto.KillContainer
+	if h.ws != nil {
+		// A workspace's pod is shared: a kill or timeout takes the job's tree only.
+		ps.KillMode = proto.KillTree
+	}
 	// No per-pod ulimits in a pod spec: the supervisor lowers them for the job.
 	ps.Rlimits = sandbox.JobRlimits(spec.Limits)
 	ps.Rlimits["core"] = 0
@@ -137,7 +154,7 @@ func (h *handle) CloseStdin() error { return h.c.CloseStdin(cleanupTimeout) }
 // Signal goes through the supervisor; with no stream to it (adopted, or
 // ended) there is nothing the API could deliver a signal with.
 func (h *handle) Signal(ctx context.Context, signal string) error {
-	if h.stdin == nil || h.ended() {
+	if h.c.W == nil || h.ended() {
 		return nil
 	}
 	if err := h.writeFrame(ctx, proto.TypeSignal, []byte(signal)); err != nil && !h.ended() {
@@ -151,8 +168,19 @@ func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
 }
 
 // Destroy deletes the pod, which kills everything in it.
+// A workspace job is killed by its supervisor (Kill frame: its process
+// tree); the workspace's pod stays.
 func (h *handle) Destroy(ctx context.Context) error {
 	h.destroyMu.Do(func() { close(h.destroyed) })
+	if h.ws != nil {
+		if h.ended() {
+			return nil
+		}
+		if err := h.writeFrame(ctx, proto.TypeKill, nil); err != nil && !h.ended() {
+			return fmt.Errorf("kill the job in workspace pod %s: %w", h.name, err)
+		}
+		return nil
+	}
 	return h.rt.Remove(ctx, h.name)
 }
 
@@ -166,6 +194,9 @@ func (h *handle) wasDestroyed() bool {
 }
 
 func (h *handle) closeInput() {
+	if h.ch != nil {
+		h.ch.Close()
+	}
 	if h.stdin != nil {
 		h.stdin.Close()
 	}
@@ -189,6 +220,17 @@ func (h *handle) waitForEnd() {
 	defer cancel()
 	if h.c.Exit() == nil && h.followsLog {
 		h.rereadLog(ctx)
+	}
+	if h.ws != nil {
+		// A job in a workspace: the pod is the workspace's, never removed here.
+		if e := h.c.Exit(); e != nil {
+			h.status = superstream.ExitStatus(e)
+		} else {
+			h.status = h.rt.daemons.Verdict(ctx, h.name, h.ws)
+		}
+		h.closeInput()
+		close(h.done)
+		return
 	}
 	if e := h.c.Exit(); e != nil {
 		h.status = superstream.ExitStatus(e)

@@ -58,6 +58,7 @@ func (r *Runtime) KillProcess(ctx context.Context, containerID string, pid int, 
 // non-zero exit is an error, with stderr returned as the output.
 func (r *Runtime) execOutput(ctx context.Context, pod string, argv []string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, execTimeout)
+	pod, _, _ = strings.Cut(pod, "/") // a workspace job's: its pod's
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	code, err := r.exec(ctx, pod, argv, nil, &sandbox.LimitWriter{W: &stdout, N: maxExecOutput}, &sandbox.LimitWriter{W: &stderr, N: 64 << 10})

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
 )
 
 const (
@@ -73,6 +74,9 @@ type Runtime struct {
 	removing sync.WaitGroup
 
 	onError func(operation string) // WithErrorHook
+
+	// daemons are the streams to workspace pods' daemons (workspace.go).
+	daemons *superstream.Daemons
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -125,6 +129,7 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 	for _, o := range opts {
 		o(r)
 	}
+	r.daemons = &superstream.Daemons{Dial: r.dialDaemon, Running: r.WorkspaceRunning, EngineErr: r.engineErr}
 	return r, nil
 }
 
@@ -146,6 +151,7 @@ func (r *Runtime) Namespace() string { return r.namespace }
 
 // Close waits (bounded) for pod removals under way.
 func (r *Runtime) Close() error {
+	r.daemons.Close() // the daemons keep the jobs for the next server
 	done := make(chan struct{})
 	go func() { r.removing.Wait(); close(done) }()
 	select {
@@ -412,6 +418,9 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string
 // frames are read back from the container's log from the start, skipping
 // job output already captured, until the end.
 func (r *Runtime) Adopt(ctx context.Context, id string, skipStdout, skipStderr int64, out sandbox.Output) (sandbox.Handle, error) {
+	if pod, key, ok := strings.Cut(id, "/"); ok {
+		return r.adoptDaemonJob(ctx, pod, key, skipStdout, skipStderr, out)
+	}
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {

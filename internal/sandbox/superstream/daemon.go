@@ -491,3 +491,43 @@ func (ds *Daemons) Verdict(ctx context.Context, id string, c *Daemon) sandbox.Ex
 	}
 	return sandbox.ExitStatus{ExitCode: -1, Err: errors.New(msg)}
 }
+
+// PipeConn makes a pipe into a streaming call's input (pods/exec) a Stream
+// Conn: a write still blocked at its deadline closes the pipe, which ends
+// the stream as a broken connection would.
+func PipeConn(w *io.PipeWriter) interface {
+	DeadlineWriter
+	io.Closer
+} {
+	return &pipeConn{w: w}
+}
+
+type pipeConn struct {
+	w        *io.PipeWriter
+	mu       sync.Mutex
+	deadline time.Time
+}
+
+func (p *pipeConn) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	d := p.deadline
+	p.mu.Unlock()
+	if !d.IsZero() {
+		wait := time.Until(d)
+		if wait <= 0 {
+			return 0, os.ErrDeadlineExceeded
+		}
+		t := time.AfterFunc(wait, func() { p.w.CloseWithError(os.ErrDeadlineExceeded) })
+		defer t.Stop()
+	}
+	return p.w.Write(b)
+}
+
+func (p *pipeConn) SetWriteDeadline(t time.Time) error {
+	p.mu.Lock()
+	p.deadline = t
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *pipeConn) Close() error { return p.w.Close() }
