@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sclient "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
@@ -36,6 +40,12 @@ pool:
 // environment of a server on the cluster.
 func kubernetesEnv(t *testing.T) []string {
 	t.Helper()
+	return kubernetesEnvWith(t, "")
+}
+
+// kubernetesEnvWith is kubernetesEnv with more policy (YAML appended).
+func kubernetesEnvWith(t *testing.T, extra string) []string {
+	t.Helper()
 	if os.Getenv("SANDBOXER_TEST_K8S") != "1" {
 		t.Skip("skipping: Kubernetes tests run under `make test-k8s` (SANDBOXER_TEST_K8S=1, KUBECONFIG naming the cluster)")
 	}
@@ -43,7 +53,7 @@ func kubernetesEnv(t *testing.T) []string {
 	if kc == "" {
 		t.Fatal("SANDBOXER_TEST_K8S=1 needs KUBECONFIG (make test-k8s sets it)")
 	}
-	return []string{policyEnv(t, fmt.Sprintf(kubernetesPolicy, kc))}
+	return []string{policyEnv(t, fmt.Sprintf(kubernetesPolicy, kc)+extra)}
 }
 
 // pods lists this server instance's pods on the cluster; warm ones too when all.
@@ -196,12 +206,6 @@ func TestKubernetesCore(t *testing.T) {
 
 	// What the kubernetes runtime lacks is refused, naming the backend.
 	const want = "need backend: docker; this server runs backend: kubernetes"
-	if msg := s.toolErr("create_workspace", map[string]any{"name": "k8s-ws"}); !strings.Contains(msg, "workspaces "+want) {
-		t.Errorf("create_workspace on kubernetes: %q", msg)
-	}
-	if msg := s.toolErr("run_command", map[string]any{"command": "true", "workspace": "k8s-ws"}); !strings.Contains(msg, "workspaces "+want) {
-		t.Errorf("run_command in a workspace on kubernetes: %q", msg)
-	}
 	if msg := s.toolErr("list_dependency_caches", map[string]any{}); !strings.Contains(msg, "dependency caches "+want) {
 		t.Errorf("list_dependency_caches on kubernetes: %q", msg)
 	}
@@ -290,6 +294,128 @@ func TestKubernetesProcesses(t *testing.T) {
 		t.Errorf("list_processes of all jobs: %v", all)
 	}
 	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL", "grace_s": 0})
+	s.waitNoPods(false, 30*time.Second)
+	s.stop()
+	s.waitNoPods(true, 30*time.Second)
+}
+
+// claims lists the persistent volume claims of the server's namespace
+// (the tests' service account may read them).
+func kubernetesClaims(t *testing.T) []string {
+	t.Helper()
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := k8sclient.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := cs.CoreV1().PersistentVolumeClaims("sandboxer").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range l.Items {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// Workspaces on backend kubernetes: a claim and a pod; files written and
+// read, jobs in it, a job surviving a server crash, processes, an idle stop
+// (pod deleted, files kept) and a start, installs refused; nothing left
+// after delete_workspace.
+func TestKubernetesWorkspace(t *testing.T) {
+	env := kubernetesEnvWith(t, "workspaces:\n  idle_stop_s: 4\n")
+	s := startServer(t, env...)
+	name := "k8s-ws"
+	before := len(kubernetesClaims(t))
+	r := s.ok("create_workspace", map[string]any{"name": name})
+	if str(r["workspace"].(map[string]any), "state") != "running" {
+		t.Fatalf("create_workspace: %v", r)
+	}
+	deleted := false
+	t.Cleanup(func() {
+		if !deleted && !t.Failed() {
+			s.call("delete_workspace", map[string]any{"name": name})
+		}
+	})
+	if n := len(kubernetesClaims(t)); n != before+1 {
+		t.Fatalf("%d claims after create_workspace, want %d", n, before+1)
+	}
+
+	s.ok("write_file", map[string]any{"workspace": name, "path": "src/note.txt", "content": "hello k8s\n"})
+	if rd := s.ok("read_file", map[string]any{"workspace": name, "path": "src/note.txt"}); str(rd, "content") != "hello k8s\n" {
+		t.Fatalf("read_file: %v", rd)
+	}
+	if l := s.ok("list_files", map[string]any{"workspace": name, "path": "src"}); !strings.Contains(mustJSON(l), "note.txt") {
+		t.Fatalf("list_files: %v", l)
+	}
+	if out := s.wsOut(name, "cat src/note.txt; pwd; id -u; grep CapEff /proc/self/status"); out != "hello k8s\n/workspace\n1000\nCapEff:\t0000000000000000\n" {
+		t.Fatalf("a job in the workspace: %q", out)
+	}
+
+	// Processes of a workspace job: the pod's, the daemon at pid 1.
+	sleeper := str(s.wsRun(name, "sleep 1001", "background", true), "job_id")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(mustJSON(s.ok("list_processes", map[string]any{"job_id": sleeper})), `"command":"sleep 1001"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sleep 1001 in the workspace's processes")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if k := s.ok("kill_job", map[string]any{"job_id": sleeper}); str(k, "status") != "killed" {
+		t.Fatalf("kill_job in the workspace: %v", k)
+	}
+
+	// A job outlives a SIGKILLed server: the next re-attaches it.
+	id := str(s.wsRun(name, "for i in $(seq 1 6); do echo line$i; sleep 0.5; done; exit 7", "background", true), "job_id")
+	if rd := s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "line2", "wait_s": 30}); rd["matched"] != true {
+		t.Fatalf("line2 never came before the crash: %v", rd)
+	}
+	s.kill9()
+	s = startServerIn(t, s.stateDir, env...)
+	if g := s.ok("get_job", map[string]any{"job_id": id, "wait_s": 50}); str(g, "status") != "failed" || exitCode(t, g) != 7 {
+		t.Fatalf("after the restart: %v", g)
+	}
+	if out, _ := s.readAll(id); out != "line1\nline2\nline3\nline4\nline5\nline6\n" {
+		t.Fatalf("output across the restart: %q", out)
+	}
+
+	// Installs need a network the pods have none of.
+	if msg := s.toolErr("install_packages", map[string]any{"workspace": name, "packages": []string{"jq"}, "manager": "apt"}); !strings.Contains(msg, "backend kubernetes have none") {
+		t.Errorf("install_packages on kubernetes: %q", msg)
+	}
+
+	// Idle: the pod is deleted, the claim kept; the next job starts it again.
+	deadline = time.Now().Add(60 * time.Second)
+	for str(s.ok("list_workspaces", nil)["workspaces"].([]any)[0].(map[string]any), "state") != "stopped" {
+		if time.Now().After(deadline) {
+			t.Fatal("workspace not stopped after idling")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, p := range s.pods(true) {
+		if p.Kind == "workspace" {
+			t.Fatalf("the idle workspace's pod is still there: %+v", p)
+		}
+	}
+	if out := s.wsOut(name, "cat src/note.txt"); out != "hello k8s\n" {
+		t.Fatalf("after an idle stop: %q", out)
+	}
+
+	s.ok("delete_workspace", map[string]any{"name": name})
+	deleted = true
+	deadline = time.Now().Add(30 * time.Second)
+	for len(kubernetesClaims(t)) != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("claims left after delete_workspace: %v", kubernetesClaims(t))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	s.waitNoPods(false, 30*time.Second)
 	s.stop()
 	s.waitNoPods(true, 30*time.Second)
