@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -333,7 +335,7 @@ func TestKubernetesWorkspace(t *testing.T) {
 	s := startServer(t, env...)
 	name := "k8s-ws"
 	before := len(kubernetesClaims(t))
-	r := s.ok("create_workspace", map[string]any{"name": name})
+	r := s.ok("create_workspace", map[string]any{"name": name, "language": "python"})
 	if str(r["workspace"].(map[string]any), "state") != "running" {
 		t.Fatalf("create_workspace: %v", r)
 	}
@@ -356,6 +358,31 @@ func TestKubernetesWorkspace(t *testing.T) {
 	}
 	if out := s.wsOut(name, "cat src/note.txt; pwd; id -u; grep CapEff /proc/self/status"); out != "hello k8s\n/workspace\n1000\nCapEff:\t0000000000000000\n" {
 		t.Fatalf("a job in the workspace: %q", out)
+	}
+
+	// What changed since creation, read through pods/exec of the supervisor.
+	if ch := s.ok("workspace_changes", map[string]any{"workspace": name}); !strings.Contains(str(ch, "diff"), "+hello k8s") {
+		t.Fatalf("workspace_changes: %v", ch)
+	}
+
+	// A port of the workspace on a loopback URL, relayed over pods/exec.
+	s.ok("run_command", map[string]any{"workspace": name, "background": true,
+		"command": "cd src && exec python3 -m http.server 8000 --bind 127.0.0.1"})
+	var port map[string]any
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		port = s.ok("expose_port", map[string]any{"workspace": name, "port": 8000})
+		if port["listening"] == true || time.Now().After(deadline) {
+			break
+		}
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(str(port, "url") + "note.txt")
+	if err != nil {
+		t.Fatalf("GET through the relay (%v): %v", port, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "hello k8s\n" {
+		t.Fatalf("GET through the relay: %s %q", resp.Status, body)
 	}
 
 	// Processes of a workspace job: the pod's, the daemon at pid 1.
