@@ -65,6 +65,24 @@ func TestWorkspace(t *testing.T) {
 		t.Fatalf("job: %+v stdout %q stderr %q", st, out.Stdout(), out.Stderr())
 	}
 
+	// pods/exec runs the stream's connect as uid 1000, like the jobs: one
+	// can kill it. The runtime then makes a new stream and re-attaches the
+	// jobs past what they printed: nothing is lost.
+	long := sandboxtest.Spec(images.Tag("base"), `for i in 1 2 3 4 5 6; do echo n$i; sleep 0.3; done`)
+	outLong := &sandbox.Buffer{Max: 1 << 16}
+	hl, err := rt.StartIn(ctx, refs.ContainerID, long, outLong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200 && outLong.Stdout() == ""; i++ {
+		run("sleep 0.05")
+	}
+	run(`pkill -KILL -f 'sandboxer-supervisor [c]onnect'`)
+	waitEnd(t, hl)
+	if st := hl.Status(); st.ExitCode != 0 || outLong.Stdout() != "n1\nn2\nn3\nn4\nn5\nn6\n" {
+		t.Fatalf("a job whose stream was killed: %+v stdout %q", st, outLong.Stdout())
+	}
+
 	// Tar copies both ways.
 	var archive bytes.Buffer
 	tw := tar.NewWriter(&archive)
