@@ -131,7 +131,9 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 		r.removeQuietly(id)
 		return err
 	}
-	return r.checkHello(ctx, id)
+	// The daemon's protocol is checked on its stream (its Hello is the
+	// first frame of every connect), not in the log.
+	return nil
 }
 
 // workspacePod is a job pod's hardening (podFor) with the daemon as its
