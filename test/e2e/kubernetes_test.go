@@ -360,6 +360,16 @@ func TestKubernetesWorkspace(t *testing.T) {
 		t.Fatalf("a job in the workspace: %q", out)
 	}
 
+	// A script and a terminal session in the workspace.
+	if sc := s.ok("run_script", map[string]any{"language": "python", "workspace": name, "code": "print(open('src/note.txt').read().upper(), end='')"}); str(sc, "stdout") != "HELLO K8S\n" {
+		t.Fatalf("run_script in the workspace: %v", sc)
+	}
+	sess := str(s.startSession(map[string]any{"command": "bash", "workspace": name, "until": `\$ $`}), "job_id")
+	if out, _ := s.typeLine(sess, "echo n=$(wc -l < src/note.txt)", "until", `n=1`); !strings.Contains(out, "n=1") {
+		t.Fatalf("a session in the workspace: %q", out)
+	}
+	s.ok("kill_job", map[string]any{"job_id": sess, "signal": "KILL", "grace_s": 0})
+
 	// What changed since creation, read through pods/exec of the supervisor.
 	if ch := s.ok("workspace_changes", map[string]any{"workspace": name}); !strings.Contains(str(ch, "diff"), "+hello k8s") {
 		t.Fatalf("workspace_changes: %v", ch)
