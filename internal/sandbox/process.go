@@ -80,3 +80,57 @@ func KillCommand(pid int, signal string) ([]string, error) {
 	}
 	return []string{"kill", "-s", signal, strconv.Itoa(pid)}, nil
 }
+
+// ExecRun runs argv in a sandbox (its engine's exec, as the sandbox's own
+// user) and returns what it printed (each stream capped) and its exit code;
+// err is the engine's failure, not the command's.
+type ExecRun func(ctx context.Context, containerID string, argv []string) (stdout, stderr string, code int, err error)
+
+// MaxPsOutput caps what one process listing reads.
+const MaxPsOutput = 4 << 20
+
+// ExecProcesses is a ProcessInspector made of an engine's exec: ps and kill
+// run inside the sandbox, so they reach only its processes.
+type ExecProcesses ExecRun
+
+// Processes runs PsCommand in the sandbox and parses what it prints.
+func (run ExecProcesses) Processes(ctx context.Context, containerID string) ([]Process, error) {
+	out, err := run.output(ctx, containerID, PsCommand)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePs(out), nil
+}
+
+// KillProcess runs KillCommand in the sandbox.
+func (run ExecProcesses) KillProcess(ctx context.Context, containerID string, pid int, signal string) error {
+	argv, err := KillCommand(pid, signal)
+	if err != nil {
+		return err
+	}
+	out, err := run.output(ctx, containerID, argv)
+	if err != nil {
+		if strings.Contains(out+err.Error(), "No such process") {
+			return ErrNoSuchProcess
+		}
+		return err
+	}
+	return nil
+}
+
+// output returns argv's stdout; a non-zero exit is an error, with stderr
+// returned as the output.
+func (run ExecProcesses) output(ctx context.Context, containerID string, argv []string) (string, error) {
+	stdout, stderr, code, err := run(ctx, containerID, argv)
+	if err != nil {
+		return "", err
+	}
+	if code != 0 {
+		msg := strings.TrimSpace(stderr)
+		if strings.Contains(msg, "executable file not found") || code == 126 || code == 127 {
+			return stderr, fmt.Errorf("%s is not available in this sandbox's image (%s)", argv[0], msg)
+		}
+		return stderr, fmt.Errorf("%s exited %d: %s", argv[0], code, msg)
+	}
+	return stdout, nil
+}

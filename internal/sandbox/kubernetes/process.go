@@ -20,59 +20,30 @@ import (
 
 var _ sandbox.ProcessInspector = (*Runtime)(nil)
 
-const (
-	// maxExecOutput caps what one listing reads.
-	maxExecOutput = 4 << 20
-	// execTimeout bounds a process listing or a kill.
-	execTimeout = 15 * time.Second
-)
+// execTimeout bounds a process listing or a kill.
+const execTimeout = 15 * time.Second
 
 // Processes runs ps inside the job's pod (pods/exec, as the container's own
 // user, uid 1000) and parses what it prints; the exec's own ps is left out.
 func (r *Runtime) Processes(ctx context.Context, containerID string) ([]sandbox.Process, error) {
-	out, err := r.execOutput(ctx, containerID, sandbox.PsCommand)
-	if err != nil {
-		return nil, err
-	}
-	return sandbox.ParsePs(out), nil
+	return sandbox.ExecProcesses(r.execRun).Processes(ctx, containerID)
 }
 
 // KillProcess runs kill inside the job's pod: it reaches only that pod's
 // container's processes (its own pid namespace), with the job user's rights.
 func (r *Runtime) KillProcess(ctx context.Context, containerID string, pid int, signal string) error {
-	argv, err := sandbox.KillCommand(pid, signal)
-	if err != nil {
-		return err
-	}
-	out, err := r.execOutput(ctx, containerID, argv)
-	if err != nil {
-		if strings.Contains(out+err.Error(), "No such process") {
-			return sandbox.ErrNoSuchProcess
-		}
-		return err
-	}
-	return nil
+	return sandbox.ExecProcesses(r.execRun).KillProcess(ctx, containerID, pid, signal)
 }
 
-// execOutput runs argv in the pod's container and returns its stdout; a
-// non-zero exit is an error, with stderr returned as the output.
-func (r *Runtime) execOutput(ctx context.Context, pod string, argv []string) (string, error) {
+// execRun runs argv in the pod's container (a sandbox.ExecRun); a
+// workspace job's ContainerID names its pod.
+func (r *Runtime) execRun(ctx context.Context, pod string, argv []string) (string, string, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, execTimeout)
-	pod, _, _ = strings.Cut(pod, "/") // a workspace job's: its pod's
 	defer cancel()
+	pod, _, _ = strings.Cut(pod, "/")
 	var stdout, stderr bytes.Buffer
-	code, err := r.exec(ctx, pod, argv, nil, &sandbox.LimitWriter{W: &stdout, N: maxExecOutput}, &sandbox.LimitWriter{W: &stderr, N: 64 << 10})
-	if err != nil {
-		return "", err
-	}
-	if code != 0 {
-		msg := strings.TrimSpace(stderr.String())
-		if code == 126 || code == 127 || strings.Contains(msg, "executable file not found") {
-			return stderr.String(), fmt.Errorf("%s is not available in this sandbox's image (%s)", argv[0], msg)
-		}
-		return stderr.String(), fmt.Errorf("%s exited %d: %s", argv[0], code, msg)
-	}
-	return stdout.String(), nil
+	code, err := r.exec(ctx, pod, argv, nil, &sandbox.LimitWriter{W: &stdout, N: sandbox.MaxPsOutput}, &sandbox.LimitWriter{W: &stderr, N: 64 << 10})
+	return stdout.String(), stderr.String(), code, err
 }
 
 // exec runs argv in the pod's container through pods/exec until it ends (or
