@@ -282,7 +282,13 @@ func (r *Runtime) dialDaemon(ctx context.Context, id string, diag io.Writer) (su
 		inW.Close()
 		outW.CloseWithError(err)
 	}()
-	return superstream.Stream{Conn: superstream.PipeConn(inW), R: outR, CloseR: func() { outR.Close(); cancel() }}, nil
+	// Closing ends the exec and drains what it still copies (a closed pipe
+	// would have client-go log the failed copy).
+	closeR := func() {
+		cancel()
+		go func() { _, _ = io.Copy(io.Discard, outR) }()
+	}
+	return superstream.Stream{Conn: superstream.PipeConn(inW), R: outR, CloseR: closeR}, nil
 }
 
 // StartIn runs spec as a job on a new channel of the workspace's stream.
@@ -369,6 +375,7 @@ func (r *Runtime) CopyFrom(ctx context.Context, id, p string) (io.ReadCloser, er
 		dir = "."
 	}
 	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		var errb strings.Builder
 		code, err := r.exec(ctx, id, []string{"tar", "-c", "-f", "-", "-C", dir, base}, nil, pw, &sandbox.LimitWriter{W: &errb, N: 4 << 10})
@@ -377,7 +384,20 @@ func (r *Runtime) CopyFrom(ctx context.Context, id, p string) (io.ReadCloser, er
 		}
 		pw.CloseWithError(err)
 	}()
-	return pr, nil
+	return &copyReader{PipeReader: pr, cancel: cancel}, nil
+}
+
+// copyReader is CopyFrom's archive: closing it ends the exec and drains
+// what is still on its way (a tar reader stops before tar's padding).
+type copyReader struct {
+	*io.PipeReader
+	cancel context.CancelFunc
+}
+
+func (c *copyReader) Close() error {
+	c.cancel()
+	go func() { _, _ = io.Copy(io.Discard, c.PipeReader) }()
+	return nil
 }
 
 // CopyTo extracts a tar archive into a directory of a running workspace
