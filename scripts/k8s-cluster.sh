@@ -34,7 +34,9 @@ PAUSE_IMAGE=registry.k8s.io/pause:3.10
 LINK=sbxk8s0 LINK_PEER=sbxk8s1 # the pods' dead-end link (see write_configs)
 POD_SUBNET=198.18.0.0/24
 SOCK=$DIR/containerd.sock
-COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet pv-provisioner)
+# Workspaces' PersistentVolumeClaims: the default StorageClass, served by pv_provisioner below.
+STORAGE_CLASS=sandboxer-hostpath PV_PROVISIONER=sandboxer.dev/hostpath
 # The kernel settings the kubelet sets (protectKernelDefaults: false); `down` puts them back.
 SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
@@ -428,9 +430,64 @@ up() {
   wait_for kubelet 90 kc wait --for=condition=Ready "node/$NODE" --timeout=1s
   wait_for kube-controller-manager 60 kc get serviceaccount default -n default
 
+  storage_class
+  start pv-provisioner bash "$ROOT/scripts/k8s-cluster.sh" pv-provisioner
   import_sandbox_images
   sa_kubeconfig
   log "up in $((SECONDS - t1))s (build/install $((t1 - t0))s); kubeconfig: $DIR/kubeconfig"
+}
+
+# The default StorageClass and its provisioner, for workspaces' claims. Kubernetes' own
+# host-path provisioner (kube-controller-manager --enable-hostpath-provisioner) makes each
+# volume's directory root's with mode 0750, which a pod running as uid 1000 (restricted Pod
+# Security) cannot write, and a host-path volume takes no fsGroup. So this loop provisions
+# instead: a claim of the class gets a hostPath PersistentVolume bound to it, whose directory
+# under $DIR/pv is made uid 1000's, mode 0700; a released volume is deleted with its directory.
+storage_class() {
+  kc apply -f - >/dev/null <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: $STORAGE_CLASS
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: $PV_PROVISIONER
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+EOF
+}
+
+pv_provisioner() {
+  mkdir -p "$DIR/pv"
+  local ns name uid phase size pv
+  while :; do
+    while read -r ns name uid phase size; do
+      [[ $phase == Pending && -n $uid ]] || continue
+      pv=pvc-$uid
+      kc get pv "$pv" >/dev/null 2>&1 && continue
+      install -d -o 1000 -g 1000 -m 0700 "$DIR/pv/$pv"
+      kc apply -f - >/dev/null <<EOF || log "provision $pv for $ns/$name failed"
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: $pv
+  labels: {dev.sandboxer.pv: "true"}
+  annotations: {pv.kubernetes.io/provisioned-by: $PV_PROVISIONER}
+spec:
+  storageClassName: $STORAGE_CLASS
+  capacity: {storage: $size}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  claimRef: {namespace: $ns, name: $name, uid: $uid}
+  hostPath: {path: $DIR/pv/$pv, type: Directory}
+EOF
+    done < <(kc get pvc -A -o jsonpath='{range .items[?(@.spec.storageClassName=="'"$STORAGE_CLASS"'")]}{.metadata.namespace} {.metadata.name} {.metadata.uid} {.status.phase} {.spec.resources.requests.storage}{"\n"}{end}' 2>/dev/null)
+    while read -r pv; do
+      [[ $pv == pvc-* ]] || continue
+      rm -rf "${DIR:?}/pv/$pv"
+      kc delete pv "$pv" --wait=false >/dev/null 2>&1 || true
+    done < <(kc get pv -l dev.sandboxer.pv=true -o jsonpath='{range .items[?(@.status.phase=="Released")]}{.metadata.name}{"\n"}{end}' 2>/dev/null)
+    sleep 1
+  done
 }
 
 # The pod sandboxes' tasks still running in our containerd.
@@ -444,7 +501,7 @@ down() {
     for ((i = 0; i < 120; i++)); do [[ -z $(tasks) ]] && break; sleep 0.5; done
   fi
   local c
-  for c in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+  for c in pv-provisioner kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
   if alive containerd; then
     local t
     for t in $(tasks); do
@@ -495,5 +552,6 @@ case ${1:-up} in
 up) up ;;
 down) down ;;
 status) status ;;
+pv-provisioner) pv_provisioner ;;
 *) die "unknown command ${1}: use up, down or status" ;;
 esac

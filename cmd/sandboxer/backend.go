@@ -24,9 +24,13 @@ type engine interface {
 // counts failed engine calls.
 func newEngine(cfg *config.Config, server string, onError func(operation string)) (engine, error) {
 	if cfg.Policy.Backend == policy.BackendKubernetes {
+		opts := []kubernetes.Option{kubernetes.WithServer(server)}
+		if onError != nil {
+			opts = append(opts, kubernetes.WithErrorHook(onError))
+		}
 		return kubernetes.New(cfg.Instance(), kubernetes.Config{
 			Kubeconfig: cfg.Policy.Kubernetes.Kubeconfig, Namespace: cfg.Policy.Kubernetes.Namespace,
-		}, kubernetes.WithServer(server))
+		}, opts...)
 	}
 	opts := []docker.Option{docker.WithServer(server)}
 	if onError != nil {

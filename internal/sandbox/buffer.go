@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"io"
 	"sync"
 )
 
@@ -38,4 +39,20 @@ func (b *Buffer) Stderr() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.stderr.String()
+}
+
+// LimitWriter keeps the first N bytes written to W and discards the rest
+// (reporting them written, so a copy into it never fails).
+type LimitWriter struct {
+	W io.Writer
+	N int
+}
+
+func (l *LimitWriter) Write(p []byte) (int, error) {
+	if l.N > 0 {
+		k := min(len(p), l.N)
+		l.W.Write(p[:k])
+		l.N -= k
+	}
+	return len(p), nil
 }

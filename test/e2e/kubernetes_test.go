@@ -3,10 +3,16 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sclient "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -36,6 +42,12 @@ pool:
 // environment of a server on the cluster.
 func kubernetesEnv(t *testing.T) []string {
 	t.Helper()
+	return kubernetesEnvWith(t, "")
+}
+
+// kubernetesEnvWith is kubernetesEnv with more policy (YAML appended).
+func kubernetesEnvWith(t *testing.T, extra string) []string {
+	t.Helper()
 	if os.Getenv("SANDBOXER_TEST_K8S") != "1" {
 		t.Skip("skipping: Kubernetes tests run under `make test-k8s` (SANDBOXER_TEST_K8S=1, KUBECONFIG naming the cluster)")
 	}
@@ -43,7 +55,7 @@ func kubernetesEnv(t *testing.T) []string {
 	if kc == "" {
 		t.Fatal("SANDBOXER_TEST_K8S=1 needs KUBECONFIG (make test-k8s sets it)")
 	}
-	return []string{policyEnv(t, fmt.Sprintf(kubernetesPolicy, kc))}
+	return []string{policyEnv(t, fmt.Sprintf(kubernetesPolicy, kc)+extra)}
 }
 
 // pods lists this server instance's pods on the cluster; warm ones too when all.
@@ -196,12 +208,6 @@ func TestKubernetesCore(t *testing.T) {
 
 	// What the kubernetes runtime lacks is refused, naming the backend.
 	const want = "need backend: docker; this server runs backend: kubernetes"
-	if msg := s.toolErr("create_workspace", map[string]any{"name": "k8s-ws"}); !strings.Contains(msg, "workspaces "+want) {
-		t.Errorf("create_workspace on kubernetes: %q", msg)
-	}
-	if msg := s.toolErr("run_command", map[string]any{"command": "true", "workspace": "k8s-ws"}); !strings.Contains(msg, "workspaces "+want) {
-		t.Errorf("run_command in a workspace on kubernetes: %q", msg)
-	}
 	if msg := s.toolErr("list_dependency_caches", map[string]any{}); !strings.Contains(msg, "dependency caches "+want) {
 		t.Errorf("list_dependency_caches on kubernetes: %q", msg)
 	}
@@ -231,4 +237,223 @@ func TestKubernetesDoctor(t *testing.T) {
 		!strings.Contains(out, "sa_token=absent") || !strings.Contains(out, "default_route=0") {
 		t.Fatalf("doctor on kubernetes: %v\n%s", err, out)
 	}
+}
+
+// list_processes and kill_process on backend kubernetes: a job's processes
+// with the pod's pids (the supervisor is pid 1, refused), one killed.
+func TestKubernetesProcesses(t *testing.T) {
+	env := kubernetesEnv(t)
+	s := startServer(t, env...)
+	id := str(s.ok("run_command", map[string]any{"command": "sleep 301 & sleep 302 & wait", "background": true, "timeout_s": 120}), "job_id")
+	procs := func() []map[string]any {
+		t.Helper()
+		var out []map[string]any
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			r := s.call("list_processes", map[string]any{"job_id": id})
+			if !r.IsError {
+				out = nil
+				for _, p := range structured(t, r)["jobs"].([]any)[0].(map[string]any)["processes"].([]any) {
+					out = append(out, p.(map[string]any))
+				}
+				if strings.Contains(mustJSON(out), `"command":"sleep 302"`) {
+					return out
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("job %s: no sleep process listed: %v", id, out)
+		return nil
+	}
+	ps := procs()
+	target := 0
+	for _, p := range ps {
+		if str(p, "command") == "sleep 301" {
+			target = int(p["pid"].(float64))
+		}
+		if p["pid"].(float64) == 1 && str(p, "role") != "supervisor" {
+			t.Errorf("pid 1 in the pod: %v", p)
+		}
+		if p["user"] == "root" {
+			t.Errorf("a process runs as root: %v", p)
+		}
+	}
+	if target == 0 {
+		t.Fatalf("no sleep 301 in %v", ps)
+	}
+	if msg := s.toolErr("kill_process", map[string]any{"job_id": id, "pid": 1}); !strings.Contains(msg, "supervisor") {
+		t.Errorf("pid 1: %q", msg)
+	}
+	s.ok("kill_process", map[string]any{"job_id": id, "pid": target, "signal": "KILL"})
+	deadline := time.Now().Add(20 * time.Second)
+	for strings.Contains(mustJSON(procs()), `"command":"sleep 301"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("sleep 301 (pid %d) still listed after kill_process", target)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if all := s.ok("list_processes", map[string]any{}); len(all["jobs"].([]any)) != 1 {
+		t.Errorf("list_processes of all jobs: %v", all)
+	}
+	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL", "grace_s": 0})
+	s.waitNoPods(false, 30*time.Second)
+	s.stop()
+	s.waitNoPods(true, 30*time.Second)
+}
+
+// claims lists the persistent volume claims of the server's namespace
+// (the tests' service account may read them).
+func kubernetesClaims(t *testing.T) []string {
+	t.Helper()
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := k8sclient.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := cs.CoreV1().PersistentVolumeClaims("sandboxer").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range l.Items {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// Workspaces on backend kubernetes: a claim and a pod; files written and
+// read, jobs in it, a job surviving a server crash, processes, an idle stop
+// (pod deleted, files kept) and a start, installs refused; nothing left
+// after delete_workspace.
+func TestKubernetesWorkspace(t *testing.T) {
+	env := kubernetesEnvWith(t, "workspaces:\n  idle_stop_s: 4\n")
+	s := startServer(t, env...)
+	name := "k8s-ws"
+	before := len(kubernetesClaims(t))
+	r := s.ok("create_workspace", map[string]any{"name": name, "language": "python"})
+	if str(r["workspace"].(map[string]any), "state") != "running" {
+		t.Fatalf("create_workspace: %v", r)
+	}
+	deleted := false
+	t.Cleanup(func() {
+		if !deleted && !t.Failed() {
+			s.call("delete_workspace", map[string]any{"name": name})
+		}
+	})
+	if n := len(kubernetesClaims(t)); n != before+1 {
+		t.Fatalf("%d claims after create_workspace, want %d", n, before+1)
+	}
+
+	s.ok("write_file", map[string]any{"workspace": name, "path": "src/note.txt", "content": "hello k8s\n"})
+	if rd := s.ok("read_file", map[string]any{"workspace": name, "path": "src/note.txt"}); str(rd, "content") != "hello k8s\n" {
+		t.Fatalf("read_file: %v", rd)
+	}
+	if l := s.ok("list_files", map[string]any{"workspace": name, "path": "src"}); !strings.Contains(mustJSON(l), "note.txt") {
+		t.Fatalf("list_files: %v", l)
+	}
+	if out := s.wsOut(name, "cat src/note.txt; pwd; id -u; grep CapEff /proc/self/status"); out != "hello k8s\n/workspace\n1000\nCapEff:\t0000000000000000\n" {
+		t.Fatalf("a job in the workspace: %q", out)
+	}
+
+	// A script and a terminal session in the workspace.
+	if sc := s.ok("run_script", map[string]any{"language": "python", "workspace": name, "code": "print(open('src/note.txt').read().upper(), end='')"}); str(sc, "stdout") != "HELLO K8S\n" {
+		t.Fatalf("run_script in the workspace: %v", sc)
+	}
+	sess := str(s.startSession(map[string]any{"command": "bash", "workspace": name, "until": `\$ $`}), "job_id")
+	if out, _ := s.typeLine(sess, "echo n=$(wc -l < src/note.txt)", "until", `n=1`); !strings.Contains(out, "n=1") {
+		t.Fatalf("a session in the workspace: %q", out)
+	}
+	s.ok("kill_job", map[string]any{"job_id": sess, "signal": "KILL", "grace_s": 0})
+
+	// What changed since creation, read through pods/exec of the supervisor.
+	if ch := s.ok("workspace_changes", map[string]any{"workspace": name}); !strings.Contains(str(ch, "diff"), "+hello k8s") {
+		t.Fatalf("workspace_changes: %v", ch)
+	}
+
+	// A port of the workspace on a loopback URL, relayed over pods/exec.
+	s.ok("run_command", map[string]any{"workspace": name, "background": true,
+		"command": "cd src && exec python3 -m http.server 8000 --bind 127.0.0.1"})
+	var port map[string]any
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		port = s.ok("expose_port", map[string]any{"workspace": name, "port": 8000})
+		if port["listening"] == true || time.Now().After(deadline) {
+			break
+		}
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(str(port, "url") + "note.txt")
+	if err != nil {
+		t.Fatalf("GET through the relay (%v): %v", port, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "hello k8s\n" {
+		t.Fatalf("GET through the relay: %s %q", resp.Status, body)
+	}
+
+	// Processes of a workspace job: the pod's, the daemon at pid 1.
+	sleeper := str(s.wsRun(name, "sleep 1001", "background", true), "job_id")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(mustJSON(s.ok("list_processes", map[string]any{"job_id": sleeper})), `"command":"sleep 1001"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no sleep 1001 in the workspace's processes")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if k := s.ok("kill_job", map[string]any{"job_id": sleeper}); str(k, "status") != "killed" {
+		t.Fatalf("kill_job in the workspace: %v", k)
+	}
+
+	// A job outlives a SIGKILLed server: the next re-attaches it.
+	id := str(s.wsRun(name, "for i in $(seq 1 6); do echo line$i; sleep 0.5; done; exit 7", "background", true), "job_id")
+	if rd := s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "line2", "wait_s": 30}); rd["matched"] != true {
+		t.Fatalf("line2 never came before the crash: %v", rd)
+	}
+	s.kill9()
+	s = startServerIn(t, s.stateDir, env...)
+	if g := s.ok("get_job", map[string]any{"job_id": id, "wait_s": 50}); str(g, "status") != "failed" || exitCode(t, g) != 7 {
+		t.Fatalf("after the restart: %v", g)
+	}
+	if out, _ := s.readAll(id); out != "line1\nline2\nline3\nline4\nline5\nline6\n" {
+		t.Fatalf("output across the restart: %q", out)
+	}
+
+	// Installs need a network the pods have none of.
+	if msg := s.toolErr("install_packages", map[string]any{"workspace": name, "packages": []string{"jq"}, "manager": "apt"}); !strings.Contains(msg, "backend kubernetes have none") {
+		t.Errorf("install_packages on kubernetes: %q", msg)
+	}
+
+	// Idle: the pod is deleted, the claim kept; the next job starts it again.
+	deadline = time.Now().Add(60 * time.Second)
+	for str(s.ok("list_workspaces", nil)["workspaces"].([]any)[0].(map[string]any), "state") != "stopped" {
+		if time.Now().After(deadline) {
+			t.Fatal("workspace not stopped after idling")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, p := range s.pods(true) {
+		if p.Kind == "workspace" {
+			t.Fatalf("the idle workspace's pod is still there: %+v", p)
+		}
+	}
+	if out := s.wsOut(name, "cat src/note.txt"); out != "hello k8s\n" {
+		t.Fatalf("after an idle stop: %q", out)
+	}
+
+	s.ok("delete_workspace", map[string]any{"name": name})
+	deleted = true
+	deadline = time.Now().Add(30 * time.Second)
+	for len(kubernetesClaims(t)) != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("claims left after delete_workspace: %v", kubernetesClaims(t))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	s.waitNoPods(false, 30*time.Second)
+	s.stop()
+	s.waitNoPods(true, 30*time.Second)
 }

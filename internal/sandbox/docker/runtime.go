@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
@@ -57,11 +58,10 @@ type Runtime struct {
 	// each waiting for its job (see StartIn).
 	execMu sync.Mutex
 	execs  map[string]*handle // workspace container id -> a waiting exec
-	// conns are the streams to workspace daemons (see wsconn.go), by
-	// container id; daemonMode says which workspace containers run one.
-	conns      map[string]*wsConn
+	// daemons are the streams to workspace daemons (see wsconn.go);
+	// daemonMode says which workspace containers run one.
+	daemons    *superstream.Daemons
 	daemonMode map[string]bool
-	dialMu     sync.Mutex // one stream made at a time
 
 	onError func(operation string) // WithErrorHook
 
@@ -102,6 +102,7 @@ func New(instance string, opts ...Option) (*Runtime, error) {
 	for _, o := range opts {
 		o(r)
 	}
+	r.initDaemons()
 	return r, nil
 }
 
@@ -121,11 +122,8 @@ func (r *Runtime) Close() error {
 		h.conn.Close() // a waiting supervisor exits at the end of its input
 		delete(r.execs, id)
 	}
-	for id, c := range r.conns {
-		c.conn.Close() // the daemon keeps the jobs for the next server
-		delete(r.conns, id)
-	}
 	r.execMu.Unlock()
+	r.daemons.Close() // the daemons keep the jobs for the next server
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_ = r.Flush(ctx)
@@ -334,7 +332,7 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec) (*handle, erro
 		return fail(fmt.Errorf("start container: %w", err))
 	}
 	h := newHandle(r, id, cancelWait)
-	h.conn = attach.Conn
+	h.setConn(attach.Conn)
 	h.prepared = spec
 	go h.readFrames(attach.Reader, attach.Close)
 	go h.waitForEnd(wait)
@@ -363,7 +361,7 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		ps.KillMode, ps.KillOnDetach = proto.KillTree, h.execID != ""
 		ps.Rlimits = sandbox.JobRlimits(spec.Limits)
 	}
-	h.hasStdin, h.tty = spec.OpenStdin, spec.TTY != nil
+	h.c.HasStdin, h.c.TTY = spec.OpenStdin, spec.TTY != nil
 	if err := ps.Validate(); err != nil {
 		return nil, err
 	}
@@ -371,7 +369,7 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err != nil {
 		return nil, err
 	}
-	h.out.set(out, 0, 0)
+	h.c.Out.Set(out, 0, 0)
 	close(h.launched)
 	if err := h.writeFrame(ctx, proto.TypeSpec, payload); err != nil {
 		return nil, h.rt.engineErr(fmt.Errorf("hand the sandbox its job: %w", err))
@@ -403,16 +401,16 @@ type warm struct{ h *handle }
 
 func (w *warm) ContainerID() string { return w.h.id }
 
-func (w *warm) Ended() <-chan struct{} { return w.h.drained }
+func (w *warm) Ended() <-chan struct{} { return w.h.c.Drained() }
 
 func (w *warm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
 	if spec.PoolKey() != w.h.prepared.PoolKey() {
 		return nil, fmt.Errorf("warm sandbox %.12s has another shape than the job", w.h.id)
 	}
 	select {
-	case <-w.h.hello:
-		if w.h.helloErr != nil {
-			return nil, w.h.helloErr
+	case <-w.h.c.Hello():
+		if w.h.c.HelloErr() != nil {
+			return nil, w.h.c.HelloErr()
 		}
 	default:
 		// Not yet heard from: the spec frame waits in its stdin.
@@ -451,7 +449,7 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	wait := r.cli.ContainerWait(waitCtx, containerID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 	h := newHandle(r, containerID, cancelWait)
 	close(h.launched)
-	h.out.set(out, skipStdout, skipStderr)
+	h.c.Out.Set(out, skipStdout, skipStderr)
 	if info.Container.HostConfig != nil && info.Container.HostConfig.LogConfig.Type == "none" {
 		// No engine log to read back: follow the live output from now on,
 		// joining the supervisor's frames where the stream starts; what was
@@ -461,8 +459,8 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 			cancelWait()
 			return nil, r.engineErr(fmt.Errorf("attach: %w", err))
 		}
-		h.out.set(out, 0, 0)
-		h.joinMidStream = true
+		h.c.Out.Set(out, 0, 0)
+		h.c.JoinMidStream = true
 		go h.readFrames(attach.Reader, attach.Close)
 		go h.waitForEnd(wait)
 		return h, nil

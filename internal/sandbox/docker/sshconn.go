@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
 )
 
 // ssh:// engines, as Docker's connhelper reaches them: every connection is an
@@ -67,7 +69,7 @@ type commandConn struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
-	stderr *tailBuffer
+	stderr *superstream.TailBuffer
 	exited chan struct{}
 	err    error // the process's exit, valid once exited is closed
 
@@ -80,7 +82,7 @@ func dialCommand(ctx context.Context, name string, args ...string) (net.Conn, er
 		return nil, err
 	}
 	cmd := exec.Command(name, args...)
-	c := &commandConn{cmd: cmd, stderr: &tailBuffer{}, exited: make(chan struct{})}
+	c := &commandConn{cmd: cmd, stderr: &superstream.TailBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	// Our own pipes, not StdinPipe/StdoutPipe: Wait closes those when the
 	// process exits, which could drop the last bytes it wrote before we read them.

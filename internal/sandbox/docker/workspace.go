@@ -132,7 +132,7 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 // StopWorkspace stops the container at once: its jobs are gone by then.
 func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
 	r.dropExec(id)
-	r.dropConn(id)
+	r.daemons.Drop(id)
 	timeout := 1
 	_, err := r.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout})
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -143,7 +143,7 @@ func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
 
 // WorkspaceRunning says whether the container runs; ErrNotFound when gone.
 func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error) {
-	if r.liveConn(id) != nil {
+	if r.daemons.Live(id) != nil {
 		return true, nil // its daemon's stream ends when it stops
 	}
 	info, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
@@ -161,7 +161,7 @@ func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error)
 func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRefs) error {
 	if refs.ContainerID != "" {
 		r.dropExec(refs.ContainerID)
-		r.dropConn(refs.ContainerID)
+		r.daemons.Drop(refs.ContainerID)
 		if err := r.Remove(ctx, refs.ContainerID); err != nil {
 			return err
 		}
@@ -280,7 +280,7 @@ func (r *Runtime) attachExec(ctx context.Context, containerID string) (*handle, 
 	}
 	h := newHandle(r, containerID, func() {})
 	h.execID = ex.ID
-	h.conn = attach.Conn
+	h.setConn(attach.Conn)
 	go h.readFrames(attach.Reader, attach.Close)
 	go h.waitForEnd(client.ContainerWaitResult{}) // an exec's end is its stream's
 	return h, nil
@@ -300,7 +300,7 @@ func (h *handle) execVerdict(ctx context.Context) sandbox.ExitStatus {
 		return sandbox.ExitStatus{ExitCode: -1, Gone: true}
 	}
 	st := sandbox.ExitStatus{ExitCode: info.ExitCode}
-	if d := h.diag.String(); d != "" && info.ExitCode != 0 {
+	if d := h.c.Diag.String(); d != "" && info.ExitCode != 0 {
 		st.StartErr = fmt.Errorf("the sandbox supervisor ended without a report: %s", d)
 	}
 	return st

@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -16,46 +15,30 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
-const (
-	// inputWindow is how much input may be on its way to a job, sent and not
-	// yet taken by its stdin (flow control, as on Docker).
-	inputWindow = 256 << 10
-	inputChunk  = 64 << 10
-	// deadlineBackstop: the supervisor stops a job this long after its
-	// timeout by itself, for a server that is gone.
-	deadlineBackstop = time.Second
-)
+// deadlineBackstop: the supervisor stops a job this long after its
+// timeout by itself, for a server that is gone.
+const deadlineBackstop = time.Second
 
 // handle is one pod whose supervisor runs one job.
 type handle struct {
 	rt   *Runtime
 	name string
+	c    *superstream.Client // the supervisor's stream
 
 	stdin      *io.PipeWriter // frames to the supervisor (the attach's stdin); nil when adopted
 	cancel     context.CancelFunc
 	followsLog bool // output read back from the container's log (adopted)
-	hasStdin   bool
-	tty        bool
+	attachErr  error
+	// ws is set when the job is a channel of a workspace daemon's stream
+	// (kill mode "tree"); key names it there, ch is its side of the stream.
+	ws  *superstream.Daemon
+	key string
+	ch  *superstream.Channel
 
-	writeMu sync.Mutex
-	turn    chan struct{}
-
-	ackMu   sync.Mutex
-	ackCond *sync.Cond
-	sent    uint64
-	acked   uint64
-	eofSent bool
-
-	out       outputSwitch
-	exit      *proto.Exit
-	exited    chan struct{}
-	consumed  int64
-	attachErr error
-
-	drained   chan struct{}
 	done      chan struct{}
 	destroyed chan struct{}
 	destroyMu sync.Once
@@ -63,32 +46,27 @@ type handle struct {
 }
 
 func newHandle(rt *Runtime, name string) *handle {
-	h := &handle{
+	return &handle{
 		rt: rt, name: name,
-		turn:      make(chan struct{}, 1),
-		exited:    make(chan struct{}),
-		drained:   make(chan struct{}),
+		c:         superstream.New(),
 		done:      make(chan struct{}),
 		destroyed: make(chan struct{}),
 	}
-	h.ackCond = sync.NewCond(&h.ackMu)
-	return h
 }
 
-func (h *handle) ContainerID() string        { return h.name }
+// ContainerID is the pod's name; a workspace job's adds its key, by which a
+// later server re-attaches it.
+func (h *handle) ContainerID() string {
+	if h.ws != nil {
+		return h.name + "/" + h.key
+	}
+	return h.name
+}
+
 func (h *handle) Done() <-chan struct{}      { return h.done }
 func (h *handle) Status() sandbox.ExitStatus { <-h.done; return h.status }
 
-func (h *handle) ended() bool {
-	select {
-	case <-h.drained:
-		return true
-	case <-h.exited:
-		return true
-	default:
-		return false
-	}
-}
+func (h *handle) ended() bool { return h.c.Ended() }
 
 // attach joins the pod's container through pods/attach: frames to its
 // stdin, its stdout parsed as frames. The
@@ -105,6 +83,7 @@ func (h *handle) attach() error {
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stdin, h.cancel = inW, cancel
+	h.c.W = superstream.PipeWriter(inW)
 	go func() {
 		// No stderr: the supervisor's goes to the termination message (see
 		// podFor), and containerd ends an attach whose stderr ends, closing
@@ -115,7 +94,7 @@ func (h *handle) attach() error {
 		inW.Close()
 		outW.CloseWithError(err)
 	}()
-	go h.parseUntilEnd(outR)
+	go h.c.ReadUntilEnd(outR, func() { outR.Close() })
 	return nil
 }
 
@@ -129,61 +108,25 @@ func (h *handle) followLog(ctx context.Context) error {
 		cancel()
 		return h.rt.engineErr(fmt.Errorf("read the log of pod %s: %w", h.name, err))
 	}
-	go h.parseUntilEnd(rc)
+	go h.c.ReadUntilEnd(rc, func() { rc.Close() })
 	return nil
-}
-
-func (h *handle) parseUntilEnd(r io.ReadCloser) {
-	defer close(h.drained)
-	defer r.Close()
-	defer func() {
-		h.ackMu.Lock()
-		h.ackCond.Broadcast()
-		h.ackMu.Unlock()
-	}()
-	h.parse(r)
-}
-
-func (h *handle) parse(src io.Reader) {
-	r := proto.NewReader(&countingReader{r: src, n: &h.consumed})
-	for {
-		typ, p, err := r.Next()
-		if err != nil {
-			return
-		}
-		switch typ {
-		case proto.TypeStdout:
-			h.out.write(sandbox.Stdout, p)
-		case proto.TypeStderr:
-			h.out.write(sandbox.Stderr, p)
-		case proto.TypeAck:
-			if n, err := proto.DecodeAck(p); err == nil {
-				h.ackMu.Lock()
-				h.acked = max(h.acked, n)
-				h.ackCond.Broadcast()
-				h.ackMu.Unlock()
-			}
-		case proto.TypeExit:
-			var e proto.Exit
-			if json.Unmarshal(p, &e) == nil && h.exit == nil {
-				h.exit = &e
-				close(h.exited)
-			}
-		}
-	}
 }
 
 // launch hands the supervisor its job.
 func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output) error {
 	ps := sandbox.SupervisorSpec(spec, defaultWorkDir)
 	ps.KillMode = proto.KillContainer
+	if h.ws != nil {
+		// A workspace's pod is shared: a kill or timeout takes the job's tree only.
+		ps.KillMode = proto.KillTree
+	}
 	// No per-pod ulimits in a pod spec: the supervisor lowers them for the job.
 	ps.Rlimits = sandbox.JobRlimits(spec.Limits)
 	ps.Rlimits["core"] = 0
 	if spec.Timeout > 0 {
 		ps.TimeoutMS = (spec.Timeout + deadlineBackstop).Milliseconds()
 	}
-	h.hasStdin, h.tty = spec.OpenStdin, spec.TTY != nil
+	h.c.HasStdin, h.c.TTY = spec.OpenStdin, spec.TTY != nil
 	if err := ps.Validate(); err != nil {
 		return err
 	}
@@ -191,110 +134,27 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err != nil {
 		return err
 	}
-	h.out.set(out, 0, 0)
+	h.c.Out.Set(out, 0, 0)
 	if err := h.writeFrame(ctx, proto.TypeSpec, payload); err != nil {
 		return fmt.Errorf("hand pod %s its job: %w", h.name, err)
 	}
 	return nil
 }
 
-// writeFrame writes one frame to the supervisor, giving up when ctx ends.
 func (h *handle) writeFrame(ctx context.Context, typ byte, payload []byte) error {
-	if h.stdin == nil {
-		return sandbox.ErrNoStdin
-	}
-	frame, err := proto.AppendFrame(nil, typ, payload)
-	if err != nil {
-		return err
-	}
-	// One frame at a time; the write goes on (holding the turn, so frames
-	// never interleave) when ctx ends first.
-	h.writeMu.Lock()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := h.stdin.Write(frame)
-		h.writeMu.Unlock()
-		errc <- err
-	}()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return h.c.WriteFrame(ctx, typ, payload)
 }
 
 func (h *handle) WriteStdin(ctx context.Context, p []byte) (int, error) {
-	if !h.hasStdin || h.stdin == nil {
-		return 0, sandbox.ErrNoStdin
-	}
-	select {
-	case h.turn <- struct{}{}:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	defer func() { <-h.turn }()
-	if h.eofSent {
-		return 0, sandbox.ErrNoStdin
-	}
-	written := 0
-	for len(p) > 0 {
-		n := min(len(p), inputChunk)
-		if err := h.waitWindow(ctx, n); err != nil {
-			return written, err
-		}
-		if err := h.writeFrame(ctx, proto.TypeData, p[:n]); err != nil {
-			return written, err
-		}
-		h.ackMu.Lock()
-		h.sent += uint64(n)
-		h.ackMu.Unlock()
-		written += n
-		p = p[n:]
-	}
-	return written, nil
+	return h.c.WriteStdin(ctx, p)
 }
 
-func (h *handle) waitWindow(ctx context.Context, n int) error {
-	stop := context.AfterFunc(ctx, func() {
-		h.ackMu.Lock()
-		h.ackCond.Broadcast()
-		h.ackMu.Unlock()
-	})
-	defer stop()
-	h.ackMu.Lock()
-	defer h.ackMu.Unlock()
-	for h.sent-h.acked+uint64(n) > inputWindow {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if h.ended() {
-			return io.ErrClosedPipe
-		}
-		h.ackCond.Wait()
-	}
-	return nil
-}
-
-func (h *handle) CloseStdin() error {
-	if !h.hasStdin || h.stdin == nil {
-		return nil
-	}
-	h.turn <- struct{}{}
-	defer func() { <-h.turn }()
-	if h.eofSent || h.ended() {
-		return nil
-	}
-	h.eofSent = true
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	return h.writeFrame(ctx, proto.TypeEOF, nil)
-}
+func (h *handle) CloseStdin() error { return h.c.CloseStdin(cleanupTimeout) }
 
 // Signal goes through the supervisor; with no stream to it (adopted, or
 // ended) there is nothing the API could deliver a signal with.
 func (h *handle) Signal(ctx context.Context, signal string) error {
-	if h.stdin == nil || h.ended() {
+	if h.c.W == nil || h.ended() {
 		return nil
 	}
 	if err := h.writeFrame(ctx, proto.TypeSignal, []byte(signal)); err != nil && !h.ended() {
@@ -304,16 +164,23 @@ func (h *handle) Signal(ctx context.Context, signal string) error {
 }
 
 func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
-	if !h.tty {
-		return sandbox.ErrNoTTY
-	}
-	payload, _ := json.Marshal(proto.TTYSpec{Rows: rows, Cols: cols})
-	return h.writeFrame(ctx, proto.TypeResize, payload)
+	return h.c.Resize(ctx, rows, cols)
 }
 
 // Destroy deletes the pod, which kills everything in it.
+// A workspace job is killed by its supervisor (Kill frame: its process
+// tree); the workspace's pod stays.
 func (h *handle) Destroy(ctx context.Context) error {
 	h.destroyMu.Do(func() { close(h.destroyed) })
+	if h.ws != nil {
+		if h.ended() {
+			return nil
+		}
+		if err := h.writeFrame(ctx, proto.TypeKill, nil); err != nil && !h.ended() {
+			return fmt.Errorf("kill the job in workspace pod %s: %w", h.name, err)
+		}
+		return nil
+	}
 	return h.rt.Remove(ctx, h.name)
 }
 
@@ -327,6 +194,9 @@ func (h *handle) wasDestroyed() bool {
 }
 
 func (h *handle) closeInput() {
+	if h.ch != nil {
+		h.ch.Close()
+	}
 	if h.stdin != nil {
 		h.stdin.Close()
 	}
@@ -339,24 +209,31 @@ func (h *handle) closeInput() {
 // else from the pod's status, else the pod is gone. Then the pod goes.
 func (h *handle) waitForEnd() {
 	select {
-	case <-h.exited:
-	case <-h.drained:
+	case <-h.c.Exited():
+	case <-h.c.Drained():
 	}
 	select {
-	case <-h.drained:
+	case <-h.c.Drained():
 	case <-time.After(drainTimeout):
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if h.exit == nil && h.followsLog {
+	if h.c.Exit() == nil && h.followsLog {
 		h.rereadLog(ctx)
 	}
-	if e := h.exit; e != nil {
-		h.status = sandbox.ExitStatus{ExitCode: e.ExitCode, OOMKilled: e.OOMKilled, TimedOut: e.TimedOut,
-			Usage: sandbox.Usage{CPUMS: e.Usage.CPUMS, PeakMemoryBytes: e.Usage.PeakMemoryBytes, WallMS: e.Usage.WallMS}}
-		if e.Error != "" {
-			h.status.StartErr = errors.New(e.Error)
+	if h.ws != nil {
+		// A job in a workspace: the pod is the workspace's, never removed here.
+		if e := h.c.Exit(); e != nil {
+			h.status = superstream.ExitStatus(e)
+		} else {
+			h.status = h.rt.daemons.Verdict(ctx, h.name, h.ws)
 		}
+		h.closeInput()
+		close(h.done)
+		return
+	}
+	if e := h.c.Exit(); e != nil {
+		h.status = superstream.ExitStatus(e)
 		if e.ExitCode > 128 && h.wasDestroyed() {
 			// Destroyed: the kubelet's TERM (then KILL) of the deleted pod
 			// ended it. Said as Docker's kill says it (137), so the caller
@@ -425,50 +302,42 @@ func (h *handle) rereadLog(ctx context.Context) {
 		return
 	}
 	defer rc.Close()
-	if _, err := io.CopyN(io.Discard, rc, h.consumed); err != nil {
+	if _, err := io.CopyN(io.Discard, rc, h.c.Consumed()); err != nil {
 		return
 	}
-	h.parse(rc)
+	h.c.Parse(rc)
 }
 
-type countingReader struct {
-	r io.Reader
-	n *int64
-}
+// helloPolls bounds the wait for a started supervisor's Hello to reach the
+// container's log (20 ms apart).
+const helloPolls = 100
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	*c.n += int64(n)
-	return n, err
-}
-
-// outputSwitch is where job output goes, past what an earlier server captured.
-type outputSwitch struct {
-	mu   sync.Mutex
-	out  sandbox.Output
-	skip [3]int64
-}
-
-func (s *outputSwitch) set(out sandbox.Output, skipStdout, skipStderr int64) {
-	s.mu.Lock()
-	s.out = out
-	s.skip[sandbox.Stdout], s.skip[sandbox.Stderr] = skipStdout, skipStderr
-	s.mu.Unlock()
-}
-
-func (s *outputSwitch) write(stream sandbox.Stream, p []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.out == nil {
-		return
-	}
-	if k := s.skip[stream]; k > 0 {
-		if int64(len(p)) <= k {
-			s.skip[stream] -= int64(len(p))
-			return
+// checkHello reads the supervisor's Hello, the first frame it writes, back
+// from the container's log and refuses another protocol version. The attach
+// joins after the supervisor wrote it (pods/attach does not replay), so the
+// log is the only place it can be read. A log still without a whole frame
+// after the bounded wait is not an error here: a supervisor that says
+// nothing fails at its job frame instead.
+func (r *Runtime) checkHello(ctx context.Context, name string) error {
+	limit := int64(4 << 10)
+	for i := 0; i < helloPolls; i++ {
+		rc, err := r.cs.CoreV1().Pods(r.namespace).GetLogs(name, &corev1.PodLogOptions{Container: containerName, LimitBytes: &limit}).Stream(ctx)
+		if err != nil {
+			return r.engineErr(fmt.Errorf("read the log of pod %s: %w", name, err))
 		}
-		p = p[k:]
-		s.skip[stream] = 0
+		typ, p, err := proto.NewReader(rc).Next()
+		rc.Close()
+		if err == nil {
+			if typ != proto.TypeHello {
+				return fmt.Errorf("the sandbox supervisor in pod %s began with a %s frame, not Hello: rebuild the images (make images)", name, proto.TypeName(typ))
+			}
+			return superstream.CheckHello(p)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	s.out.Write(stream, p)
+	return nil
 }

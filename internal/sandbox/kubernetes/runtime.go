@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
 )
 
 const (
@@ -38,6 +39,8 @@ const (
 	tmpPath        = "/tmp"
 	homePath       = "/home/sandbox"
 	homeSize       = 64 << 20
+	// podPrefix begins every pod's name (generateName).
+	podPrefix = "sandboxer-"
 	// containerName is the pod's only container.
 	containerName = "job"
 	// sandboxUID is the images' non-root user.
@@ -69,6 +72,11 @@ type Runtime struct {
 
 	removeMu sync.Mutex
 	removing sync.WaitGroup
+
+	onError func(operation string) // WithErrorHook
+
+	// daemons are the streams to workspace pods' daemons (workspace.go).
+	daemons *superstream.Daemons
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -78,6 +86,10 @@ type Option func(*Runtime)
 
 // WithServer labels every pod with the server process's identity.
 func WithServer(id string) Option { return func(r *Runtime) { r.server = id } }
+
+// WithErrorHook tells f of each failed API call, by operation (the error's
+// leading words, e.g. "create pod"), for the metrics.
+func WithErrorHook(f func(operation string)) Option { return func(r *Runtime) { r.onError = f } }
 
 // Config says which cluster and namespace: Kubeconfig "" means KUBECONFIG,
 // else ~/.kube/config; Namespace "" means the kubeconfig context's, else "default".
@@ -117,6 +129,7 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 	for _, o := range opts {
 		o(r)
 	}
+	r.daemons = &superstream.Daemons{Dial: r.dialDaemon, Running: r.WorkspaceRunning, EngineErr: r.engineErr}
 	return r, nil
 }
 
@@ -138,6 +151,7 @@ func (r *Runtime) Namespace() string { return r.namespace }
 
 // Close waits (bounded) for pod removals under way.
 func (r *Runtime) Close() error {
+	r.daemons.Close() // the daemons keep the jobs for the next server
 	done := make(chan struct{})
 	go func() { r.removing.Wait(); close(done) }()
 	select {
@@ -147,9 +161,14 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
+// engineErr types a failed API call (connection failures become a
+// sandbox.EngineError) and counts it through the error hook.
 func (r *Runtime) engineErr(err error) error {
 	if err == nil {
 		return nil
+	}
+	if r.onError != nil && !errors.Is(err, context.Canceled) {
+		r.onError(operation(err))
 	}
 	var st apierrors.APIStatus
 	if errors.As(err, &st) || errors.Is(err, context.Canceled) {
@@ -241,7 +260,7 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: "sandboxer-",
+			GenerateName: podPrefix,
 			Labels: map[string]string{
 				sandbox.LabelManaged:  "true",
 				sandbox.LabelInstance: labelValue(r.instance),
@@ -312,6 +331,9 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		return nil, err
 	}
 	if err := r.waitRunning(ctx, pod, spec.Image); err != nil {
+		return fail(err)
+	}
+	if err := r.checkHello(ctx, name); err != nil {
 		return fail(err)
 	}
 	h := newHandle(r, name)
@@ -396,6 +418,9 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string
 // frames are read back from the container's log from the start, skipping
 // job output already captured, until the end.
 func (r *Runtime) Adopt(ctx context.Context, id string, skipStdout, skipStderr int64, out sandbox.Output) (sandbox.Handle, error) {
+	if pod, key, ok := strings.Cut(id, "/"); ok {
+		return r.adoptDaemonJob(ctx, pod, key, skipStdout, skipStderr, out)
+	}
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
@@ -407,7 +432,7 @@ func (r *Runtime) Adopt(ctx context.Context, id string, skipStdout, skipStderr i
 		return nil, fmt.Errorf("pod %s does not belong to this server", id)
 	}
 	h := newHandle(r, id)
-	h.out.set(out, skipStdout, skipStderr)
+	h.c.Out.Set(out, skipStdout, skipStderr)
 	if err := h.followLog(ctx); err != nil {
 		return nil, err
 	}
@@ -493,4 +518,18 @@ func (r *Runtime) exitOf(ctx context.Context, id string) (sandbox.ExitStatus, bo
 		}
 	}
 	return sandbox.ExitStatus{}, false
+}
+
+// operation is a failed call's leading words without the pod's name ("exec
+// in pod", "create pod"): a metrics label takes a bounded set of values.
+func operation(err error) string {
+	op, _, _ := strings.Cut(err.Error(), ":")
+	words := strings.Fields(op)
+	kept := words[:0]
+	for _, w := range words {
+		if !strings.HasPrefix(w, podPrefix) {
+			kept = append(kept, w)
+		}
+	}
+	return strings.Join(kept, " ")
 }

@@ -33,6 +33,10 @@ func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm,
 		r.removeQuietly(pod.Name)
 		return nil, err
 	}
+	if err := r.checkHello(ctx, pod.Name); err != nil {
+		r.removeQuietly(pod.Name)
+		return nil, err
+	}
 	h := newHandle(r, pod.Name)
 	if err := h.attach(); err != nil {
 		r.removeQuietly(pod.Name)
@@ -49,7 +53,7 @@ type warm struct {
 }
 
 func (w *warm) ContainerID() string               { return w.h.name }
-func (w *warm) Ended() <-chan struct{}            { return w.h.drained }
+func (w *warm) Ended() <-chan struct{}            { return w.h.c.Drained() }
 func (w *warm) Discard(ctx context.Context) error { return w.h.Destroy(ctx) }
 
 // Launch hands the pod its job: its labels say whose it is now, its memory
