@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
+	"github.com/sandboxer/sandboxer/internal/tunnel"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,6 +84,8 @@ func main() {
 			os.Exit(daemonMain())
 		case proto.ConnectCommand:
 			os.Exit(connectMain(os.Stdin, os.Stdout))
+		case tunnel.Command:
+			os.Exit(tunnelMain(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 		}
 	}
 	os.Exit(run(os.Stdin, os.Stdout))
