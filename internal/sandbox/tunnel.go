@@ -64,6 +64,7 @@ func ExecThroughTunnel(ctx context.Context, o ExecOptions, exec func(context.Con
 	if runErr != nil && errors.Is(runErr, tunnel.ErrProtocol) {
 		cancel() // a tunnel that breaks the rules is not listened to further
 	}
+	_ = inW.Close() // the tunnel takes no more input: its stdin ends
 	go func() { _, _ = io.Copy(io.Discard, outR) }()
 	_ = srv.Close()
 	r := <-ran

@@ -33,6 +33,7 @@ type Mux struct {
 	code     int
 	ended    bool
 	slots    chan struct{} // tunnel: one per open channel
+	stdin    *Conn         // channel 0
 }
 
 // ErrProtocol is wrapped by every error about a frame the other side should
@@ -42,7 +43,8 @@ var ErrProtocol = errors.New("tunnel protocol violation")
 func newMux(r io.Reader, w io.Writer, server bool) *Mux {
 	m := &Mux{server: server, r: r, w: w, chans: map[uint32]*Conn{}, ready: make(chan struct{}, 1),
 		done: make(chan struct{}), listenOK: true, slots: make(chan struct{}, MaxChannels)}
-	m.chans[0] = m.newConn(0)
+	m.stdin = m.newConn(0)
+	m.chans[0] = m.stdin
 	return m
 }
 
@@ -70,11 +72,7 @@ func (m *Mux) send(f Frame) error {
 }
 
 // Stdin is channel 0, CMD's stdin: the server writes it, the tunnel reads it.
-func (m *Mux) Stdin() *Conn {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.chans[0]
-}
+func (m *Mux) Stdin() *Conn { return m.stdin }
 
 // Done is closed when the stream has ended.
 func (m *Mux) Done() <-chan struct{} { return m.done }
