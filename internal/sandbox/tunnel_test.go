@@ -70,7 +70,7 @@ func TestExecThroughTunnelLocally(t *testing.T) {
 	run := localExec(t)
 	var out bytes.Buffer
 	code, err := sandbox.ExecThroughTunnel(context.Background(), sandbox.ExecOptions{
-		Cmd: []string{"sh", "-c", `read x; echo "stdin: $x"; curl -sS http://files.test:` + u.Port() + `/a; echo; curl -s -o /dev/null -w "%{http_code}\n" http://not-listed.example/; exit 7`},
+		Cmd:   []string{"sh", "-c", `read x; echo "stdin: $x"; curl -sS http://files.test:` + u.Port() + `/a; echo; curl -s -o /dev/null -w "%{http_code}\n" http://not-listed.example/; exit 7`},
 		Stdin: strings.NewReader("given\n"), Stdout: &out, Proxy: h,
 	}, run)
 	if err != nil || code != 7 {
