@@ -16,8 +16,9 @@ type Mux struct {
 	server bool
 	r      io.Reader
 
-	wmu  sync.Mutex
-	w    io.Writer
+	openMu sync.Mutex // Open frames leave in the order of their ids
+	wmu    sync.Mutex
+	w      io.Writer
 	wbuf []byte
 	werr error
 
@@ -256,6 +257,8 @@ func (m *Mux) Open() (*Conn, error) {
 	case <-m.done:
 		return nil, net.ErrClosed
 	}
+	m.openMu.Lock()
+	defer m.openMu.Unlock()
 	m.mu.Lock()
 	if m.err != nil {
 		m.mu.Unlock()

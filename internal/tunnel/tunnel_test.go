@@ -307,3 +307,30 @@ func TestEndClosesEverything(t *testing.T) {
 		t.Fatalf("Accept after End: %v", err)
 	}
 }
+
+// Channels opened at once reach the server in the order of their ids.
+func TestConcurrentOpensStayInOrder(t *testing.T) {
+	tun, srv, errc := pair(t)
+	var wg sync.WaitGroup
+	for range MaxChannels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c, err := tun.Open(); err == nil {
+				c.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	for range MaxChannels {
+		if _, err := srv.Accept(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tun.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Accept(); err != nil {
+		t.Fatalf("the server's stream ended: %v, %v", err, <-errc)
+	}
+}

@@ -287,3 +287,42 @@ func TestTunnelNpmInstall(t *testing.T) {
 		t.Fatalf("audit: %+v", events)
 	}
 }
+
+// THREATS 90: a sandbox that floods the tunnel with connections gets at
+// most tunnel.MaxChannels open at once (the rest wait in the listen
+// backlog), and every one is still served.
+func TestTunnelFloodIsBounded(t *testing.T) {
+	rt, _ := newTestRuntime(t)
+	id := tunnelSandbox(t, rt, "base")
+	s := newTunnelServers(t)
+	script := fmt.Sprintf(`
+port=${HTTP_PROXY##*:}
+fds=()
+for i in $(seq 150); do
+  exec {fd}<>/dev/tcp/127.0.0.1/$port
+  fds+=($fd)
+  printf 'GET http://files.test:%[1]s/small HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&$fd
+done
+for fd in "${fds[@]}"; do tail -c 5 <&$fd; echo; exec {fd}<&-; done
+`, s.httpPort)
+	var out bytes.Buffer
+	code, err := rt.Exec(context.Background(), id, sandbox.ExecOptions{Cmd: []string{"bash", "-c", script}, Stdout: &out, Proxy: s.proxy})
+	if err != nil || code != 0 || out.String() != strings.Repeat("hello\n", 150) {
+		t.Fatalf("code %d, %v\n%q", code, err, out.String())
+	}
+}
+
+// THREATS 92: the tunnel's stdout is the server's to parse, and a process
+// of the sandbox (same uid) can write to it through /proc: garbage there
+// ends the exec with a protocol error, the server reads no further.
+func TestTunnelGarbageFromTheSandboxEndsIt(t *testing.T) {
+	rt, _ := newTestRuntime(t)
+	id := tunnelSandbox(t, rt, "base")
+	s := newTunnelServers(t)
+	var out bytes.Buffer
+	_, err := rt.Exec(context.Background(), id, sandbox.ExecOptions{Cmd: []string{"bash", "-c",
+		`printf 'D\0\0\0\1\377\377\377\377garbage' > /proc/$PPID/fd/1; sleep 600`}, Stdout: &out, Proxy: s.proxy})
+	if err == nil || !strings.Contains(err.Error(), "tunnel protocol violation") {
+		t.Fatalf("err %v\n%s", err, out.String())
+	}
+}
