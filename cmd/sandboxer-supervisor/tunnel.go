@@ -93,13 +93,13 @@ func tunnelMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return code
 	case err := <-stream:
+		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+		<-waited // CMD's output is all written before this says why
 		if err != nil {
 			say("%v; %s was killed", err, args[0])
 		} else {
 			say("the server closed the tunnel before %s ended; it was killed", args[0])
 		}
-		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
-		<-waited
 		return codeBadSpec
 	}
 }
