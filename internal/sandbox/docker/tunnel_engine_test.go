@@ -1,6 +1,7 @@
 package docker_test
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -10,9 +11,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	mrand "math/rand/v2"
 	"net"
@@ -102,6 +105,7 @@ type tunnelServers struct {
 	httpPort, tlsPort string
 	caPEM             []byte
 	big, medium       []byte
+	wheel             []byte
 	proxy             http.Handler
 	mu                sync.Mutex
 	events            []egress.Event
@@ -114,12 +118,17 @@ func newTunnelServers(t *testing.T) *tunnelServers {
 	s.big = make([]byte, 50<<20)
 	_, _ = rnd.Read(s.big)
 	s.medium = s.big[:4<<20]
+	s.wheel = testWheel(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/big":
 			http.ServeContent(w, r, "big", time.Time{}, bytes.NewReader(s.big))
 		case "/medium":
 			http.ServeContent(w, r, "medium", time.Time{}, bytes.NewReader(s.medium))
+		case "/simple/tunnelpkg/": // a package index of one wheel
+			fmt.Fprintf(w, `<html><body><a href="/files/%s#sha256=%s">%[1]s</a></body></html>`, wheelName, sha(s.wheel))
+		case "/files/" + wheelName:
+			http.ServeContent(w, r, wheelName, time.Time{}, bytes.NewReader(s.wheel))
 		default:
 			fmt.Fprint(w, "hello")
 		}
@@ -324,5 +333,55 @@ func TestTunnelGarbageFromTheSandboxEndsIt(t *testing.T) {
 		`printf 'D\0\0\0\1\377\377\377\377garbage' > /proc/$PPID/fd/1; sleep 600`}, Stdout: &out, Proxy: s.proxy})
 	if err == nil || !strings.Contains(err.Error(), "tunnel protocol violation") {
 		t.Fatalf("err %v\n%s", err, out.String())
+	}
+}
+
+const wheelName = "tunnelpkg-1.0-py3-none-any.whl"
+
+// testWheel is a pure-python wheel: tunnelpkg, whose VALUE is 42.
+func testWheel(t *testing.T) []byte {
+	t.Helper()
+	files := [][2]string{
+		{"tunnelpkg/__init__.py", "VALUE = 42\n"},
+		{"tunnelpkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tunnelpkg\nVersion: 1.0\n"},
+		{"tunnelpkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: sandboxer-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var record strings.Builder
+	for _, f := range files {
+		w, err := zw.Create(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(w, f[1])
+		h := sha256.Sum256([]byte(f[1]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f[0], base64.RawURLEncoding.EncodeToString(h[:]), len(f[1]))
+	}
+	record.WriteString("tunnelpkg-1.0.dist-info/RECORD,,\n")
+	w, err := zw.Create("tunnelpkg-1.0.dist-info/RECORD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(w, record.String())
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// pip installs from a package index the test serves, in a network-less
+// python sandbox, through the tunnel.
+func TestTunnelPipInstall(t *testing.T) {
+	rt, _ := newTestRuntime(t)
+	id := tunnelSandbox(t, rt, "python")
+	s := newTunnelServers(t)
+	var out bytes.Buffer
+	code, err := rt.Exec(context.Background(), id, sandbox.ExecOptions{Cmd: []string{"sh", "-c", fmt.Sprintf(
+		`HOME=/tmp python3 -m pip install --no-cache-dir --disable-pip-version-check --break-system-packages --target /workspace/lib `+
+			`--index-url http://files.test:%s/simple/ --trusted-host files.test tunnelpkg >&2 && PYTHONPATH=/workspace/lib python3 -c 'import tunnelpkg; print(tunnelpkg.VALUE)'`,
+		s.httpPort)}, Stdout: &out, Proxy: s.proxy})
+	if err != nil || code != 0 || !strings.HasSuffix(out.String(), "\n42\n") {
+		t.Fatalf("code %d, %v\n%s", code, err, out.String())
 	}
 }
