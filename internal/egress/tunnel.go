@@ -2,8 +2,19 @@ package egress
 
 import (
 	"encoding/base64"
+	"net"
 	"net/http"
 )
+
+// NewProxy is a proxy with no listener of its own, for tunnels: hosts
+// (egress.hosts) pins names, audit receives its decisions.
+func NewProxy(hosts Hosts, audit func(Event)) *Proxy {
+	return &Proxy{Audit: audit, Resolver: hosts.resolver(net.DefaultResolver)}
+}
+
+// Proxy is the runtime's proxy, to serve tunnels with the same grants'
+// rules, pins and audit.
+func (r *Runtime) Proxy() *Proxy { return r.proxy }
 
 // AnyPublic is the allowlist of an install through the tunnel when the
 // policy names no list of its own: every host name, on ports 80 and 443.

@@ -1,7 +1,10 @@
 package egress
 
 import (
+	"fmt"
+	"net"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -59,5 +62,43 @@ func TestInstallGrantRefusesPrivateAndRawAddresses(t *testing.T) {
 	revoke()
 	if code, _, _ := connectThrough(t, addr, "", "localhost:443"); code != 407 {
 		t.Errorf("after revoke: %d, want 407", code)
+	}
+}
+
+// With workspaces.install_network: egress the install grant is the
+// policy's list, and egress.hosts pins its names (NewProxy).
+func TestInstallGrantKeepsThePolicysListAndPins(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := up.Addr().(*net.TCPAddr).Port
+	allow, err := ParseList([]string{fmt.Sprintf("mirror.internal:%d", port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewProxy(Hosts{"mirror.internal": netip.MustParseAddr("127.0.0.1")}, nil)
+	h, revoke := p.GrantHandler(Grant{Job: "install", Allow: InstallAllow("egress", allow)})
+	defer revoke()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	if code, c, _ := connectThrough(t, addr, "", fmt.Sprintf("mirror.internal:%d", port)); code != 200 {
+		t.Fatalf("the pinned mirror: %d", code)
+	} else {
+		c.Close()
+	}
+	if code, _, _ := connectThrough(t, addr, "", "registry.npmjs.org:443"); code != 403 {
+		t.Fatalf("a host off the policy's list: %d", code)
 	}
 }
