@@ -25,7 +25,7 @@ type Mux struct {
 	mu       sync.Mutex
 	chans    map[uint32]*Conn
 	last     uint32 // the highest channel id opened
-	live     int    // server: channels the tunnel opened and has not closed
+	live     int    // server: channels opened and not yet closed by both sides
 	queue    []*Conn
 	ready    chan struct{} // a channel was queued
 	listenOK bool          // server: Accept still answers
@@ -105,7 +105,7 @@ func (m *Mux) Run() error {
 	m.mu.Unlock()
 	for _, c := range chans {
 		c.mu.Lock()
-		c.peerClosed, c.rEOF, c.sentClose = true, true, true
+		c.peerClosed, c.rEOF, c.sentClose, c.closeDone = true, true, true, true
 		c.cond.Broadcast()
 		c.mu.Unlock()
 	}
@@ -212,8 +212,8 @@ func (m *Mux) opened(id uint32) error {
 }
 
 // peerClose handles the other side's Close: what the channel holds stays
-// readable, then EOF; Close is answered; the channel is dropped once both
-// sides have sent Close.
+// readable, then EOF; the channel is dropped once both sides have sent
+// Close.
 func (m *Mux) peerClose(c *Conn) {
 	c.mu.Lock()
 	if c.peerClosed {
@@ -221,17 +221,21 @@ func (m *Mux) peerClose(c *Conn) {
 		return
 	}
 	c.peerClosed, c.rEOF = true, true
-	answer := !c.sentClose
-	c.sentClose = true
+	both := c.closeDone || m.server && c.sentClose
+	// The tunnel answers at once (its slot comes back when the server's
+	// Close arrives); the server answers when its user closes the channel,
+	// so the tunnel cannot open another while the server still holds it.
+	answer := !c.sentClose && !m.server
+	if answer {
+		c.sentClose = true
+	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
-	if m.server && c.id != 0 {
-		m.mu.Lock()
-		m.live--
-		m.mu.Unlock()
+	if both {
+		m.drop(c.id)
+		return
 	}
 	if !answer {
-		m.drop(c.id)
 		return
 	}
 	go func() { // the frame reader never writes
@@ -244,6 +248,9 @@ func (m *Mux) drop(id uint32) {
 	m.mu.Lock()
 	_, ok := m.chans[id]
 	delete(m.chans, id)
+	if ok && m.server && id != 0 {
+		m.live--
+	}
 	m.mu.Unlock()
 	if ok && !m.server && id != 0 {
 		<-m.slots
@@ -353,7 +360,8 @@ type Conn struct {
 	wEOF       bool   // this side sent EOF
 	closed     bool   // Close was called
 	peerClosed bool   // the other side sent Close, or the stream ended
-	sentClose  bool
+	sentClose  bool // this side's Close is decided
+	closeDone  bool // and written to the stream
 	rdl, wdl   time.Time
 	rt, wt     *time.Timer
 }
@@ -498,17 +506,28 @@ func (c *Conn) Close() error {
 	c.buf = nil
 	send := !c.sentClose
 	c.sentClose = true
-	both := c.peerClosed
 	for _, t := range []*time.Timer{c.rt, c.wt} {
 		if t != nil {
 			t.Stop()
 		}
 	}
+	// The server drops a channel before its Close leaves (the tunnel
+	// opens no other before it arrives); the tunnel only after, so that
+	// an Open its slot allows follows this Close on the stream.
+	dropFirst := send && c.m.server && c.peerClosed
 	c.cond.Broadcast()
 	c.mu.Unlock()
-	if send {
-		_ = c.m.send(Frame{Type: TypeClose, Channel: c.id})
+	if !send {
+		return nil
 	}
+	if dropFirst {
+		c.m.drop(c.id)
+	}
+	_ = c.m.send(Frame{Type: TypeClose, Channel: c.id})
+	c.mu.Lock()
+	c.closeDone = true
+	both := c.peerClosed
+	c.mu.Unlock()
 	if both {
 		c.m.drop(c.id)
 	}

@@ -193,10 +193,10 @@ func TestStalledChannelStallsNoOther(t *testing.T) {
 	}
 }
 
-// The tunnel never has more than MaxChannels open: the next Open waits for
-// a Close.
+// The tunnel never has more than MaxChannels open, counting those the
+// server still holds: the next Open waits for a Close by both sides.
 func TestOpenWaitsPastMaxChannels(t *testing.T) {
-	tun, srv, _ := pair(t)
+	tun, srv, errc := pair(t)
 	var cs []*Conn
 	for range MaxChannels {
 		c, err := tun.Open()
@@ -210,23 +210,30 @@ func TestOpenWaitsPastMaxChannels(t *testing.T) {
 		c, _ := tun.Open()
 		opened <- c
 	}()
+	var scs []net.Conn
 	for range MaxChannels {
-		if _, err := srv.Accept(); err != nil {
+		sc, err := srv.Accept()
+		if err != nil {
 			t.Fatal(err)
 		}
+		scs = append(scs, sc)
 	}
 	select {
 	case <-opened:
 		t.Fatal("a channel past MaxChannels opened")
 	default:
 	}
+	// The tunnel's Close alone frees no slot: the server still holds the
+	// channel (and what it buffered) until its user closes it too.
 	cs[0].Close()
+	cs[1].Close()
+	scs[1].Close()
 	c := <-opened
 	if c == nil {
 		t.Fatal("no channel after a Close")
 	}
 	if _, err := srv.Accept(); err != nil {
-		t.Fatal(err)
+		t.Fatal(err, <-errc)
 	}
 }
 
@@ -323,9 +330,11 @@ func TestConcurrentOpensStayInOrder(t *testing.T) {
 	}
 	wg.Wait()
 	for range MaxChannels {
-		if _, err := srv.Accept(); err != nil {
+		sc, err := srv.Accept()
+		if err != nil {
 			t.Fatal(err)
 		}
+		sc.Close()
 	}
 	if _, err := tun.Open(); err != nil {
 		t.Fatal(err)
