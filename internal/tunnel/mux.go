@@ -19,8 +19,8 @@ type Mux struct {
 	openMu sync.Mutex // Open frames leave in the order of their ids
 	wmu    sync.Mutex
 	w      io.Writer
-	wbuf []byte
-	werr error
+	wbuf   []byte
+	werr   error
 
 	mu       sync.Mutex
 	chans    map[uint32]*Conn
@@ -360,8 +360,8 @@ type Conn struct {
 	wEOF       bool   // this side sent EOF
 	closed     bool   // Close was called
 	peerClosed bool   // the other side sent Close, or the stream ended
-	sentClose  bool // this side's Close is decided
-	closeDone  bool // and written to the stream
+	sentClose  bool   // this side's Close is decided
+	closeDone  bool   // and written to the stream
 	rdl, wdl   time.Time
 	rt, wt     *time.Timer
 }
