@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
+	"github.com/sandboxer/sandboxer/internal/tunnel"
 	"golang.org/x/sys/unix"
 )
 
@@ -90,6 +91,8 @@ func main() {
 				os.Exit(codeBadSpec)
 			}
 			os.Exit(run(os.Stdin, os.Stdout, &pre))
+		case tunnel.Command:
+			os.Exit(tunnelMain(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 		}
 	}
 	os.Exit(run(os.Stdin, os.Stdout, nil))

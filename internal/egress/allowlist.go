@@ -35,6 +35,9 @@ type Rule struct {
 func (r Rule) Exact() bool { return !r.Wildcard && !r.Narrowed }
 
 func (r Rule) String() string {
+	if r.Wildcard && r.Host == "" {
+		return "any public host"
+	}
 	h := r.Host
 	if r.Wildcard {
 		h = "*." + h
@@ -116,14 +119,16 @@ func validName(h string) bool {
 // an address; an address matches only a rule that names it.
 func (l List) Match(host string, port int) (Rule, bool) {
 	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
-	if a, err := netip.ParseAddr(host); err == nil {
+	a, err := netip.ParseAddr(host)
+	isAddr := err == nil
+	if isAddr {
 		host = a.Unmap().String()
 	}
 	for _, r := range l {
 		if r.Port == 0 && port != 80 && port != 443 || r.Port != 0 && r.Port != port {
 			continue
 		}
-		if !r.Wildcard && host == r.Host || r.Wildcard && strings.HasSuffix(host, "."+r.Host) {
+		if !r.Wildcard && host == r.Host || r.Wildcard && !isAddr && (r.Host == "" || strings.HasSuffix(host, "."+r.Host)) {
 			return r, true
 		}
 	}

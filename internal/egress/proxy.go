@@ -223,19 +223,22 @@ func (p *Proxy) tunnel(w http.ResponseWriter, conn net.Conn, ev *Event) {
 	go func() {
 		n, _ := io.Copy(conn, io.MultiReader(buf.Reader, client))
 		up.Store(n)
-		if tc, ok := conn.(*net.TCPConn); ok {
+		if tc, ok := conn.(closeWriter); ok {
 			_ = tc.CloseWrite()
 		}
 		close(done)
 	}()
 	n, _ := io.Copy(client, conn)
 	down.Store(n)
-	if tc, ok := client.(*net.TCPConn); ok {
+	if tc, ok := client.(closeWriter); ok { // TCP, or a channel of the tunnel
 		_ = tc.CloseWrite()
 	}
 	<-done
 	ev.BytesUp, ev.BytesDown = up.Load(), down.Load()
 }
+
+// closeWriter is a connection that can be closed one way.
+type closeWriter interface{ CloseWrite() error }
 
 // forward sends a plain http:// request over the dialled connection.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, conn net.Conn, ev *Event) {

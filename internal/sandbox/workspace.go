@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"net/http"
 	"strings"
 )
 
@@ -59,6 +60,11 @@ type ExecOptions struct {
 	Stdin  io.Reader // nil = none
 	Stdout io.Writer // nil = discarded
 	Stderr io.Writer // nil = discarded
+	// Proxy, when set, runs Cmd through the tunnel (ExecThroughTunnel):
+	// Cmd's connections through HTTP_PROXY/HTTPS_PROXY reach Proxy over the
+	// exec's own stdin/stdout, for a container with no network; Cmd's
+	// stdout and stderr both go to Stderr (Stdout when Stderr is nil).
+	Proxy http.Handler
 }
 
 // WorkspaceRuntime is a Runtime that can keep workspaces: long-lived

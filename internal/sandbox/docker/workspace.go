@@ -309,7 +309,13 @@ func (h *handle) execVerdict(ctx context.Context) sandbox.ExitStatus {
 // Exec runs a plain command in a running container until it ends (or ctx
 // does: then the exec's connection is closed and its process gets EOF and
 // SIGPIPE; callers use commands that end by themselves or have a deadline).
+// With o.Proxy it runs through the tunnel (sandbox.ExecThroughTunnel).
 func (r *Runtime) Exec(ctx context.Context, containerID string, o sandbox.ExecOptions) (int, error) {
+	if o.Proxy != nil { // no network in the container: through the exec's own stream
+		return sandbox.ExecThroughTunnel(ctx, o, func(ctx context.Context, o sandbox.ExecOptions) (int, error) {
+			return r.Exec(ctx, containerID, o)
+		})
+	}
 	user := o.User
 	if user == "" {
 		user = sandboxUser

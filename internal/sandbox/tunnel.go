@@ -1,0 +1,80 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/tunnel"
+)
+
+// TunnelCommand is the command that ExecThroughTunnel puts before Cmd.
+var TunnelCommand = []string{"/usr/local/bin/sandboxer-supervisor", tunnel.Command, "--"}
+
+// ExecThroughTunnel runs o.Cmd inside `sandboxer-supervisor tunnel --` with
+// exec, a runtime's plain exec (it must not look at Proxy), and serves the
+// tunnel's connections to o.Proxy, as http.Server connections (CONNECT
+// hijacking works). It needs nothing of the engine but the exec's stdin,
+// stdout and stderr: any runtime's Exec calls it when o.Proxy is set. It
+// returns Cmd's exit code from the tunnel's End frame; without one (the
+// supervisor could not start, or the exec was cut), the exec's code and
+// error. A tunnel that breaks the frame protocol ends the exec.
+func ExecThroughTunnel(ctx context.Context, o ExecOptions, exec func(context.Context, ExecOptions) (int, error)) (int, error) {
+	if o.Proxy == nil {
+		return -1, errors.New("exec through the tunnel: no proxy handler")
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	inR, inW := io.Pipe()   // to the tunnel's stdin
+	outR, outW := io.Pipe() // from the tunnel's stdout
+	m := tunnel.NewServer(outR, inW)
+	srv := &http.Server{Handler: o.Proxy, ReadHeaderTimeout: 30 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	go func() { _ = srv.Serve(m) }()
+	defer srv.Close()
+	go func() {
+		stdin := m.Stdin()
+		if o.Stdin != nil {
+			_, _ = io.Copy(stdin, o.Stdin)
+		}
+		_ = stdin.CloseWrite()
+	}()
+	inner := o
+	inner.Proxy = nil
+	inner.Cmd = append(append([]string(nil), TunnelCommand...), o.Cmd...)
+	inner.Stdin, inner.Stdout = inR, outW
+	if inner.Stderr == nil {
+		inner.Stderr = o.Stdout
+	}
+	type result struct {
+		code int
+		err  error
+	}
+	ran := make(chan result, 1)
+	go func() {
+		code, err := exec(ctx, inner)
+		_ = outW.Close()
+		ran <- result{code, err}
+	}()
+	runErr := m.Run()
+	if runErr != nil && errors.Is(runErr, tunnel.ErrProtocol) {
+		cancel() // a tunnel that breaks the rules is not listened to further
+	}
+	_ = inW.Close() // the tunnel takes no more input: its stdin ends
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+	_ = srv.Close()
+	r := <-ran
+	_ = inR.Close()
+	_ = outR.Close()
+	if code, ok := m.ExitCode(); ok && r.err == nil {
+		return code, nil
+	}
+	if errors.Is(runErr, tunnel.ErrProtocol) && parent.Err() == nil {
+		return -1, fmt.Errorf("the sandbox's tunnel: %w", runErr)
+	}
+	return r.code, r.err
+}
