@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -158,7 +161,8 @@ func TestScriptJavascriptDependenciesPrestarted(t *testing.T) {
 	}
 	// Containers that served a job keep their pool labels and command while
 	// they end: the warm sandbox to wait for is none of those.
-	used := []string{str(s.ok("get_job", map[string]any{"job_id": str(first, "job_id")}), "container_id")}
+	firstJob := s.ok("get_job", map[string]any{"job_id": str(first, "job_id")})
+	used := []string{str(firstJob, "container_id")}
 	run := func(code string) (map[string]any, float64) {
 		t.Helper()
 		warm := s.waitPrestartedWith("sandboxer-deps-javascript-", used...)
@@ -213,6 +217,53 @@ console.log(JSON.stringify({ got: [isNumber(5), isNumber('x')], nodePath: proces
 		}
 		if origin, err := strconv.ParseFloat(f[2], 64); err != nil || origin >= created {
 			t.Errorf("node started at %s, after the job was submitted (%.1f): not a prestarted node", f[2], created)
+		}
+	})
+	// The runner's own dependency setup, on a cache the test makes: an
+	// incomplete cache is refused as the driver refused it; a complete one's
+	// packages are found by require and by import.
+	t.Run("runner setup", func(t *testing.T) {
+		dir := t.TempDir()
+		pkg := filepath.Join(dir, "node_modules", "sbx-demo")
+		if err := os.MkdirAll(pkg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, body := range map[string]string{"package.json": `{"name":"sbx-demo","main":"index.js"}`, "index.js": "module.exports = 42;\n"} {
+			if err := os.WriteFile(filepath.Join(pkg, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, d := range []string{dir, filepath.Join(dir, "node_modules"), pkg} {
+			_ = os.Chmod(d, 0o755)
+		}
+		runner := func(code string) (string, string, int) {
+			t.Helper()
+			cmd := exec.Command("docker", "run", "--rm", "-i", "--network", "none", "-v", dir+":/deps:ro",
+				"-e", fmt.Sprintf("SANDBOXER_SOURCE_BYTES=%d", len(code)), "-e", "SANDBOXER_DEPS_DIR=/deps", "-e", "NODE_PATH=/deps/node_modules",
+				str(firstJob, "image"), "node", script.NodeMain)
+			cmd.Stdin = strings.NewReader(code)
+			var out, errb strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			code2 := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code2 = ee.ExitCode()
+			} else if err != nil {
+				t.Fatalf("docker run: %v", err)
+			}
+			return out.String(), errb.String(), code2
+		}
+		if _, stderr, code := runner("console.log(require('sbx-demo'))"); code != 125 || !strings.Contains(stderr, "sandboxer: the dependency cache is incomplete") {
+			t.Errorf("an incomplete cache: exit %d, stderr %q", code, stderr)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ".sandboxer-complete"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, stderr, code := runner("console.log(require('sbx-demo'))"); code != 0 || out != "42\n" {
+			t.Errorf("require: exit %d, stdout %q, stderr %q", code, out, stderr)
+		}
+		if out, stderr, code := runner("import v from 'sbx-demo';\nconsole.log(v, process.env.SANDBOXER_DEPS_DIR)"); code != 0 || out != "42 undefined\n" {
+			t.Errorf("import: exit %d, stdout %q, stderr %q", code, out, stderr)
 		}
 	})
 }
