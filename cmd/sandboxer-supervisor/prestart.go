@@ -111,7 +111,7 @@ func (p *prestarted) refusal(sp proto.Spec, env []string, cwd string) string {
 	if path, _, err := lookPath(sp.Argv[0], env, cwd); err != nil || path != p.path {
 		return "argv[0] resolves to another executable"
 	}
-	if name := earlyEnvDiff(p.cfg.EarlyEnv, p.env, env); name != "" {
+	if name := earlyEnvDiff(p.cfg.EarlyEnv, p.cfg.LateEnv, p.env, env); name != "" {
 		return "the job sets " + name + " differently"
 	}
 	if !running(p.pid) {
@@ -120,10 +120,14 @@ func (p *prestarted) refusal(sp proto.Spec, env []string, cwd string) string {
 	return ""
 }
 
-// earlyEnvDiff names a variable matching patterns whose value (or absence)
-// differs between a and b; "" when none does.
-func earlyEnvDiff(patterns, a, b []string) string {
+// earlyEnvDiff names a variable matching patterns, and not named by late,
+// whose value (or absence) differs between a and b; "" when none does.
+func earlyEnvDiff(patterns, late, a, b []string) string {
 	ma, mb := envMap(a, patterns), envMap(b, patterns)
+	for _, k := range late {
+		delete(ma, k)
+		delete(mb, k)
+	}
 	for k, v := range ma {
 		if w, ok := mb[k]; !ok || w != v {
 			return k

@@ -132,11 +132,14 @@ func TestPrestartDiscardedWithoutAJob(t *testing.T) {
 }
 
 func TestEarlyEnvDiff(t *testing.T) {
-	pat := []string{"NODE_*", "TZ"}
+	pat, late := []string{"NODE_*", "TZ"}, []string{"NODE_PATH"}
 	for _, tc := range []struct {
 		a, b []string
 		want string
 	}{
+		// A late variable (read again after the hand-over) may differ.
+		{nil, []string{"NODE_PATH=/deps/node_modules"}, ""},
+		{[]string{"NODE_PATH=/a"}, []string{"NODE_PATH=/b", "NODE_OPTIONS=-r x"}, "NODE_OPTIONS"},
 		{[]string{"PATH=/a", "NODE_X=1"}, []string{"PATH=/b", "NODE_X=1"}, ""},
 		{[]string{"NODE_X=1"}, []string{"NODE_X=2"}, "NODE_X"},
 		{nil, []string{"TZ=UTC"}, "TZ"},
@@ -144,7 +147,7 @@ func TestEarlyEnvDiff(t *testing.T) {
 		{[]string{"TZ=UTC", "TZ=CET"}, []string{"TZ=CET"}, ""},
 		{[]string{"TZX=1"}, nil, ""},
 	} {
-		if got := earlyEnvDiff(pat, tc.a, tc.b); got != tc.want {
+		if got := earlyEnvDiff(pat, late, tc.a, tc.b); got != tc.want {
 			t.Errorf("earlyEnvDiff(%q, %q) = %q, want %q", tc.a, tc.b, got, tc.want)
 		}
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
+	"github.com/sandboxer/sandboxer/internal/script"
 	"github.com/sandboxer/sandboxer/internal/serverlock"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/tools"
@@ -228,12 +229,16 @@ func serve(args []string) error {
 	if warm != nil && depCaches != nil {
 		// A script with dependencies starts as fast as one without: the pool
 		// keeps a sandbox with each recently used cache mounted.
-		depCaches.Warm = func(image string, m sandbox.Mount) {
+		depCaches.Warm = func(language, image string, m sandbox.Mount) {
 			spec, err := job.PoolSpec(cfg.Policy, image)
 			if err != nil {
 				return
 			}
 			spec.Mounts = []sandbox.Mount{m}
+			// Shaped as run_script's job with that cache (tools.runScript).
+			if sl, ok := script.Lookup(language); ok && sl.MainDeps {
+				spec.Prestart = sl.Prestart()
+			}
 			warm.AddTarget(pool.Target{Name: "deps " + m.Volume, Spec: spec, Size: 1})
 		}
 		depCaches.Unwarm = func(ctx context.Context, volume string) {

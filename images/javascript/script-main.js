@@ -14,7 +14,13 @@
 // directory; end of file without a job: it exits. The supervisor hands it a job
 // only when the job's command starts with this process's own and the job
 // changes none of the variables node reads at start-up (NODE_*, UV_*, TZ,
-// locale, ...); any other job runs as a new process.
+// locale, ...) but NODE_PATH, which it reads again here; any other job runs as
+// a new process.
+//
+// With SANDBOXER_DEPS_DIR set (a script with dependencies: the cache is
+// mounted read-only there), it does what the driver's dependency setup does:
+// it exits 125 if the cache is incomplete, and links the cache's node_modules
+// beside the source (ES modules ignore NODE_PATH).
 'use strict';
 const fs = require('node:fs');
 const Module = require('node:module');
@@ -67,7 +73,9 @@ if (ctl !== undefined) {
   }
   try { process.chdir(job.cwd); } catch (e) { fail(e.message); }
   process.argv.splice(2, process.argv.length - 2, ...job.argv.slice(2));
-  if (typeof Module._initPaths === 'function') Module._initPaths(); // HOME may differ
+  // HOME and NODE_PATH may differ: node read them when it started.
+  if (typeof Module._initPaths === 'function') Module._initPaths();
+  else if (process.env.NODE_PATH !== undefined) fail('prestart: this node cannot re-read NODE_PATH');
 }
 
 const n = Number(process.env.SANDBOXER_SOURCE_BYTES);
@@ -76,12 +84,20 @@ if (!Number.isSafeInteger(n) || n <= 0) fail('SANDBOXER_SOURCE_BYTES is not a by
 let src;
 try { src = read(0, n); } catch (e) { fail('reading the source: ' + e.message); }
 if (src.length !== n) fail('the source did not arrive whole');
+const deps = process.env.SANDBOXER_DEPS_DIR;
+delete process.env.SANDBOXER_DEPS_DIR;
 const main = DIR + '/main.js';
 try {
   fs.mkdirSync(DIR, { recursive: true });
   fs.writeFileSync(main, src);
 } catch (e) {
   fail(e.message);
+}
+if (deps !== undefined) {
+  if (!fs.existsSync(deps + '/.sandboxer-complete')) {
+    fail('the dependency cache is incomplete: prune it (prune_dependency_caches) and run again');
+  }
+  try { fs.symlinkSync(deps + '/node_modules', DIR + '/node_modules'); } catch (e) { fail(e.message); }
 }
 process.argv[1] = main;
 Module.runMain();

@@ -1,6 +1,7 @@
 package deps
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -92,5 +93,20 @@ func TestInstallScript(t *testing.T) {
 	}
 	if _, err := InstallScript("rust", ""); err == nil || !strings.Contains(err.Error(), "crates.io") {
 		t.Errorf("rust install: %v", err)
+	}
+}
+
+// The javascript image's runner does Setup's work for a script with
+// dependencies (script.Language.MainDeps): it must check the same marker.
+func TestRunnerChecksTheCompleteMarker(t *testing.T) {
+	b, err := os.ReadFile("../../images/javascript/script-main.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "'/"+completeMarker+"'") {
+		t.Errorf("script-main.js does not check %s", completeMarker)
+	}
+	if !strings.Contains(Setup("javascript"), "/node_modules node_modules") || !strings.Contains(string(b), "'/node_modules'") {
+		t.Error("the driver's setup and the runner no longer both link node_modules beside the source")
 	}
 }

@@ -63,7 +63,7 @@ type Manager struct {
 	// Warm, when set, is told of each cache a script uses (so a warm pool can
 	// keep a sandbox with it mounted); Unwarm when one stops being kept, and
 	// before a cache's volume is removed (what mounts it must go first).
-	Warm   func(image string, m sandbox.Mount)
+	Warm   func(language, image string, m sandbox.Mount)
 	Unwarm func(ctx context.Context, volume string)
 	// OnInstall, when set, is told of each dependency install and whether
 	// it succeeded (metrics).
@@ -79,7 +79,7 @@ type Manager struct {
 const MaxWarm = 4
 
 // used tells Warm of a cache in use and Unwarms the least recent past MaxWarm.
-func (m *Manager) used(image string, mt sandbox.Mount) {
+func (m *Manager) used(language, image string, mt sandbox.Mount) {
 	if m.Warm == nil {
 		return
 	}
@@ -91,7 +91,7 @@ func (m *Manager) used(image string, mt sandbox.Mount) {
 		m.warmed = m.warmed[n:]
 	}
 	m.mu.Unlock()
-	m.Warm(image, mt)
+	m.Warm(language, image, mt)
 	for _, v := range drop {
 		if m.Unwarm != nil {
 			m.Unwarm(context.Background(), v)
@@ -163,7 +163,7 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 		res.Mount.Volume = name
 		m.touch(name, -1)
 		res.Cache = CacheHit
-		m.used(image, res.Mount)
+		m.used(language, image, res.Mount)
 		return res, nil
 	}
 	// Names are the engine's, shared by every instance: a fresh one each install.
@@ -188,7 +188,7 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 		if err == nil {
 			m.touch(name, size)
 			_, _ = m.enforceCap(ictx, name) // best effort
-			m.used(image, res.Mount)
+			m.used(language, image, res.Mount)
 		}
 		done <- outcome{time.Since(t0).Milliseconds(), err}
 	}()

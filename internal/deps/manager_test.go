@@ -162,7 +162,7 @@ func TestCacheCapRemovesLeastRecentlyUsed(t *testing.T) {
 	ctx := context.Background()
 	var warmed, unwarmed []string
 	var mu sync.Mutex
-	m.Warm = func(_ string, mt sandbox.Mount) { mu.Lock(); warmed = append(warmed, mt.Volume); mu.Unlock() }
+	m.Warm = func(_, _ string, mt sandbox.Mount) { mu.Lock(); warmed = append(warmed, mt.Volume); mu.Unlock() }
 	m.Unwarm = func(_ context.Context, v string) { mu.Lock(); unwarmed = append(unwarmed, v); mu.Unlock() }
 	a, _ := m.Ensure(ctx, "python", "img", []string{"a"})
 	b, _ := m.Ensure(ctx, "python", "img", []string{"b"})

@@ -76,10 +76,12 @@ type Spec struct {
 // (internal/supervisor/proto, Prestart). The sandbox hands it the job only
 // when no variable named by EarlyEnv (those the program reads at start-up;
 // a trailing * matches any suffix) differs; otherwise it discards it and
-// starts the job anew.
+// starts the job anew. LateEnv names variables matching EarlyEnv that the
+// program reads again once it has its job: they may differ.
 type Prestart struct {
 	Argv     []string
 	EarlyEnv []string
+	LateEnv  []string
 }
 
 // Mount is a named engine volume mounted at Target.
@@ -210,7 +212,7 @@ func (s Spec) PoolKey() string {
 	}
 	// So is what a warm sandbox starts ahead of its job.
 	if p := s.Prestart; p != nil {
-		key += fmt.Sprintf("|prestart=%q:%q", p.Argv, p.EarlyEnv)
+		key += fmt.Sprintf("|prestart=%q:%q:%q", p.Argv, p.EarlyEnv, p.LateEnv)
 	}
 	return key
 }

@@ -16,9 +16,10 @@
 // starts, and only offset 0 counts.
 //
 // A language whose image carries its own runner (Language.Main: javascript's
-// script-main.js) skips the driver in a fresh sandbox without a setup step:
-// the runner does the same in the language's runtime, which a warm sandbox
-// can start before the job (sandbox.Prestart).
+// script-main.js) skips the driver in a fresh sandbox: the runner does the
+// same in the language's runtime, which a warm sandbox can start before the
+// job (sandbox.Prestart). With a setup step (dependencies) it does so only
+// when the runner does that step too (Language.MainDeps).
 package script
 
 import (
@@ -26,6 +27,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
 // ScriptDir is where the driver writes the source and the build output (on the
@@ -58,6 +61,25 @@ type Language struct {
 	// EarlyEnv names the variables Main's runtime reads when it starts
 	// (sandbox.Prestart.EarlyEnv): a job that sets them runs in a new process.
 	EarlyEnv []string
+	// LateEnv are variables matching EarlyEnv that Main reads again once it
+	// has its job (sandbox.Prestart.LateEnv).
+	LateEnv []string
+	// MainDeps says Main also does the dependency setup (what deps.Setup
+	// does for the driver) when DepsDirEnv names the mounted cache.
+	MainDeps bool
+}
+
+// DepsDirEnv tells Main where a script's dependency cache is mounted: it
+// checks that the cache is complete and links its packages beside the source.
+const DepsDirEnv = "SANDBOXER_DEPS_DIR"
+
+// Prestart is what a warm sandbox may start ahead of a job that runs Main;
+// nil when the language has no Main.
+func (l Language) Prestart() *sandbox.Prestart {
+	if l.Main == nil {
+		return nil
+	}
+	return &sandbox.Prestart{Argv: l.Main, EarlyEnv: l.EarlyEnv, LateEnv: l.LateEnv}
 }
 
 // NodeMain is the javascript image's runner of a script (images/javascript/script-main.js).
@@ -73,7 +95,8 @@ var languages = map[string]Language{
 	"python": {Name: "python", File: "main.py", Run: `exec python3 "$D/main.py" "$@"`},
 	// Node decides CommonJS or ES module from the syntax.
 	"javascript": {Name: "javascript", File: "main.js", Run: `exec node "$D/main.js" "$@"`,
-		Main: []string{"node", NodeMain}, EarlyEnv: nodeEarlyEnv},
+		// The runner re-reads NODE_PATH (Module._initPaths) once it has its job.
+		Main: []string{"node", NodeMain}, EarlyEnv: nodeEarlyEnv, LateEnv: []string{"NODE_PATH"}, MainDeps: true},
 	// esbuild (tsx's transpiler) strips the types; syntax errors are compile
 	// errors; require() still works in the ES module it emits.
 	"typescript": {Name: "typescript", File: "main.ts",

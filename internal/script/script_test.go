@@ -41,3 +41,18 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// A language's prestart is its runner with what the runner reads at start-up.
+func TestPrestartOfTheRunner(t *testing.T) {
+	js, _ := Lookup("javascript")
+	p := js.Prestart()
+	if p == nil || len(p.Argv) != 2 || p.Argv[1] != NodeMain || len(p.EarlyEnv) == 0 {
+		t.Fatalf("javascript prestart %+v", p)
+	}
+	if len(p.LateEnv) != 1 || p.LateEnv[0] != "NODE_PATH" || !js.MainDeps {
+		t.Errorf("javascript's runner re-reads NODE_PATH and does the dependency setup; got %+v, MainDeps %t", p, js.MainDeps)
+	}
+	if py, _ := Lookup("python"); py.Prestart() != nil {
+		t.Error("python has no runner but a prestart")
+	}
+}

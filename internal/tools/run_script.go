@@ -15,7 +15,6 @@ import (
 	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/output"
-	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/script"
 	"github.com/sandboxer/sandboxer/internal/store"
 )
@@ -157,12 +156,16 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	jr.Kind = job.KindScript
 	jr.Command = scriptCommand(sl.Name, args.Args)
 	jr.Cmd = append([]string{"bash", "-c", driver, "sandboxer-script"}, args.Args...)
-	if sl.Main != nil && setup == "" && args.Workspace == "" {
-		// The image's own runner does the driver's work in the language's
-		// runtime, which a warm sandbox can then start ahead. Workspaces
-		// keep the driver: one made from an older image lacks the runner.
+	if sl.Main != nil && (depList == nil || sl.MainDeps) && args.Workspace == "" {
+		// The image's own runner does the driver's work (and the dependency
+		// setup) in the language's runtime, which a warm sandbox can then
+		// start ahead. Workspaces keep the driver: one made from an older
+		// image lacks the runner.
 		jr.Cmd = append(slices.Clone(sl.Main), args.Args...)
-		jr.Prestart = &sandbox.Prestart{Argv: sl.Main, EarlyEnv: sl.EarlyEnv}
+		jr.Prestart = sl.Prestart()
+		if depList != nil {
+			jr.Env = append(jr.Env, script.DepsDirEnv+"="+deps.Dir)
+		}
 	}
 	jr.Env = append(jr.Env, fmt.Sprintf("%s=%d", script.SourceBytesEnv, len(args.Code)))
 	jr.Stdin = stdin

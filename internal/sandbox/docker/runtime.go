@@ -201,7 +201,7 @@ func (r *Runtime) containerConfig(d dialect, spec sandbox.Spec) (*container.Conf
 	}
 	if spec.Kind == sandbox.KindPool && spec.Prestart != nil {
 		// A warm sandbox starts its job's program ahead (proto.Prestart).
-		pre, err := json.Marshal(proto.Prestart{Argv: spec.Prestart.Argv, EarlyEnv: spec.Prestart.EarlyEnv})
+		pre, err := json.Marshal(proto.Prestart{Argv: spec.Prestart.Argv, EarlyEnv: spec.Prestart.EarlyEnv, LateEnv: spec.Prestart.LateEnv})
 		if err == nil {
 			cfg.Cmd = []string{supervisorPath, proto.PrestartCommand, string(pre)}
 		}

@@ -307,7 +307,9 @@ func TestPoolKeySeparatesPrestart(t *testing.T) {
 	plain, pre, other := spec("node"), spec("node"), spec("node")
 	pre.Prestart = &sandbox.Prestart{Argv: []string{"node", "/runner.js"}, EarlyEnv: []string{"NODE_*"}}
 	other.Prestart = &sandbox.Prestart{Argv: []string{"node", "/other.js"}, EarlyEnv: []string{"NODE_*"}}
-	if plain.PoolKey() == pre.PoolKey() || pre.PoolKey() == other.PoolKey() {
+	late := pre
+	late.Prestart = &sandbox.Prestart{Argv: []string{"node", "/runner.js"}, EarlyEnv: []string{"NODE_*"}, LateEnv: []string{"NODE_PATH"}}
+	if plain.PoolKey() == pre.PoolKey() || pre.PoolKey() == other.PoolKey() || late.PoolKey() == pre.PoolKey() {
 		t.Error("jobs with another prestart (or none) share a pool key")
 	}
 	again := pre

@@ -61,6 +61,10 @@ type Prestart struct {
 	// starts (a trailing * matches any suffix): a job that sets any of them
 	// differently runs as a new process.
 	EarlyEnv []string `json:"early_env,omitempty"`
+	// LateEnv are exact names matching EarlyEnv that the program reads
+	// again after it takes its job (node's NODE_PATH, for one): a job may
+	// set them differently and still be handed over.
+	LateEnv []string `json:"late_env,omitempty"`
 }
 
 // PrestartJob is what a prestarted program reads on PrestartFD.
@@ -79,6 +83,11 @@ func (p *Prestart) Validate() error {
 	for _, e := range p.EarlyEnv {
 		if e == "" || e == "*" {
 			return errors.New("prestart: an early_env pattern is empty or matches every variable")
+		}
+	}
+	for _, e := range p.LateEnv {
+		if e == "" || strings.ContainsAny(e, "=*") {
+			return errors.New("prestart: a late_env name is empty or holds '=' or '*'")
 		}
 	}
 	return nil
