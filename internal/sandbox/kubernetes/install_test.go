@@ -103,6 +103,26 @@ func TestInstaller(t *testing.T) {
 	if err != nil || code != 0 || got.String() != "fetched" {
 		t.Fatalf("in the workspace pod: code %d, %v, %q", code, err, got.String())
 	}
+
+	// While a tunnel listens in the install pod, the workspace pod (where
+	// jobs run) cannot connect to its port: another pod, another loopback.
+	tunnelDone := make(chan error, 1)
+	go func() {
+		_, err := rt.Exec(ctx, inst, sandbox.ExecOptions{Proxy: h, Cmd: []string{"sh", "-c",
+			`echo "${HTTP_PROXY##*:}" > /workspace/port; while [ ! -e /workspace/done ]; do sleep 0.1; done`}})
+		tunnelDone <- err
+	}()
+	var probe bytes.Buffer
+	code, err = rt.Exec(ctx, refs.ContainerID, sandbox.ExecOptions{Stdout: &probe, Cmd: []string{"bash", "-c",
+		`while [ ! -s /workspace/port ]; do sleep 0.1; done; p=$(cat /workspace/port); ` +
+			`(exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && echo "reached $p" || echo "refused $p"; touch /workspace/done`}})
+	if err != nil || code != 0 || !strings.HasPrefix(probe.String(), "refused ") {
+		t.Fatalf("the workspace pod reaching the install pod's tunnel: code %d, %v, %q", code, err, probe.String())
+	}
+	if err := <-tunnelDone; err != nil {
+		t.Fatal(err)
+	}
+
 	mu.Lock()
 	defer mu.Unlock()
 	if len(events) != 2 || !events[0].Allowed || events[1].Allowed {
