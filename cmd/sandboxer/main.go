@@ -38,6 +38,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/script"
 	"github.com/sandboxer/sandboxer/internal/serverlock"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/tools"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
@@ -177,7 +178,9 @@ func serve(args []string) error {
 	}
 	defer auditLog.Close()
 	var egressRT *egress.Runtime
-	if len(cfg.Policy.Egress.Allow) > 0 {
+	_, tunnelInstalls := engine.(sandbox.TunnelInstaller)
+	_, egressNetwork := engine.(sandbox.EgressRuntime)
+	if len(cfg.Policy.Egress.Allow) > 0 && (egressNetwork || !tunnelInstalls) {
 		// Jobs (and installs) on network egress reach the policy's hosts
 		// through the proxy; so do jobs and workspaces that ask for some of
 		// them (the egress argument), whatever the policy's network.
@@ -194,6 +197,13 @@ func serve(args []string) error {
 		if egressRT != nil {
 			workspaces.Egress = egressRT.Grant
 			workspaces.GrantEgress = egressRT.GrantOwn
+		}
+		if tunnelInstalls {
+			// Its installers have no network: they reach the proxy through
+			// the tunnel over their exec.
+			if workspaces.TunnelProxy, err = installTunnel(egressRT, cfg.Policy, auditLog, lock.ID()); err != nil {
+				return err
+			}
 		}
 		defer workspaces.ClosePortsAll()
 		if mt != nil {
@@ -379,18 +389,48 @@ func startEgress(rt sandbox.Runtime, engine sandbox.Runtime, pol *policy.Policy,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := egress.Start(ctx, rt, egressEngine, allow, hosts, func(ev egress.Event) {
+	e, err := egress.Start(ctx, rt, egressEngine, allow, hosts, egressAudit(auditLog, server))
+	if err != nil {
+		return nil, fmt.Errorf("egress proxy (policy egress.allow): %w", err)
+	}
+	return e, nil
+}
+
+// egressAudit writes each of the proxy's decisions to the audit log.
+func egressAudit(auditLog *audit.Log, server string) func(egress.Event) {
+	return func(ev egress.Event) {
 		entry := audit.Entry{Time: time.Now().UTC(), Client: ev.Tenant, Server: server, Tool: "egress", JobID: ev.Job,
 			Decision: audit.Allowed, Outcome: "ok", Host: ev.Host, Port: ev.Port, BytesUp: ev.BytesUp, BytesDown: ev.BytesDown}
 		if !ev.Allowed {
 			entry.Decision, entry.Outcome, entry.Error = audit.Refused, "error", ev.Reason
 		}
 		_ = auditLog.Write(entry)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("egress proxy (policy egress.allow): %w", err)
 	}
-	return e, nil
+}
+
+// installTunnel grants an install the proxy behind its tunnel: the egress
+// runtime's proxy when one runs, else one of its own (egress.hosts pinned,
+// decisions audited); the allowlist is egress.InstallAllow's (the policy's
+// egress.allow with workspaces.install_network: egress, else any public host).
+func installTunnel(e *egress.Runtime, pol *policy.Policy, auditLog *audit.Log, server string) (func(ctx context.Context, job string) (http.Handler, func()), error) {
+	allow, err := egress.ParseList(pol.Egress.Allow)
+	if err != nil {
+		return nil, err // the policy was validated: not reached
+	}
+	var proxy *egress.Proxy
+	if e != nil {
+		proxy = e.Proxy()
+	} else {
+		hosts, err := egress.ParseHosts(pol.Egress.Hosts)
+		if err != nil {
+			return nil, err
+		}
+		proxy = egress.NewProxy(hosts, egressAudit(auditLog, server))
+	}
+	list := egress.InstallAllow(pol.Workspaces.InstallNetwork, allow)
+	return func(ctx context.Context, job string) (http.Handler, func()) {
+		return proxy.GrantHandler(egress.Grant{Tenant: tenant.Owner(ctx), Job: job, Allow: list})
+	}, nil
 }
 
 // processInspector is the engine's process view; nil (an untyped nil, so

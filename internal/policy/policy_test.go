@@ -751,3 +751,19 @@ func TestMountsValidate(t *testing.T) {
 		}
 	}
 }
+
+// On backend kubernetes egress.allow is the installs' list (through the
+// tunnel) when workspaces.install_network is egress; jobs still get none.
+func TestKubernetesInstallList(t *testing.T) {
+	p := Default()
+	p.Backend = BackendKubernetes
+	p.Egress.Allow = []string{"registry.npmjs.org:443"}
+	p.Workspaces.InstallNetwork = NetworkEgress
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p.Network = NetworkEgress
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), `network: must be "none" with backend: kubernetes`) {
+		t.Fatalf("network egress on kubernetes: %v", err)
+	}
+}

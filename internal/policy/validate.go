@@ -349,8 +349,9 @@ func (p *Policy) validateBackend(ps *problems) {
 	if p.Network != NetworkNone {
 		ps.add("network", "must be %q %s, got %q", NetworkNone, why, p.Network)
 	}
-	if len(p.Egress.Allow) > 0 {
-		ps.add("egress.allow", "must be empty %s", why)
+	if len(p.Egress.Allow) > 0 && p.Workspaces.InstallNetwork != NetworkEgress {
+		// Installs reach it through the tunnel; jobs have no network there.
+		ps.add("egress.allow", "must be empty %s, unless workspaces.install_network is egress (installs through the tunnel)", why)
 	}
 	if p.Runtime != "" {
 		ps.add("runtime", "must be empty %s, got %q", why, p.Runtime)

@@ -67,6 +67,16 @@ type ExecOptions struct {
 	Proxy http.Handler
 }
 
+// TunnelInstaller is a WorkspaceRuntime whose install containers have no
+// network of their own (StartInstaller ignores the network it is given):
+// an install reaches its registries only through the tunnel, so the
+// workspace manager passes ExecOptions.Proxy to its installers' Exec.
+type TunnelInstaller interface {
+	// InstallsThroughTunnel says whether its Exec can run as root (User
+	// "0:0"): apt needs it; without it apt installs are refused.
+	InstallsThroughTunnel() (rootExec bool)
+}
+
 // WorkspaceRuntime is a Runtime that can keep workspaces: long-lived
 // containers with a volume, in which jobs run under the supervisor (kill
 // mode "tree": a kill or timeout takes the job's process tree, never the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"regexp"
@@ -176,6 +177,13 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 			return nil, fmt.Errorf("read workspaces.install_ca_file: %v (fix the policy)", err)
 		}
 	}
+	tr, tunnel := m.rt.(sandbox.TunnelInstaller)
+	if tunnel && len(req.ByManager[ManagerApt]) > 0 && !tr.InstallsThroughTunnel() {
+		return nil, errors.New("apt installs need root in the workspace, and this backend cannot run a command as root there (pods/exec runs as the pod's uid 1000 on backend kubernetes): put apt packages in the image, or use backend docker; pip, npm, go and cargo install here")
+	}
+	if tunnel && m.TunnelProxy == nil {
+		return nil, errors.New("installs on this backend go through the tunnel to the server's proxy, and this server has none")
+	}
 	mu, _ := installLocks.LoadOrStore(req.Workspace, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
@@ -188,7 +196,15 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
 	var proxyEnv []string
-	if pol.InstallNetwork == policy.NetworkEgress {
+	var proxy http.Handler
+	if tunnel {
+		// The install pod has no network: its installers reach the proxy
+		// over their exec (sandbox.ExecThroughTunnel), and the workspace's
+		// pod, where jobs run, never carries the tunnel.
+		var revoke func()
+		proxy, revoke = m.TunnelProxy(ctx, "install:"+req.Workspace)
+		defer revoke()
+	} else if pol.InstallNetwork == policy.NetworkEgress {
 		// The installers reach the allowlist's registries through the proxy.
 		if m.Egress == nil {
 			return nil, errors.New("workspaces.install_network is egress, but the egress proxy is not running")
@@ -218,7 +234,7 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 		if len(specs) == 0 {
 			continue
 		}
-		r := m.installWith(ctx, w.ContainerID, inst, mgr, specs, ca, proxyEnv, req.Progress)
+		r := m.installWith(ctx, w.ContainerID, inst, mgr, specs, ca, proxyEnv, proxy, req.Progress)
 		if m.OnInstall != nil {
 			m.OnInstall(mgr, r.Error == "" && r.ExitCode == 0)
 		}
@@ -319,7 +335,7 @@ var queryScripts = map[string]string{
 	ManagerCargo: `l=$(cargo install --list 2>/dev/null); for n; do v=$(printf '%s\n' "$l" | awk -v n="$n" '$1==n{sub(/^v/,"",$2); sub(/:$/,"",$2); print $2; exit}'); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
 }
 
-func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr string, specs []string, ca []byte, proxyEnv []string, progress func(string, string)) ManagerResult {
+func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr string, specs []string, ca []byte, proxyEnv []string, proxy http.Handler, progress func(string, string)) ManagerResult {
 	res := ManagerResult{Manager: mgr}
 	user := "" // the sandbox user: files in /workspace and ~ are the jobs'
 	if mgr == ManagerApt {
@@ -344,7 +360,7 @@ func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr s
 		// the module proxy the policy names, and modules land on the volume.
 		env = append(env, "GOPROXY="+m.pol.Workspaces.InstallGoProxy, "GOSUMDB="+m.pol.Workspaces.InstallGoSumDB, "GOFLAGS=-mod=mod")
 	}
-	opts := sandbox.ExecOptions{User: user, Env: append(append([]string(nil), env...), proxyEnv...)}
+	opts := sandbox.ExecOptions{User: user, Env: append(append([]string(nil), env...), proxyEnv...), Proxy: proxy}
 	if len(ca) > 0 {
 		opts.Env = append(opts.Env, "SBX_CA=1")
 		opts.Stdin = bytes.NewReader(ca)

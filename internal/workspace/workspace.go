@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -78,6 +79,10 @@ type Manager struct {
 	// the server's proxy) until revoke, with the environment pointing at it
 	// (workspaces.install_network: egress).
 	Egress func(ctx context.Context, job string) (env []string, revoke func())
+	// TunnelProxy, when set, grants an install on a runtime whose
+	// installers have no network (sandbox.TunnelInstaller) the proxy its
+	// tunnel reaches, until revoke.
+	TunnelProxy func(ctx context.Context, job string) (proxy http.Handler, revoke func())
 	// GrantEgress, when set, grants a job of a workspace made with its own
 	// allowlist that list (checked against the policy's at each grant)
 	// until revoke, with the environment pointing at the proxy.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -328,7 +330,7 @@ func kubernetesClaims(t *testing.T) []string {
 
 // Workspaces on backend kubernetes: a claim and a pod; files written and
 // read, jobs in it, a job surviving a server crash, processes, an idle stop
-// (pod deleted, files kept) and a start, installs refused; nothing left
+// (pod deleted, files kept) and a start; nothing left
 // after delete_workspace.
 func TestKubernetesWorkspace(t *testing.T) {
 	env := kubernetesEnvWith(t, "workspaces:\n  idle_stop_s: 4\n")
@@ -422,11 +424,6 @@ func TestKubernetesWorkspace(t *testing.T) {
 		t.Fatalf("output across the restart: %q", out)
 	}
 
-	// Installs need a network the pods have none of.
-	if msg := s.toolErr("install_packages", map[string]any{"workspace": name, "packages": []string{"jq"}, "manager": "apt"}); !strings.Contains(msg, "backend kubernetes have none") {
-		t.Errorf("install_packages on kubernetes: %q", msg)
-	}
-
 	// Idle: the pod is deleted, the claim kept; the next job starts it again.
 	deadline = time.Now().Add(60 * time.Second)
 	for str(s.ok("list_workspaces", nil)["workspaces"].([]any)[0].(map[string]any), "state") != "stopped" {
@@ -453,6 +450,79 @@ func TestKubernetesWorkspace(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	s.waitNoPods(false, 30*time.Second)
+	s.stop()
+	s.waitNoPods(true, 30*time.Second)
+}
+
+// Installs on backend kubernetes go through the tunnel from an install pod
+// (no network, the workspace's claim) to the server's proxy: npm installs a
+// real package from the npm registry that a job then requires offline; a
+// package index on a private address is refused (any public host is the
+// default install list); with workspaces.install_network: egress, the
+// policy's list names that index and pip installs from it; apt is refused
+// with a sentence. No install pod is left.
+func TestKubernetesInstall(t *testing.T) {
+	if _, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", "registry.npmjs.org"); err != nil {
+		t.Skipf("the npm registry does not resolve here: %v", err)
+	}
+	index := pipIndex(t) // on the docker bridge's gateway: a private address
+	u, err := url.Parse(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := kubernetesEnvWith(t, "workspaces:\n"+installCAKey(t)+"  pip_index_url: "+index+"\n")
+	s := startServer(t, env...)
+	name := "k8s-npm"
+	s.createWS(name, map[string]any{"language": "javascript"})
+	r := s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"is-number@7.0.0"}})
+	if r["installed"] != true {
+		t.Fatalf("npm install through the tunnel: %v", r)
+	}
+	if out := s.wsOut(name, `node -e 'console.log(require("is-number")(5))'; env | grep -ci _proxy || true`); out != "true\n0\n" {
+		t.Fatalf("a job requiring the installed package: %q", out)
+	}
+	if msg := s.toolErr("install_packages", map[string]any{"workspace": name, "packages": []any{"jq"}, "manager": "apt"}); !strings.Contains(msg, "apt installs need root") {
+		t.Errorf("apt on kubernetes: %q", msg)
+	}
+	s.ok("delete_workspace", map[string]any{"name": name})
+	name = "k8s-pip-private"
+	s.createWS(name, map[string]any{"language": "python"})
+	r, pipMsg := s.failedWith("install_packages", map[string]any{"workspace": name, "packages": []any{"sbxdemo==1.2.3"}})
+	if r["installed"] != false {
+		t.Fatalf("pip from a private address: %v", r)
+	}
+	var npmAllowed, privateRefused bool
+	for _, e := range egressAudit(t, s) {
+		npmAllowed = npmAllowed || e["decision"] == "allowed" && e["host"] == "registry.npmjs.org"
+		privateRefused = privateRefused || e["decision"] == "refused" && e["host"] == u.Hostname()
+	}
+	if !npmAllowed || !privateRefused {
+		t.Fatalf("audit: npm allowed %v, private index refused %v: %v\npip: %s %v", npmAllowed, privateRefused, egressAudit(t, s), pipMsg, r)
+	}
+	s.ok("delete_workspace", map[string]any{"name": name})
+	s.waitNoPods(false, 30*time.Second)
+	s.stop()
+
+	// The policy's list: its index by a pinned name.
+	env = kubernetesEnvWith(t, fmt.Sprintf(`workspaces:
+  install_network: egress
+  pip_index_url: http://mirror.sbx.test:%[1]s/simple
+egress:
+  allow: ["mirror.sbx.test:%[1]s"]
+  hosts:
+    mirror.sbx.test: %[2]s
+`, u.Port(), u.Hostname()))
+	s = startServer(t, env...)
+	name = "k8s-pip"
+	s.createWS(name, map[string]any{"language": "python"})
+	if r := s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"sbxdemo==1.2.3"}}); r["installed"] != true {
+		t.Fatalf("pip install through the tunnel: %v", r)
+	}
+	if out := s.wsOut(name, `python3 -c "import sbxdemo; print(sbxdemo.answer())"`); out != "42\n" {
+		t.Fatalf("after the pip install: %q", out)
+	}
+	s.ok("delete_workspace", map[string]any{"name": name})
 	s.waitNoPods(false, 30*time.Second)
 	s.stop()
 	s.waitNoPods(true, 30*time.Second)

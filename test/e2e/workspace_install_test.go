@@ -16,24 +16,32 @@ import (
 // (if any) handed to the installers, a short idle stop.
 func installPolicy(t *testing.T, extra string) string {
 	t.Helper()
-	y := "pool:\n  enabled: false\nworkspaces:\n  idle_stop_s: 3\n"
+	y := "pool:\n  enabled: false\nworkspaces:\n  idle_stop_s: 3\n" + installCAKey(t)
+	return policyEnv(t, y+extra)
+}
+
+// installCAKey is the workspaces.install_ca_file line (under workspaces:)
+// naming this machine's extra CAs, when it has any: its traffic to
+// registries may pass a TLS-inspecting proxy.
+func installCAKey(t *testing.T) string {
+	t.Helper()
 	certs, _ := filepath.Glob("/usr/local/share/ca-certificates/*.crt")
-	if len(certs) > 0 {
-		var pem []byte
-		for _, c := range certs {
-			b, err := os.ReadFile(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pem = append(append(pem, b...), '\n')
-		}
-		f := filepath.Join(t.TempDir(), "ca.pem")
-		if err := os.WriteFile(f, pem, 0o644); err != nil {
+	if len(certs) == 0 {
+		return ""
+	}
+	var pem []byte
+	for _, c := range certs {
+		b, err := os.ReadFile(c)
+		if err != nil {
 			t.Fatal(err)
 		}
-		y += "  install_ca_file: " + f + "\n"
+		pem = append(append(pem, b...), '\n')
 	}
-	return policyEnv(t, y+extra)
+	f := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(f, pem, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return "  install_ca_file: " + f + "\n"
 }
 
 // wsNetworks lists the networks a workspace's container is on ("none", its

@@ -70,8 +70,11 @@ type Runtime struct {
 	instance  string
 	server    string
 
-	removeMu sync.Mutex
-	removing sync.WaitGroup
+	// Removals under way (removeLater), counted under removeMu: a
+	// WaitGroup's Add from zero may not race its Wait (Close).
+	removeMu   sync.Mutex
+	removing   int
+	removeIdle chan struct{} // closed while removing == 0
 
 	onError func(operation string) // WithErrorHook
 
@@ -152,11 +155,14 @@ func (r *Runtime) Namespace() string { return r.namespace }
 // Close waits (bounded) for pod removals under way.
 func (r *Runtime) Close() error {
 	r.daemons.Close() // the daemons keep the jobs for the next server
-	done := make(chan struct{})
-	go func() { r.removing.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(cleanupTimeout):
+	r.removeMu.Lock()
+	idle, busy := r.removeIdle, r.removing > 0
+	r.removeMu.Unlock()
+	if busy {
+		select {
+		case <-idle:
+		case <-time.After(cleanupTimeout):
+		}
 	}
 	return nil
 }
@@ -489,9 +495,20 @@ func (r *Runtime) removeQuietly(id string) {
 
 // removeLater deletes an ended pod in the background; Close waits for it.
 func (r *Runtime) removeLater(id string) {
-	r.removing.Add(1)
+	r.removeMu.Lock()
+	if r.removing == 0 {
+		r.removeIdle = make(chan struct{})
+	}
+	r.removing++
+	r.removeMu.Unlock()
 	go func() {
-		defer r.removing.Done()
+		defer func() {
+			r.removeMu.Lock()
+			if r.removing--; r.removing == 0 {
+				close(r.removeIdle)
+			}
+			r.removeMu.Unlock()
+		}()
 		r.removeQuietly(id)
 	}()
 }

@@ -43,9 +43,6 @@ const (
 	stopTimeout = time.Minute
 )
 
-// ErrNoInstalls: installs need a network for the package manager.
-var ErrNoInstalls = errors.New("install_packages needs a network for the package manager, and pods on backend kubernetes have none (the cluster's network policy denies all egress and no egress proxy runs there): use backend docker for installs, or an image that has the packages")
-
 // workspaceSpec is what a workspace's pod is made from, kept on its claim.
 type workspaceSpec struct {
 	Image  string         `json:"image"`
@@ -233,9 +230,67 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRef
 	return nil
 }
 
-// StartInstaller: no installs on this backend (ErrNoInstalls).
+// InstallsThroughTunnel: an install pod has no network (the cluster's
+// pods have none), so installs go through the tunnel over pods/exec; and
+// pods/exec cannot run as root, so apt installs are refused.
+func (r *Runtime) InstallsThroughTunnel() (rootExec bool) { return false }
+
+var _ sandbox.TunnelInstaller = (*Runtime)(nil)
+
+// StartInstaller makes a workspace's install pod: the workspace pod's spec
+// and hardening (image, limits, environment, uid 1000, no network: network
+// is ignored), the workspace's claim at /workspace, on the workspace pod's
+// node (the claim is ReadWriteOnce), its main process a sleep. Installs run
+// there through the tunnel (Exec with ExecOptions.Proxy), never in the
+// workspace pod where jobs run: no job can reach the tunnel's proxy.
 func (r *Runtime) StartInstaller(ctx context.Context, workspaceContainerID, network string) (string, error) {
-	return "", ErrNoInstalls
+	ws, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, workspaceContainerID, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", sandbox.ErrNotFound
+		}
+		return "", r.engineErr(fmt.Errorf("get pod %s: %w", workspaceContainerID, err))
+	}
+	claim, err := r.cs.CoreV1().PersistentVolumeClaims(r.namespace).Get(ctx, workspaceContainerID, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", sandbox.ErrNotFound
+		}
+		return "", r.engineErr(fmt.Errorf("get persistent volume claim %s: %w", workspaceContainerID, err))
+	}
+	var spec workspaceSpec
+	if err := json.Unmarshal([]byte(claim.Annotations[annWorkspace]), &spec); err != nil || spec.Image == "" {
+		return "", fmt.Errorf("persistent volume claim %s has no workspace spec (annotation %s)", claim.Name, annWorkspace)
+	}
+	pod := r.installerPod(claim, spec, ws.Spec.NodeName)
+	pod, err = r.cs.CoreV1().Pods(r.namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return "", r.engineErr(fmt.Errorf("create install pod: %w", err))
+	}
+	if err := r.waitRunning(ctx, pod, spec.Image); err != nil {
+		r.removeQuietly(pod.Name)
+		return "", err
+	}
+	return pod.Name, nil
+}
+
+// installerPod is the workspace pod's spec as a helper pod that sleeps,
+// pinned to node (when known).
+func (r *Runtime) installerPod(claim *corev1.PersistentVolumeClaim, ws workspaceSpec, node string) *corev1.Pod {
+	pod := r.workspacePod(claim.Name, claim, ws)
+	pod.Name, pod.GenerateName = "", podPrefix+"install-"
+	pod.Labels = r.podFor(sandbox.Spec{Kind: sandbox.KindHelper}).Labels
+	pod.Annotations[sandbox.LabelKind] = sandbox.KindHelper
+	c := &pod.Spec.Containers[0]
+	c.Command = []string{"sleep", "infinity"}
+	if node != "" {
+		pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+			}}},
+		}}
+	}
+	return pod
 }
 
 // StartHelper: granted mounts are host paths, which pods cannot see.
@@ -343,12 +398,19 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, id, key string, skipStdout
 	return h, nil
 }
 
-// Exec runs a plain command in a running workspace pod through pods/exec,
+// Exec runs a plain command in a running workspace (or install) pod through pods/exec,
 // in /workspace, as the pod's user: pods/exec cannot choose one, and a
 // workspace pod has no root (runAsNonRoot), so User "0:0" runs as uid 1000
 // too (every file under /workspace is uid 1000's here: no root install
-// makes any). Env is set through env(1).
+// makes any). Env is set through env(1). With o.Proxy it runs through the
+// tunnel (sandbox.ExecThroughTunnel): separate stdin, stdout and stderr, no
+// TTY, and it returns when the process ends.
 func (r *Runtime) Exec(ctx context.Context, id string, o sandbox.ExecOptions) (int, error) {
+	if o.Proxy != nil { // no network in the pod: through the exec's own stream
+		return sandbox.ExecThroughTunnel(ctx, o, func(ctx context.Context, o sandbox.ExecOptions) (int, error) {
+			return r.Exec(ctx, id, o)
+		})
+	}
 	argv := o.Cmd
 	if len(o.Env) > 0 {
 		argv = append(append([]string{"env"}, o.Env...), o.Cmd...)

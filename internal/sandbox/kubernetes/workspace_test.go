@@ -158,9 +158,6 @@ func TestWorkspace(t *testing.T) {
 	if _, err := rt2.Exec(ctx, refs.ContainerID, sandbox.ExecOptions{Cmd: []string{"cat", "/workspace/f", "/workspace/g"}, Stdout: &got}); err != nil || got.String() != "kept\ncopied" {
 		t.Fatalf("after a stop and a start: %q, %v", got.String(), err)
 	}
-	if _, err := rt2.StartInstaller(ctx, refs.ContainerID, "bridge"); !errors.Is(err, kubernetes.ErrNoInstalls) {
-		t.Fatalf("StartInstaller: %v", err)
-	}
 
 	if err := rt2.RemoveWorkspace(ctx, refs); err != nil {
 		t.Fatal(err)
