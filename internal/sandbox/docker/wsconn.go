@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/google/uuid"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
@@ -99,17 +98,12 @@ func (r *Runtime) dialDaemon(ctx context.Context, containerID string, diag io.Wr
 
 // startDaemonJob runs spec on a new channel of the workspace's stream.
 func (r *Runtime) startDaemonJob(ctx context.Context, containerID string, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
-	c, err := r.daemons.Conn(ctx, containerID)
-	if err != nil {
-		return nil, err
-	}
-	key := superstream.JobKey(spec.JobID, uuid.NewString)
-	ch, pr, err := c.Open(key)
+	ch, pr, err := r.daemons.OpenJob(ctx, containerID, spec.JobID)
 	if err != nil {
 		return nil, err
 	}
 	h := newHandle(r, containerID, func() {})
-	h.ws, h.key = c, key
+	h.ws, h.key = ch.Stream(), ch.Key()
 	h.setConn(ch)
 	go h.readParsed(pr, func() { pr.Close() })
 	go h.waitForEnd(client.ContainerWaitResult{})

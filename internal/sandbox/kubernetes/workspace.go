@@ -348,17 +348,12 @@ func (r *Runtime) dialDaemon(ctx context.Context, id string, diag io.Writer) (su
 
 // StartIn runs spec as a job on a new channel of the workspace's stream.
 func (r *Runtime) StartIn(ctx context.Context, id string, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
-	c, err := r.daemons.Conn(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	key := superstream.JobKey(spec.JobID, uuid.NewString)
-	ch, pr, err := c.Open(key)
+	ch, pr, err := r.daemons.OpenJob(ctx, id, spec.JobID)
 	if err != nil {
 		return nil, err
 	}
 	h := newHandle(r, id)
-	h.ws, h.key, h.ch = c, key, ch
+	h.ws, h.key, h.ch = ch.Stream(), ch.Key(), ch
 	h.c.W = superstream.ConnWriter(ch)
 	go h.c.ReadUntilEnd(pr, func() { pr.Close() })
 	if err := h.launch(ctx, spec, out); err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
@@ -465,12 +467,19 @@ func (c *Daemon) close(key string) {
 	}
 }
 
-// JobKey is a job's key on a daemon's stream: its job id when that fits, else a fresh one.
-func JobKey(jobID string, fresh func() string) string {
-	if jobID == "" || len(jobID) > proto.MaxKey || strings.Contains(jobID, "/") {
-		return fresh()
+// OpenJob opens a channel for a new job on the stream to workspace id's
+// daemon (made first when there is none): its key is the job's id when that
+// fits, else a fresh one. The channel's Stream and Key name both.
+func (ds *Daemons) OpenJob(ctx context.Context, id, jobID string) (*Channel, *io.PipeReader, error) {
+	c, err := ds.Conn(ctx, id)
+	if err != nil {
+		return nil, nil, err
 	}
-	return jobID
+	key := jobID
+	if key == "" || len(key) > proto.MaxKey || strings.Contains(key, "/") {
+		key = uuid.NewString()
+	}
+	return c.Open(key)
 }
 
 // Verdict is how a daemon job ended without its report: its workspace
