@@ -54,6 +54,7 @@ func daemonMain() int {
 		self = "/proc/self/exe"
 	}
 	d := &daemon{self: self, jobs: map[string]*djob{}}
+	d.started = sync.NewCond(&d.mu)
 	d.spare = d.spawn()
 	for {
 		c, err := ln.Accept()
@@ -99,7 +100,9 @@ type daemon struct {
 	mu    sync.Mutex
 	jobs  map[string]*djob
 	ended []string // keys of ended jobs, oldest first
-	spare *child   // started, waiting for its spec
+	spare    *child     // started, waiting for its spec
+	starting bool       // the next spare is being started
+	started  *sync.Cond // on mu: starting ended
 }
 
 // child is a single-job supervisor started by the daemon.
@@ -124,28 +127,44 @@ func (d *daemon) spawn() *child {
 	return ch
 }
 
-// takeSpare hands out the waiting supervisor and starts the next one.
+// takeSpare hands out the waiting supervisor (one still being started is
+// waited for: that costs less than starting another).
 func (d *daemon) takeSpare() *child {
 	d.mu.Lock()
+	for d.spare == nil && d.starting {
+		d.started.Wait()
+	}
 	ch := d.spare
 	d.spare = nil
 	d.mu.Unlock()
-	go func() {
-		next := d.spawn()
-		d.mu.Lock()
-		if d.spare == nil {
-			d.spare, next = next, nil
-		}
-		d.mu.Unlock()
-		if next != nil && next.err == nil {
-			next.stdin.Close() // it ends at end of input
-			go func() { _ = next.cmd.Wait() }()
-		}
-	}()
 	if ch == nil || ch.err != nil {
 		ch = d.spawn()
 	}
 	return ch
+}
+
+// refillAfter is when the next spare starts if the job that took the last
+// one still runs: a short job ends first and the spare starts then, so its
+// start (a Go runtime's, several ms of CPU) never competes with the job
+// under the workspace's CPU quota.
+const refillAfter = 30 * time.Millisecond
+
+// refill starts the next spare supervisor unless one waits or is starting.
+func (d *daemon) refill() {
+	d.mu.Lock()
+	if d.spare != nil || d.starting {
+		d.mu.Unlock()
+		return
+	}
+	d.starting = true
+	d.mu.Unlock()
+	go func() {
+		next := d.spawn()
+		d.mu.Lock()
+		d.spare, d.starting = next, false
+		d.started.Broadcast()
+		d.mu.Unlock()
+	}()
 }
 
 // dconn is one server stream. Frames are queued and written by their own
@@ -315,6 +334,7 @@ func (d *daemon) start(c *dconn, key string, spec []byte) {
 		return
 	}
 	ch := d.takeSpare()
+	time.AfterFunc(refillAfter, d.refill)
 	j := &djob{key: key, d: d, child: ch, conn: c, in: make(chan []byte, 64), exited: make(chan struct{})}
 	j.cond = sync.NewCond(&j.mu)
 	if ch.err != nil {
@@ -402,6 +422,9 @@ func (j *djob) relay() {
 			break
 		}
 		j.add(typ, p)
+		if typ == proto.TypeExit {
+			j.d.refill() // the Exit went on first
+		}
 	}
 	werr := j.child.cmd.Wait()
 	if !j.isEnded() {

@@ -660,6 +660,14 @@ func TestRlimits(t *testing.T) {
 	if e.ExitCode != 0 || len(f) < 3 || f[0] != "64" || f[1] != "64" || f[2] != "0" {
 		t.Fatalf("%+v %q", e, c.stdout.String())
 	}
+	// Limits the supervisor can carry itself (see ownLimitsSuffice) reach
+	// the job through fork, soft and hard, with no shim.
+	s = spec("sh", "-c", "ulimit -n; ulimit -Hn; grep 'Max file size' /proc/self/limits")
+	s.Rlimits = map[string]uint64{"nofile": 100, "fsize": 1 << 20}
+	c, e = runJob(t, s, 5*time.Second)
+	if f := strings.Fields(c.stdout.String()); e.ExitCode != 0 || len(f) < 7 || f[0] != "100" || f[1] != "100" || f[5] != "1048576" || f[6] != "1048576" {
+		t.Fatalf("%+v %q", e, c.stdout.String())
+	}
 	// argv[0] is the job's, not the shim's.
 	s = spec("sh", "-c", `echo "$0"`)
 	s.Rlimits = map[string]uint64{"fsize": 1 << 20}
