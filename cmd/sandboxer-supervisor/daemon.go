@@ -53,8 +53,15 @@ func daemonMain() int {
 	if err != nil {
 		self = "/proc/self/exe"
 	}
-	d := &daemon{self: self, jobs: map[string]*djob{}}
+	d := &daemon{self: self, jobs: map[string]*djob{}, seeded: make(chan struct{})}
 	d.started = sync.NewCond(&d.mu)
+	go func() {
+		// While the socket already answers; jobs wait for it (see start).
+		if n, err := linkGoCacheSeeds(); err != nil {
+			logger.Printf("daemon: linking the go build cache's seeds (%d linked): %v", n, err)
+		}
+		close(d.seeded)
+	}()
 	d.spare = d.spawn()
 	for {
 		c, err := ln.Accept()
@@ -97,12 +104,13 @@ func connectMain(stdin io.Reader, stdout io.Writer) int {
 type daemon struct {
 	self string
 
-	mu    sync.Mutex
-	jobs  map[string]*djob
-	ended []string // keys of ended jobs, oldest first
-	spare    *child     // started, waiting for its spec
-	starting bool       // the next spare is being started
-	started  *sync.Cond // on mu: starting ended
+	mu       sync.Mutex
+	jobs     map[string]*djob
+	ended    []string      // keys of ended jobs, oldest first
+	seeded   chan struct{} // closed once the go build cache's seeds are linked
+	spare    *child        // started, waiting for its spec
+	starting bool          // the next spare is being started
+	started  *sync.Cond    // on mu: starting ended
 }
 
 // child is a single-job supervisor started by the daemon.
@@ -142,6 +150,9 @@ func (d *daemon) takeSpare() *child {
 	}
 	return ch
 }
+
+// seedWait bounds how long a job waits for the seeds' linking.
+const seedWait = 60 * time.Second
 
 // refillAfter is when the next spare starts if the job that took the last
 // one still runs: a short job ends first and the spare starts then, so its
@@ -332,6 +343,15 @@ func (d *daemon) start(c *dconn, key string, spec []byte) {
 		e, _ := json.Marshal(proto.Exit{ExitCode: codeBadSpec, Error: "a job with this key already runs in the workspace"})
 		c.mux(key, proto.TypeExit, e)
 		return
+	}
+	// A go job that started before the seeds were linked would build the
+	// standard library anew (correct, but minutes): the first jobs of a new
+	// workspace wait for the links instead, bounded. (This holds the stream's
+	// reader, only in a new workspace's first seconds, when nothing else
+	// runs on it.)
+	select {
+	case <-d.seeded:
+	case <-time.After(seedWait):
 	}
 	ch := d.takeSpare()
 	time.AfterFunc(refillAfter, d.refill)

@@ -88,3 +88,80 @@ func goIn(t *testing.T, goBin, dir string, env []string, args ...string) string 
 	}
 	return string(out)
 }
+
+// TestLinkGoCacheSeeds: a workspace's plain GOCACHE with the seed linked in
+// gives the real go command the standard library warm, with no GOCACHEPROG;
+// entries the workspace built stay; a link the go command trimmed comes back.
+func TestLinkGoCacheSeeds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds Go code")
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	mod := t.TempDir()
+	for name, content := range map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n",
+		"main.go": "package main\n\nimport (\n\t\"fmt\"\n\t\"strings\"\n)\n\nfunc main() { fmt.Println(strings.ToUpper(\"hi\")) }\n"} {
+		if err := os.WriteFile(filepath.Join(mod, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed := t.TempDir()
+	goIn(t, goBin, mod, []string{"GOCACHE=" + seed}, "build", "-o", os.DevNull, "fmt", "strings")
+	own := t.TempDir()
+	mine := filepath.Join(own, "ab", "mine-d")
+	if err := os.MkdirAll(filepath.Dir(mine), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mine, []byte("built here"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOCACHE", own)
+	t.Setenv(goCacheSeedsEnv, seed)
+	if n, err := linkGoCacheSeeds(); err != nil || n != 0 {
+		t.Fatalf("without %s: %d linked, %v", goCacheLinkEnv, n, err)
+	}
+	t.Setenv(goCacheLinkEnv, "1")
+	n, err := linkGoCacheSeeds()
+	if err != nil || n == 0 {
+		t.Fatalf("linked %d: %v", n, err)
+	}
+	env := []string{"GOCACHE=" + own, "GOCACHEPROG="}
+	out := goIn(t, goBin, mod, env, "build", "-x", "-o", filepath.Join(own, "hello"), ".")
+	if strings.Contains(out, "-p fmt ") || !strings.Contains(out, "-p main ") {
+		t.Errorf("the build through the linked seed compiled:\n%s", out)
+	}
+	if b, _ := os.ReadFile(mine); string(b) != "built here" {
+		t.Errorf("the workspace's own entry was replaced: %q", b)
+	}
+	// Action entries are copies the go command may rewrite, not links.
+	entries, _ := filepath.Glob(filepath.Join(own, "*", "*-a"))
+	for _, e := range entries {
+		if fi, err := os.Lstat(e); err != nil || !fi.Mode().IsRegular() {
+			t.Fatalf("action entry %s is not a file of the workspace's own: %v %v", e, fi.Mode(), err)
+		}
+	}
+	// Another start links nothing: the marker says it was done.
+	links, _ := filepath.Glob(filepath.Join(own, "*", "*-d"))
+	var gone string
+	for _, l := range links {
+		if fi, err := os.Lstat(l); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			gone = l
+			break
+		}
+	}
+	if gone == "" {
+		t.Fatal("no link to the seed in the workspace's cache")
+	}
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := linkGoCacheSeeds(); err != nil || n != 0 {
+		t.Fatalf("linked %d again with the marker in place: %v", n, err)
+	}
+	// Another seed (a new image): what is missing is linked again.
+	if err := os.Remove(filepath.Join(own, seedMarker)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := linkGoCacheSeeds(); err != nil || n != 1 {
+		t.Fatalf("relinked %d, want the 1 removed: %v", n, err)
+	}
+}

@@ -44,3 +44,20 @@ func TestFreshJobsShareNoCache(t *testing.T) {
 		t.Fatalf("the next fresh job read what the first wrote: %v", r)
 	}
 }
+
+// A go workspace's jobs use a plain GOCACHE on its volume, with no
+// GOCACHEPROG round trip per action: the daemon links the image's
+// standard-library seed into it, so a first build compiles only the program.
+// THREATS 97: a job cannot write through a link into the seed.
+func TestWorkspaceGoCacheLinksTheSeed(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	name := "e2e-golinks"
+	s.createWS(name, map[string]any{"language": "go"})
+	out := s.longWSRun(name, goHello+`go build -x -o /tmp/hello . 2>/tmp/x.log && /tmp/hello ok && grep -c -- '-p main ' /tmp/x.log; grep -c -- '-p fmt ' /tmp/x.log; `+
+		`echo "prog=[$(go env GOCACHEPROG)]"; l=$(find "$GOCACHE" -type l -name '*-d' | head -1); `+
+		`if [ -z "$l" ]; then echo NO-LINKS; elif { printf poison >> "$l"; } 2>/dev/null; then echo WROTE-SEED; fi`)
+	if out != "OK\n1\n0\nprog=[]\n" {
+		t.Fatalf("go build in a workspace: %q", out)
+	}
+}

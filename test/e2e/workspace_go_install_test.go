@@ -57,9 +57,8 @@ func TestIDs(t *testing.T) {
 	if nets := wsNetworks(t, name); nets != "" {
 		t.Fatalf("after the install the workspace is still on %q", nets)
 	}
-	// Offline: the job has no network, and GOPROXY=off in the image.
-	// The first build compiles the standard library into the workspace's
-	// cache: minutes on a busy 2-core host.
+	// Offline: the job has no network, and GOPROXY=off in the image. The
+	// standard library comes from the seed linked into the workspace's cache.
 	if out := s.longWSRun(name, "go test ./... 2>&1 && go env GOPROXY GOMODCACHE"); !strings.Contains(out, "ok") || !strings.Contains(out, "\noff\n/workspace/.cache/go-mod") {
 		t.Fatalf("go test after the install: %q", out)
 	}
