@@ -120,15 +120,24 @@ workspaces:
 	}
 
 	// A job in a warm pod (bash): the tunnel and the grant are the job's.
-	s.waitWarmPod()
-	r = s.ok("run_command", map[string]any{"command": k8sBashProbe + "get mirror.sbx.test:" + port + "; get other.sbx.test:" + port, "timeout_s": 60})
-	if want := "mirror.sbx.test:" + port + " 200 hello from the mirror\nother.sbx.test:" + port + " 403\n"; str(r, "stdout") != want {
-		t.Fatalf("a warm pod's egress job: %v, want %q\nstderr:\n%s", r, want, tail(s.stderr.String(), 3000))
+	// (A pod listed is not yet ready while it starts: a job then runs cold
+	// and leaves the warm one, so a few tries, bounded.)
+	served := false
+	for try := 0; try < 10 && !served; try++ {
+		warm := s.waitWarmPod()
+		r = s.ok("run_command", map[string]any{"command": k8sBashProbe + "get mirror.sbx.test:" + port + "; get other.sbx.test:" + port, "timeout_s": 60})
+		if want := "mirror.sbx.test:" + port + " 200 hello from the mirror\nother.sbx.test:" + port + " 403\n"; str(r, "stdout") != want {
+			t.Fatalf("an egress job in bash: %v, want %q\nstderr:\n%s", r, want, tail(s.stderr.String(), 3000))
+		}
+		served = str(s.ok("get_job", map[string]any{"job_id": str(r, "job_id")}), "container_id") == warm
+	}
+	if !served {
+		t.Errorf("no egress job ran in a warm pod in 10 tries")
 	}
 
 	// A workspace made with egress: its jobs reach the list through the
-	// workspace pod's tunnel, after an idle stop and start too; a workspace
-	// without it has no proxy at all.
+	// workspace pod's tunnel, after a server restart and after an idle stop
+	// and start too; a workspace without it has no proxy at all.
 	name, plain := "k8s-egress-ws", "k8s-egress-none"
 	s.createWS(name, map[string]any{"language": "python", "egress": []any{"mirror.sbx.test:" + port}})
 	s.createWS(plain, map[string]any{"language": "python"})
@@ -144,6 +153,11 @@ workspaces:
 		t.Errorf("a job of a workspace without egress: %q", out)
 	}
 	s.ok("delete_workspace", map[string]any{"name": plain})
+	// A new server finds the workspace's pod running (its tunnel went with
+	// the old server): the next job opens it again.
+	s.stop()
+	s = startServerIn(t, s.stateDir, env...)
+	probe()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		stopped := false
