@@ -119,6 +119,13 @@ workspaces:
 		t.Errorf("audit: %d allowed, %d refused for job %s, want 2 and 2: %v", allowed, refused, jobID, egressAudit(t, s))
 	}
 
+	// egress: [] is no network at all: no proxy variable, no tunnel.
+	r = s.ok("run_command", map[string]any{"language": "python", "egress": []any{}, "timeout_s": 60,
+		"command": `echo "proxy=${HTTPS_PROXY:-}"; python3 -c "import socket; socket.create_connection(('127.0.0.1', 3128), timeout=5)" 2>/dev/null && echo tunnel || echo "no tunnel"`})
+	if out := str(r, "stdout"); out != "proxy=\nno tunnel\n" {
+		t.Errorf("a job with egress: []: %v", r)
+	}
+
 	// A job in a warm pod (bash): the tunnel and the grant are the job's.
 	// (A pod listed is not yet ready while it starts: a job then runs cold
 	// and leaves the warm one, so a few tries, bounded.)
