@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,28 +17,42 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tunnelMain is `sandboxer-supervisor tunnel [--] CMD ARGS...`: network for
-// CMD in a sandbox that has none, through the server (see internal/tunnel).
-// It listens on 127.0.0.1 (the sandbox's own loopback), runs CMD with the
-// proxy variables pointing there, and carries every connection as a channel
-// of frames on stdout/stdin. CMD's stdout and stderr go to stderr, CMD's
-// stdin is channel 0. It exits with CMD's code after an End frame; 125 when
-// the stream from the server breaks or ends first (CMD is killed then).
+// tunnelMain is `sandboxer-supervisor tunnel [--listen ADDR] [--] CMD ARGS...`:
+// network for CMD in a sandbox that has none, through the server (see
+// internal/tunnel). It listens on 127.0.0.1 (the sandbox's own loopback;
+// ADDR, a loopback address, chooses the port), runs CMD with the proxy
+// variables pointing there, and carries every connection as a channel of
+// frames on stdout/stdin. CMD's stdout and stderr go to stderr, CMD's stdin
+// is channel 0. It exits with CMD's code after an End frame; 125 when the
+// stream from the server breaks or ends first (CMD is killed then). With
+// --listen and no CMD it only forwards, until the stream from the server
+// ends (0) or breaks (125): the egress of the sandbox's jobs.
 func tunnelMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	say := func(format string, a ...any) { fmt.Fprintf(stderr, "sandboxer-supervisor tunnel: "+format+"\n", a...) }
+	listen, only := "127.0.0.1:0", false
+	if len(args) > 1 && args[0] == tunnel.ListenFlag {
+		listen, args, only = args[1], args[2:], true
+		if ap, err := netip.ParseAddrPort(listen); err != nil || !ap.Addr().IsLoopback() {
+			say("%s %q: want a loopback address and port, such as 127.0.0.1:3128", tunnel.ListenFlag, listen)
+			return codeBadSpec
+		}
+	} else if len(args) > 0 && args[0] == tunnel.ListenFlag {
+		say("%s needs an address: usage: sandboxer-supervisor tunnel [%s ADDR] [--] CMD ARGS...", tunnel.ListenFlag, tunnel.ListenFlag)
+		return codeBadSpec
+	}
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
-	if len(args) == 0 {
-		say("no command: usage: sandboxer-supervisor tunnel [--] CMD ARGS...")
+	if len(args) == 0 && !only {
+		say("no command: usage: sandboxer-supervisor tunnel [%s ADDR] [--] CMD ARGS...", tunnel.ListenFlag)
 		return codeBadSpec
 	}
 	// EPIPE instead of death when the server is gone.
 	signal.Notify(make(chan os.Signal, 1), unix.SIGPIPE)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		say("listening on 127.0.0.1: %v", err)
+		say("listening on %s: %v", listen, err)
 		return codeBadSpec
 	}
 	defer ln.Close()
@@ -45,6 +60,14 @@ func tunnelMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		say("%v", err)
 		return codeBadSpec
+	}
+	go acceptTunnel(ln, m)
+	if len(args) == 0 {
+		if err := m.Run(); err != nil {
+			say("%v", err)
+			return codeBadSpec
+		}
+		return 0
 	}
 
 	cmd := exec.Command(args[0], args[1:]...)
@@ -72,15 +95,6 @@ func tunnelMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}()
 	stream := make(chan error, 1)
 	go func() { stream <- m.Run() }()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go tunnelConn(m, c.(*net.TCPConn))
-		}
-	}()
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 
@@ -101,6 +115,17 @@ func tunnelMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			say("the server closed the tunnel before %s ended; it was killed", args[0])
 		}
 		return codeBadSpec
+	}
+}
+
+// acceptTunnel carries each connection to ln on a channel of its own, until ln closes.
+func acceptTunnel(ln net.Listener, m *tunnel.Mux) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go tunnelConn(m, c.(*net.TCPConn))
 	}
 }
 

@@ -180,7 +180,8 @@ func serve(args []string) error {
 	var egressRT *egress.Runtime
 	_, tunnelInstalls := engine.(sandbox.TunnelInstaller)
 	_, egressNetwork := engine.(sandbox.EgressRuntime)
-	if len(cfg.Policy.Egress.Allow) > 0 && (egressNetwork || !tunnelInstalls) {
+	_, egressTunnel := engine.(sandbox.EgressTunneler)
+	if len(cfg.Policy.Egress.Allow) > 0 && (egressNetwork || egressTunnel || !tunnelInstalls) {
 		// Jobs (and installs) on network egress reach the policy's hosts
 		// through the proxy; so do jobs and workspaces that ask for some of
 		// them (the egress argument), whatever the policy's network.
@@ -372,7 +373,9 @@ func poolTargets(pol *policy.Policy, languages *lang.Registry) ([]pool.Target, e
 }
 
 // startEgress makes the egress network, serves the allowlist proxy on its
-// gateway, and puts the runtime that hands jobs their grants in front of rt.
+// gateway, and puts the runtime that hands jobs their grants in front of rt;
+// for an engine whose sandboxes have no network (sandbox.EgressTunneler),
+// the engine serves the proxy over each egress sandbox's tunnel instead.
 // Every decision of the proxy goes to the audit log.
 func startEgress(rt sandbox.Runtime, engine sandbox.Runtime, pol *policy.Policy, auditLog *audit.Log, server string) (*egress.Runtime, error) {
 	allow, err := egress.ParseList(pol.Egress.Allow)
@@ -382,6 +385,9 @@ func startEgress(rt sandbox.Runtime, engine sandbox.Runtime, pol *policy.Policy,
 	hosts, err := egress.ParseHosts(pol.Egress.Hosts)
 	if err != nil {
 		return nil, err
+	}
+	if t, ok := engine.(sandbox.EgressTunneler); ok {
+		return egress.StartTunneled(rt, t, allow, hosts, egressAudit(auditLog, server)), nil
 	}
 	egressEngine, ok := engine.(sandbox.EgressRuntime)
 	if !ok {

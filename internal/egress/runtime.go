@@ -49,7 +49,18 @@ func Start(ctx context.Context, next sandbox.Runtime, rt sandbox.EgressRuntime, 
 	return &Runtime{Runtime: next, proxy: p, addr: ln.Addr().String(), allow: allow, srv: srv, unfence: unfence}, nil
 }
 
-// Addr is where the proxy listens.
+// StartTunneled is Start for a runtime whose sandboxes have no network
+// (sandbox.EgressTunneler): the proxy has no listener, the runtime serves
+// it over each egress sandbox's tunnel, and the grants' environment names
+// the tunnel's address inside the sandbox. Grants, pins and audit are
+// Start's.
+func StartTunneled(next sandbox.Runtime, t sandbox.EgressTunneler, allow List, hosts Hosts, audit func(Event)) *Runtime {
+	p := NewProxy(hosts, audit)
+	return &Runtime{Runtime: next, proxy: p, addr: t.TunnelEgress(p), allow: allow}
+}
+
+// Addr is where the proxy listens (for a tunneled runtime: the tunnel,
+// inside the sandbox).
 func (r *Runtime) Addr() string { return r.addr }
 
 // Start runs spec, with a grant when it is on the egress network: of the
@@ -110,9 +121,11 @@ func ProxyEnv(proxyURL string) []string {
 
 // Close stops the proxy, then closes the runtime behind.
 func (r *Runtime) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = r.srv.Shutdown(ctx)
-	r.unfence()
+	if r.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = r.srv.Shutdown(ctx)
+		r.unfence()
+	}
 	return r.Runtime.Close()
 }

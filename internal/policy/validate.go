@@ -327,8 +327,9 @@ func MountSourceProblem(source string, forbidden []string) string {
 var namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // validateBackend checks backend and its kubernetes keys. The kubernetes
-// runtime has no networks, granted mounts or OCI runtime choice yet: a
-// policy asking for them with it is refused here, before any pod starts.
+// runtime has no network but the egress tunnel (network: egress), and no
+// granted mounts or OCI runtime choice yet: a policy asking for them with
+// it is refused here, before any pod starts.
 func (p *Policy) validateBackend(ps *problems) {
 	k := p.Kubernetes
 	if k.Namespace != "" && !namespacePattern.MatchString(k.Namespace) {
@@ -346,12 +347,10 @@ func (p *Policy) validateBackend(ps *problems) {
 		return
 	}
 	const why = "with backend: kubernetes (not supported there yet; see docs/kubernetes.md)"
-	if p.Network != NetworkNone {
-		ps.add("network", "must be %q %s, got %q", NetworkNone, why, p.Network)
-	}
-	if len(p.Egress.Allow) > 0 && p.Workspaces.InstallNetwork != NetworkEgress {
-		// Installs reach it through the tunnel; jobs have no network there.
-		ps.add("egress.allow", "must be empty %s, unless workspaces.install_network is egress (installs through the tunnel)", why)
+	if p.Network == NetworkBridge {
+		// Pods have no network: a job's only way out is the egress tunnel to
+		// the server's proxy (network: egress).
+		ps.add("network", "must be %q or %q with backend: kubernetes (pods have no network; their only way out is the egress tunnel to the server's proxy), got %q", NetworkNone, NetworkEgress, p.Network)
 	}
 	if p.Runtime != "" {
 		ps.add("runtime", "must be empty %s, got %q", why, p.Runtime)

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"net/http"
 	"net/netip"
 )
 
@@ -17,4 +18,21 @@ type EgressRuntime interface {
 	// the host's interface on it (whose traffic to the host the server
 	// fences: the proxy's port only).
 	EgressGateway(ctx context.Context) (gateway netip.Addr, hostInterface string, err error)
+}
+
+// EgressTunnelAddr is where, inside a sandbox with no network, the egress
+// tunnel listens (its own loopback): HTTP_PROXY of its jobs names it.
+const EgressTunnelAddr = "127.0.0.1:3128"
+
+// EgressTunneler is a Runtime whose sandboxes have no network at all: one
+// on NetworkEgress (a job's pod, or a workspace made with egress) reaches
+// the egress proxy through a tunnel the runtime keeps open beside it
+// (OpenTunnel over the engine's exec stream), as long as its job runs (a
+// workspace's: as long as it runs).
+type EgressTunneler interface {
+	// TunnelEgress makes the runtime serve every egress tunnel's
+	// connections with proxy (the allowlist proxy, which checks each
+	// request's grant), and returns where the tunnel listens inside the
+	// sandbox (EgressTunnelAddr). It is called once, before any Start.
+	TunnelEgress(proxy http.Handler) (addr string)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/tunnel"
@@ -77,4 +78,80 @@ func ExecThroughTunnel(ctx context.Context, o ExecOptions, exec func(context.Con
 		return -1, fmt.Errorf("the sandbox's tunnel: %w", runErr)
 	}
 	return r.code, r.err
+}
+
+// Tunnel is a tunnel-only exec in a sandbox (`sandboxer-supervisor tunnel
+// --listen ADDR`): connections to ADDR inside the sandbox reach the proxy
+// it was opened with, until Close or the end of the exec.
+type Tunnel struct {
+	stdin  *io.PipeWriter
+	cancel context.CancelFunc
+	done   chan struct{}
+	diag   strings.Builder // the tunnel's stderr (bounded)
+	err    error           // why it ended, once done
+}
+
+// OpenTunnel runs the tunnel-only supervisor listening on addr with exec
+// (a runtime's plain exec) and serves its connections to proxy; it returns
+// once the tunnel listens (its Hello came). ctx bounds the opening only.
+func OpenTunnel(ctx context.Context, addr string, proxy http.Handler, exec func(context.Context, ExecOptions) (int, error)) (*Tunnel, error) {
+	tctx, cancel := context.WithCancel(context.Background())
+	inR, inW := io.Pipe()   // to the tunnel's stdin
+	outR, outW := io.Pipe() // from the tunnel's stdout
+	t := &Tunnel{stdin: inW, cancel: cancel, done: make(chan struct{})}
+	m := tunnel.NewServer(outR, inW)
+	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 30 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	go func() { _ = srv.Serve(m) }()
+	ran := make(chan error, 1)
+	go func() {
+		code, err := exec(tctx, ExecOptions{Cmd: []string{TunnelCommand[0], tunnel.Command, tunnel.ListenFlag, addr},
+			Stdin: inR, Stdout: outW, Stderr: &LimitWriter{W: &t.diag, N: 4 << 10}})
+		if err == nil && code != 0 {
+			err = fmt.Errorf("it exited %d", code)
+		}
+		_ = outW.Close()
+		ran <- err
+	}()
+	go func() {
+		runErr := m.Run()
+		if errors.Is(runErr, tunnel.ErrProtocol) {
+			cancel() // a tunnel that breaks the rules is not listened to further
+		}
+		_ = inW.Close()
+		go func() { _, _ = io.Copy(io.Discard, outR) }()
+		_ = srv.Close()
+		err := <-ran
+		cancel()
+		_ = inR.Close()
+		_ = outR.Close()
+		if err == nil && errors.Is(runErr, tunnel.ErrProtocol) {
+			err = runErr
+		}
+		t.err = err
+		close(t.done)
+	}()
+	select {
+	case <-m.Hello():
+		return t, nil
+	case <-t.done:
+		return nil, fmt.Errorf("the egress tunnel ended before it listened: %v %s", t.err, strings.TrimSpace(t.diag.String()))
+	case <-ctx.Done():
+		t.Close()
+		return nil, fmt.Errorf("the egress tunnel did not listen: %w", ctx.Err())
+	}
+}
+
+// Done is closed when the tunnel has ended.
+func (t *Tunnel) Done() <-chan struct{} { return t.done }
+
+// Close ends the tunnel: its stdin ends, so does the exec. It does not wait.
+func (t *Tunnel) Close() {
+	_ = t.stdin.Close()
+	go func() {
+		select {
+		case <-t.done:
+		case <-time.After(10 * time.Second):
+			t.cancel() // an exec that did not end with its stdin
+		}
+	}()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -94,4 +95,66 @@ func (r testResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 		return []netip.Addr{netip.MustParseAddr(a)}, nil
 	}
 	return nil, fmt.Errorf("no such host %s", host)
+}
+
+// A tunnel-only exec: once OpenTunnel returns, a client in the "sandbox"
+// reaches the proxy at the tunnel's address with its own grant's token, as
+// a job on the egress network does; Close ends the exec.
+func TestOpenTunnelLocally(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl here")
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "hello from ", r.URL.Path)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	allow, err := egress.ParseList([]string{"files.test:" + u.Port()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var events []egress.Event
+	p := &egress.Proxy{Resolver: testResolver{"files.test": "127.0.0.1"}, Audit: func(e egress.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}}
+	token, revoke := p.Add(egress.Grant{Tenant: "t", Job: "job-1", Allow: allow})
+	defer revoke()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	tun, err := sandbox.OpenTunnel(context.Background(), addr, p, localExec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyURL := egress.ProxyURL(token, addr)
+	curl := func(target string) string {
+		out, _ := exec.Command("curl", "-sS", "--proxy", proxyURL, "-w", " %{http_code}", target).CombinedOutput()
+		return string(out)
+	}
+	if got := curl("http://files.test:" + u.Port() + "/a"); got != "hello from /a 200" {
+		t.Errorf("an allowed host: %q", got)
+	}
+	if got := curl("http://not-listed.example/"); !strings.HasSuffix(got, " 403") {
+		t.Errorf("a host not on the list: %q", got)
+	}
+	if out, _ := exec.Command("curl", "-sS", "--proxy", "http://"+addr, "-w", " %{http_code}", "http://files.test:"+u.Port()+"/a").CombinedOutput(); !strings.HasSuffix(string(out), " 407") {
+		t.Errorf("without the grant's token: %q", out)
+	}
+	tun.Close()
+	<-tun.Done()
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("the tunnel still listens after Close")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) < 2 || !events[0].Allowed || events[1].Allowed || events[0].Job != "job-1" {
+		t.Fatalf("audit events: %+v", events)
+	}
 }

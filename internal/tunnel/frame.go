@@ -51,6 +51,12 @@ import (
 // Command is the supervisor's subcommand.
 const Command = "tunnel"
 
+// ListenFlag, with an address on the sandbox's loopback, makes the
+// subcommand listen there; with no command after it, the tunnel only
+// forwards connections, until its stdin ends (a job's egress, see
+// sandbox.OpenTunnel).
+const ListenFlag = "--listen"
+
 // Magic is the payload of Hello (the protocol's version).
 const Magic = "sbxtun/1"
 

@@ -35,6 +35,7 @@ type Mux struct {
 	ended    bool
 	slots    chan struct{} // tunnel: one per open channel
 	stdin    *Conn         // channel 0
+	hello    chan struct{} // server: closed when the tunnel's Hello came
 }
 
 // ErrProtocol is wrapped by every error about a frame the other side should
@@ -43,7 +44,7 @@ var ErrProtocol = errors.New("tunnel protocol violation")
 
 func newMux(r io.Reader, w io.Writer, server bool) *Mux {
 	m := &Mux{server: server, r: r, w: w, chans: map[uint32]*Conn{}, ready: make(chan struct{}, 1),
-		done: make(chan struct{}), listenOK: true, slots: make(chan struct{}, MaxChannels)}
+		done: make(chan struct{}), listenOK: true, slots: make(chan struct{}, MaxChannels), hello: make(chan struct{})}
 	m.stdin = m.newConn(0)
 	m.chans[0] = m.stdin
 	return m
@@ -74,6 +75,10 @@ func (m *Mux) send(f Frame) error {
 
 // Stdin is channel 0, CMD's stdin: the server writes it, the tunnel reads it.
 func (m *Mux) Stdin() *Conn { return m.stdin }
+
+// Hello is closed when the tunnel's Hello came (server side): a tunnel
+// writes it once it listens.
+func (m *Mux) Hello() <-chan struct{} { return m.hello }
 
 // Done is closed when the stream has ended.
 func (m *Mux) Done() <-chan struct{} { return m.done }
@@ -148,6 +153,9 @@ func (m *Mux) frame(f Frame) error {
 	case TypeHello:
 		if string(f.Payload) != Magic {
 			return fmt.Errorf("Hello %q, not %q", f.Payload, Magic)
+		}
+		if m.server {
+			close(m.hello) // only the first frame is a Hello (loop)
 		}
 		return nil
 	case TypeEnd:

@@ -38,6 +38,8 @@ type handle struct {
 	ws  *superstream.Daemon
 	key string
 	ch  *superstream.Channel
+	// tunnel is the job's egress tunnel (network egress), closed with it.
+	tunnel *sandbox.Tunnel
 
 	done      chan struct{}
 	destroyed chan struct{}
@@ -109,6 +111,20 @@ func (h *handle) followLog(ctx context.Context) error {
 		return h.rt.engineErr(fmt.Errorf("read the log of pod %s: %w", h.name, err))
 	}
 	go h.c.ReadUntilEnd(rc, func() { rc.Close() })
+	return nil
+}
+
+// openTunnel opens the job's egress tunnel into its pod, for a job on
+// network egress: its grant (the spec's HTTP_PROXY token) passes there.
+func (h *handle) openTunnel(ctx context.Context, spec sandbox.Spec) error {
+	if spec.Network != sandbox.NetworkEgress {
+		return nil
+	}
+	t, err := h.rt.openTunnel(ctx, h.name)
+	if err != nil {
+		return err
+	}
+	h.tunnel = t
 	return nil
 }
 
@@ -194,6 +210,9 @@ func (h *handle) wasDestroyed() bool {
 }
 
 func (h *handle) closeInput() {
+	if h.tunnel != nil {
+		h.tunnel.Close()
+	}
 	if h.ch != nil {
 		h.ch.Close()
 	}

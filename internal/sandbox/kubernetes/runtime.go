@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -80,6 +81,12 @@ type Runtime struct {
 
 	// daemons are the streams to workspace pods' daemons (workspace.go).
 	daemons *superstream.Daemons
+
+	// egressProxy serves the egress tunnels (egress.go); nil: none.
+	egressProxy http.Handler
+	tunnelMu    sync.Mutex
+	wsTunnels   map[string]*sandbox.Tunnel // workspace pod → its egress tunnel
+	wsEgress    map[string]bool            // workspace pod → made with egress
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -128,7 +135,8 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}
-	r := &Runtime{cs: cs, cfg: rc, host: rc.Host, namespace: ns, instance: instance}
+	r := &Runtime{cs: cs, cfg: rc, host: rc.Host, namespace: ns, instance: instance,
+		wsTunnels: map[string]*sandbox.Tunnel{}, wsEgress: map[string]bool{}}
 	for _, o := range opts {
 		o(r)
 	}
@@ -155,6 +163,7 @@ func (r *Runtime) Namespace() string { return r.namespace }
 // Close waits (bounded) for pod removals under way.
 func (r *Runtime) Close() error {
 	r.daemons.Close() // the daemons keep the jobs for the next server
+	r.closeTunnels()  // their egress goes with this server
 	r.removeMu.Lock()
 	idle, busy := r.removeIdle, r.removing > 0
 	r.removeMu.Unlock()
@@ -327,6 +336,9 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if spec.Workspace != "" || len(spec.Mounts) > 0 {
 		return nil, errors.New("the kubernetes backend runs no workspaces or mounts yet")
 	}
+	if err := r.checkNetwork(spec.Network); err != nil {
+		return nil, err
+	}
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
 	if err != nil {
 		return nil, r.engineErr(fmt.Errorf("create pod: %w", err))
@@ -344,6 +356,10 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	}
 	h := newHandle(r, name)
 	if err := h.attach(); err != nil {
+		return fail(err)
+	}
+	if err := h.openTunnel(ctx, spec); err != nil {
+		h.closeInput()
 		return fail(err)
 	}
 	if err := h.launch(ctx, spec, out); err != nil {

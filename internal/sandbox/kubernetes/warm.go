@@ -25,6 +25,9 @@ func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm,
 	if spec.Workspace != "" || len(spec.Mounts) > 0 {
 		return nil, errors.New("the kubernetes backend runs no workspaces or mounts yet")
 	}
+	if err := r.checkNetwork(spec.Network); err != nil {
+		return nil, err
+	}
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
 	if err != nil {
 		return nil, r.engineErr(fmt.Errorf("create pod: %w", err))
@@ -79,7 +82,14 @@ func (w *warm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output
 	if _, err := r.cs.CoreV1().Pods(r.namespace).Patch(ctx, h.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return nil, r.engineErr(fmt.Errorf("label pod %s with its job: %w", h.name, err))
 	}
+	// The tunnel and its grant are the job's, never the warm pod's.
+	if err := h.openTunnel(ctx, spec); err != nil {
+		return nil, err
+	}
 	if err := h.launch(ctx, spec, out); err != nil {
+		if h.tunnel != nil {
+			h.tunnel.Close()
+		}
 		return nil, err
 	}
 	return h, nil

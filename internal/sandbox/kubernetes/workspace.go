@@ -48,12 +48,15 @@ type workspaceSpec struct {
 	Image  string         `json:"image"`
 	Limits sandbox.Limits `json:"limits"`
 	Env    []string       `json:"env,omitempty"`
+	// Network is sandbox.NetworkEgress for a workspace made with egress:
+	// its pod gets an egress tunnel (egress.go).
+	Network string `json:"network,omitempty"`
 }
 
 // CreateWorkspace creates the workspace's claim (its pod is made by StartWorkspace).
 func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec) (sandbox.WorkspaceRefs, error) {
-	if ws.Network != "" {
-		return sandbox.WorkspaceRefs{}, errors.New("a workspace with egress needs backend docker: pods on backend kubernetes have no network")
+	if err := r.checkNetwork(ws.Network); err != nil {
+		return sandbox.WorkspaceRefs{}, err
 	}
 	if len(ws.Mounts) > 0 {
 		return sandbox.WorkspaceRefs{}, errors.New("granted mounts need backend docker: a pod on backend kubernetes cannot see the server's host paths")
@@ -62,7 +65,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		return sandbox.WorkspaceRefs{}, fmt.Errorf("runtime %q needs backend docker", ws.Runtime)
 	}
 	name := podPrefix + "ws-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
-	spec, _ := json.Marshal(workspaceSpec{Image: ws.Image, Limits: ws.Limits, Env: ws.Env})
+	spec, _ := json.Marshal(workspaceSpec{Image: ws.Image, Limits: ws.Limits, Env: ws.Env, Network: ws.Network})
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
@@ -100,7 +103,10 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
 	switch {
 	case err == nil && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed:
-		return r.waitRunning(ctx, pod, pod.Spec.Containers[0].Image)
+		if err := r.waitRunning(ctx, pod, pod.Spec.Containers[0].Image); err != nil {
+			return err
+		}
+		return r.workspaceTunnel(ctx, id)
 	case err == nil:
 		// Ended or going: make it again once it is gone.
 		if err := r.deleteAndWait(ctx, id); err != nil {
@@ -120,11 +126,16 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 	if err := json.Unmarshal([]byte(claim.Annotations[annWorkspace]), &ws); err != nil || ws.Image == "" {
 		return fmt.Errorf("persistent volume claim %s has no workspace spec (annotation %s)", id, annWorkspace)
 	}
+	r.dropTunnel(id) // a former pod's
 	pod, err = r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.workspacePod(id, claim, ws), metav1.CreateOptions{})
 	if err != nil {
 		return r.engineErr(fmt.Errorf("create pod: %w", err))
 	}
 	if err := r.waitRunning(ctx, pod, ws.Image); err != nil {
+		r.removeQuietly(id)
+		return err
+	}
+	if err := r.workspaceTunnel(ctx, id); err != nil {
 		r.removeQuietly(id)
 		return err
 	}
@@ -140,6 +151,9 @@ func (r *Runtime) workspacePod(id string, claim *corev1.PersistentVolumeClaim, w
 	pod.GenerateName, pod.Name = "", id
 	pod.Labels = r.workspaceLabels()
 	pod.Annotations[annWorkspaceName] = claim.Annotations[annWorkspaceName]
+	if ws.Network == sandbox.NetworkEgress {
+		pod.Annotations[annEgress] = "true"
+	}
 	c := &pod.Spec.Containers[0]
 	c.Command = []string{"/bin/sh", "-c", `exec "$0" "$1" 2>>` + terminationLog, supervisorPath, proto.DaemonCommand}
 	c.Stdin, c.StdinOnce = false, false
@@ -183,6 +197,7 @@ func (r *Runtime) deleteAndWait(ctx context.Context, id string) error {
 // claim and its files stay.
 func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
 	r.daemons.Drop(id)
+	r.dropTunnel(id)
 	return r.deleteAndWait(ctx, id)
 }
 
@@ -217,6 +232,7 @@ func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error)
 func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRefs) error {
 	if refs.ContainerID != "" {
 		r.daemons.Drop(refs.ContainerID)
+		r.dropTunnel(refs.ContainerID)
 		if err := r.deleteAndWait(ctx, refs.ContainerID); err != nil {
 			return err
 		}
@@ -281,6 +297,7 @@ func (r *Runtime) installerPod(claim *corev1.PersistentVolumeClaim, ws workspace
 	pod.Name, pod.GenerateName = "", podPrefix+"install-"
 	pod.Labels = r.podFor(sandbox.Spec{Kind: sandbox.KindHelper}).Labels
 	pod.Annotations[sandbox.LabelKind] = sandbox.KindHelper
+	delete(pod.Annotations, annEgress) // its installs have a tunnel of their own
 	c := &pod.Spec.Containers[0]
 	c.Command = []string{"sleep", "infinity"}
 	if node != "" {
@@ -348,6 +365,11 @@ func (r *Runtime) dialDaemon(ctx context.Context, id string, diag io.Writer) (su
 
 // StartIn runs spec as a job on a new channel of the workspace's stream.
 func (r *Runtime) StartIn(ctx context.Context, id string, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	// A workspace made with egress: its tunnel again if it broke (or this
+	// server adopted the running pod).
+	if err := r.workspaceTunnel(ctx, id); err != nil {
+		return nil, err
+	}
 	ch, pr, err := r.daemons.OpenJob(ctx, id, spec.JobID)
 	if err != nil {
 		return nil, err
