@@ -183,7 +183,6 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 	done := make(chan outcome, 1)
 	locked = false // the install releases the key
 	go func() {
-		defer func() { <-l }()
 		ictx := context.WithoutCancel(ctx)
 		t0 := time.Now()
 		size, err := m.install(ictx, language, image, key, name, script, list)
@@ -195,6 +194,8 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 			_, _ = m.enforceCap(ictx, name) // best effort
 			m.used(language, image, res.Mount)
 		}
+		// Released before the outcome: a caller that has it may prune at once.
+		<-l
 		done <- outcome{time.Since(t0).Milliseconds(), err}
 	}()
 	select {
