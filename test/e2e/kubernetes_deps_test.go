@@ -73,7 +73,12 @@ egress:
     mirror.sbx.test: %[2]s
 `, u.Port(), u.Hostname(), installCAKey(t), npm))
 	s := startServer(t, env...)
-	t.Cleanup(func() { s.call("prune_dependency_caches", map[string]any{}) })
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped { // a failure left caches behind
+			s.call("prune_dependency_caches", map[string]any{})
+		}
+	})
 
 	const js = `const isNumber = require('is-number');
 console.log(isNumber(5), isNumber('x'));
@@ -81,7 +86,7 @@ try { require('fs').writeFileSync('/deps/x', 'y'); console.log('wrote the cache'
 `
 	run := func(language, code, dep string) map[string]any {
 		return s.ok("run_script", map[string]any{"language": language, "code": code, "dependencies": []string{dep},
-			"timeout_s": 170, "wait_s": 170})
+			"timeout_s": 170, "wait_s": 50})
 	}
 	r := run("javascript", js, "is-number@7.0.0")
 	if str(r, "status") != "completed" || str(r, "stdout") != "true false\nEROFS\n" {
@@ -141,6 +146,7 @@ try { require('fs').writeFileSync('/deps/x', 'y'); console.log('wrote the cache'
 		t.Fatalf("after the prune: %v", l)
 	}
 	s.waitNoPods(false, 30*time.Second)
+	stopped = true
 	s.stop()
 	s.waitNoPods(true, 30*time.Second)
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
