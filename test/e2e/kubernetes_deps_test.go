@@ -82,9 +82,9 @@ func registryHits(t *testing.T, s *server, host string) int {
 // a pod with no network through the tunnel (the egress audit shows it),
 // served from the cache the second time (a hit, one cache listed, no new
 // connection to the registry, by the warm pod kept with the cache mounted),
-// read-only to the script; python from a local
-// pip index (named in egress.allow by a pinned name); both listed and
-// pruned; no pods and no claims left.
+// read-only to the script; python from a local pip index (named in
+// egress.allow by a pinned name); go from the Go module proxy; all listed
+// and pruned; no pods and no claims left.
 func TestKubernetesDependencies(t *testing.T) {
 	const npm = "registry.npmjs.org"
 	if _, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", npm); err != nil {
@@ -99,7 +99,7 @@ func TestKubernetesDependencies(t *testing.T) {
 workspaces:
   install_network: egress
 egress:
-  allow: ["%[4]s:443", "mirror.sbx.test:%[1]s"]
+  allow: ["%[4]s:443", "proxy.golang.org:443", "mirror.sbx.test:%[1]s"]
   hosts:
     mirror.sbx.test: %[2]s
 `, u.Port(), u.Hostname(), installCAKey(t), npm))
@@ -175,12 +175,23 @@ try { require('fs').writeFileSync('/deps/x', 'y'); console.log('wrote the cache'
 	if cache, _ := depsOf(t, r); cache != "installed" {
 		t.Fatalf("python: dependencies %v, want installed", r["dependencies"])
 	}
-	if cl := s.kubernetesDepClaims(); len(cl) != 2 {
-		t.Fatalf("claims after two installs: %v", cl)
+	// go from the Go module proxy: its modules and their prebuilt packages.
+	const goCode = "package main\n\nimport (\n\t\"fmt\"\n\n\t\"golang.org/x/text/language\"\n)\n\nfunc main() { fmt.Println(language.MustParse(\"en-us\").String()) }\n"
+	r = run("go", goCode, "golang.org/x/text@v0.14.0")
+	if str(r, "status") != "completed" || str(r, "stdout") != "en-US\n" {
+		t.Fatalf("go from the module proxy: %v", r)
+	}
+	if cache, ms := depsOf(t, r); cache != "installed" {
+		t.Fatalf("go: dependencies %v, want installed", r["dependencies"])
+	} else {
+		t.Logf("go install through the tunnel: %v ms", ms)
+	}
+	if cl := s.kubernetesDepClaims(); len(cl) != 3 {
+		t.Fatalf("claims after three installs: %v", cl)
 	}
 
 	p := s.ok("prune_dependency_caches", map[string]any{})
-	if rm, _ := p["removed"].([]any); len(rm) != 2 {
+	if rm, _ := p["removed"].([]any); len(rm) != 3 {
 		t.Fatalf("prune: %v", p)
 	}
 	if l := s.ok("list_dependency_caches", map[string]any{}); len(l["caches"].([]any)) != 0 {
