@@ -11,7 +11,8 @@ import (
 // engine is the runtime the policy's backend names. This file is the only
 // place that knows which one it is: everything else takes the seams the
 // engine implements (sandbox.WorkspaceRuntime, sandbox.VolumeRuntime,
-// sandbox.ProcessInspector, sandbox.EgressRuntime, sandbox.EgressTunneler, sandbox.TunnelInstaller) and answers a clear
+// sandbox.ProcessInspector, sandbox.EgressRuntime, sandbox.EgressTunneler, sandbox.TunnelInstaller,
+// sandbox.TunnelVolumeFiller) and answers a clear
 // sentence when it implements none.
 type engine interface {
 	sandbox.Warmer

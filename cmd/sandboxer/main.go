@@ -190,6 +190,15 @@ func serve(args []string) error {
 		}
 		rt = egressRT
 	}
+	// A runtime whose installers have no network (workspaces' installs,
+	// dependency caches) has them reach the proxy through the tunnel over
+	// their exec.
+	var tunnelProxy func(ctx context.Context, job string) (http.Handler, func())
+	if tunnelInstalls {
+		if tunnelProxy, err = installTunnel(egressRT, cfg.Policy, auditLog, lock.ID()); err != nil {
+			return err
+		}
+	}
 	// Workspaces sit in front: a job naming one runs in its container. A
 	// runtime without workspaces leaves them nil, and their tools refuse.
 	if wsRT, ok := engine.(sandbox.WorkspaceRuntime); ok {
@@ -199,13 +208,7 @@ func serve(args []string) error {
 			workspaces.Egress = egressRT.Grant
 			workspaces.GrantEgress = egressRT.GrantOwn
 		}
-		if tunnelInstalls {
-			// Its installers have no network: they reach the proxy through
-			// the tunnel over their exec.
-			if workspaces.TunnelProxy, err = installTunnel(egressRT, cfg.Policy, auditLog, lock.ID()); err != nil {
-				return err
-			}
-		}
+		workspaces.TunnelProxy = tunnelProxy
 		defer workspaces.ClosePortsAll()
 		if mt != nil {
 			workspaces.OnInstall = func(manager string, ok bool) { mt.Install(manager, ok) }
@@ -234,6 +237,9 @@ func serve(args []string) error {
 	}
 
 	depCaches = deps.New(engine, cfg.Policy)
+	if depCaches != nil {
+		depCaches.TunnelProxy = tunnelProxy
+	}
 	if mt != nil && depCaches != nil {
 		depCaches.OnInstall = func(language string, ok bool) { mt.Install("deps-"+language, ok) }
 	}

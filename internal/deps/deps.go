@@ -2,10 +2,13 @@
 //
 // A dependency list, in the language's own notation, is checked against the
 // package manager's grammar, normalised (sorted, deduplicated) and keyed with
-// the language and image. Each key has one Docker volume (labelled LabelKey),
-// filled once by an install sandbox (the language image, network bridge, the
-// volume read-write) and then mounted read-only at Dir into every script
-// sandbox that asks for the same list; scripts themselves keep network none.
+// the language and image. Each key has one engine volume (labelled LabelKey:
+// a Docker volume, a PersistentVolumeClaim on Kubernetes), filled once by an
+// install sandbox (the language image, network bridge, the volume
+// read-write; on a runtime whose sandboxes have no network, a filler sandbox
+// through the tunnel: sandbox.TunnelVolumeFiller) and then mounted read-only
+// at Dir into every script sandbox that asks for the same list; scripts
+// themselves keep network none.
 package deps
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -68,6 +69,10 @@ type Manager struct {
 	// OnInstall, when set, is told of each dependency install and whether
 	// it succeeded (metrics).
 	OnInstall func(language string, ok bool)
+	// TunnelProxy, when set, grants an install on a runtime whose sandboxes
+	// have no network (sandbox.TunnelVolumeFiller) the proxy its tunnel
+	// reaches, until revoke.
+	TunnelProxy func(ctx context.Context, job string) (proxy http.Handler, revoke func())
 
 	mu     sync.Mutex
 	locks  map[string]chan struct{} // per key (capacity 1): one install at a time
@@ -178,7 +183,6 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 	done := make(chan outcome, 1)
 	locked = false // the install releases the key
 	go func() {
-		defer func() { <-l }()
 		ictx := context.WithoutCancel(ctx)
 		t0 := time.Now()
 		size, err := m.install(ictx, language, image, key, name, script, list)
@@ -190,6 +194,8 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 			_, _ = m.enforceCap(ictx, name) // best effort
 			m.used(language, image, res.Mount)
 		}
+		// Released before the outcome: a caller that has it may prune at once.
+		<-l
 		done <- outcome{time.Since(t0).Milliseconds(), err}
 	}()
 	select {
@@ -238,41 +244,106 @@ func (m *Manager) install(ctx context.Context, language, image, key, name, scrip
 		Timeout: timeout,
 		Mounts:  []sandbox.Mount{{Volume: name, Target: installDir}},
 	}
+	var out, why string
+	if tf, tunnel := m.rt.(sandbox.TunnelVolumeFiller); tunnel {
+		out, why, err = m.fillThroughTunnel(ctx, tf, spec)
+	} else {
+		out, why, err = m.fillInSandbox(ctx, spec)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if why != "" {
+		return 0, fmt.Errorf("dependencies: installing %s failed (%s); its log ends:\n%s", strings.Join(list, " "), why, tail(out, maxLogTail))
+	}
+	mm := sizeLine.FindStringSubmatch(out)
+	if mm == nil {
+		return 0, fmt.Errorf("dependencies: the install reported no size; its log ends:\n%s", tail(out, maxLogTail))
+	}
+	kb, _ := strconv.ParseInt(mm[1], 10, 64)
+	ok = true
+	return kb << 10, nil
+}
+
+// fillInSandbox runs the install as a sandbox of its own (spec's network
+// reaches the registries). It returns the install's output and, when it
+// failed, why.
+func (m *Manager) fillInSandbox(ctx context.Context, spec sandbox.Spec) (out, why string, err error) {
 	buf := &sandbox.Buffer{Max: 1 << 20}
-	ictx, cancel := context.WithTimeout(ctx, timeout+30*time.Second)
+	ictx, cancel := context.WithTimeout(ctx, spec.Timeout+30*time.Second)
 	defer cancel()
 	h, err := m.rt.Start(ictx, spec, buf)
 	if err != nil {
-		return 0, fmt.Errorf("dependencies: the install sandbox did not start: %w", err)
+		return "", "", fmt.Errorf("dependencies: the install sandbox did not start: %w", err)
 	}
 	select {
 	case <-h.Done():
 	case <-ictx.Done():
 		_ = h.Destroy(context.WithoutCancel(ctx))
-		return 0, fmt.Errorf("dependencies: the install did not finish: %v", ictx.Err())
+		return "", "", fmt.Errorf("dependencies: the install did not finish: %v", ictx.Err())
 	}
 	st := h.Status()
-	if st.ExitCode != 0 || st.TimedOut || st.StartErr != nil || st.Err != nil || st.OOMKilled {
-		why := fmt.Sprintf("exit code %d", st.ExitCode)
-		switch {
-		case st.TimedOut:
-			why = fmt.Sprintf("timed out after %s (scripts.dependency_install_timeout_s)", timeout)
-		case st.OOMKilled:
-			why = "ran out of memory"
-		case st.StartErr != nil:
-			why = st.StartErr.Error()
-		case st.Err != nil:
-			why = st.Err.Error()
-		}
-		return 0, fmt.Errorf("dependencies: installing %s failed (%s); its log ends:\n%s", strings.Join(list, " "), why, tail(buf.Stdout()+buf.Stderr(), maxLogTail))
+	out = buf.Stdout() + buf.Stderr()
+	switch {
+	case st.TimedOut:
+		why = fmt.Sprintf("timed out after %s (scripts.dependency_install_timeout_s)", spec.Timeout)
+	case st.OOMKilled:
+		why = "ran out of memory"
+	case st.StartErr != nil:
+		why = st.StartErr.Error()
+	case st.Err != nil:
+		why = st.Err.Error()
+	case st.ExitCode != 0:
+		why = fmt.Sprintf("exit code %d", st.ExitCode)
 	}
-	mm := sizeLine.FindStringSubmatch(buf.Stdout())
-	if mm == nil {
-		return 0, fmt.Errorf("dependencies: the install reported no size; its log ends:\n%s", tail(buf.Stdout()+buf.Stderr(), maxLogTail))
+	return out, why, nil
+}
+
+// fillThroughTunnel runs the install in a filler sandbox with no network:
+// its command reaches the registries through the tunnel to the server's
+// proxy (TunnelProxy), as a workspace's installs do on such a runtime.
+func (m *Manager) fillThroughTunnel(ctx context.Context, tf sandbox.TunnelVolumeFiller, spec sandbox.Spec) (out, why string, err error) {
+	if m.TunnelProxy == nil {
+		return "", "", errors.New("dependencies: installs on this backend go through the tunnel to the server's proxy, and this server has none")
 	}
-	kb, _ := strconv.ParseInt(mm[1], 10, 64)
-	ok = true
-	return kb << 10, nil
+	sctx, cancel := context.WithTimeout(ctx, spec.Timeout+30*time.Second)
+	defer cancel()
+	id, err := tf.StartFiller(sctx, spec)
+	if err != nil {
+		return "", "", fmt.Errorf("dependencies: the install sandbox did not start: %w", err)
+	}
+	defer func() {
+		// Removing it ends whatever the install left running.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer rcancel()
+		_ = tf.Remove(rctx, id)
+	}()
+	proxy, revoke := m.TunnelProxy(ctx, spec.JobID)
+	defer revoke()
+	buf := &sandbox.Buffer{Max: 1 << 20}
+	w := bufferWriter{buf}
+	xctx, xcancel := context.WithTimeout(sctx, spec.Timeout)
+	defer xcancel()
+	code, err := tf.Exec(xctx, id, sandbox.ExecOptions{Cmd: spec.Cmd, Env: spec.Env, Stdout: w, Stderr: w, Proxy: proxy})
+	switch {
+	case xctx.Err() != nil:
+		why = fmt.Sprintf("timed out after %s (scripts.dependency_install_timeout_s)", spec.Timeout)
+	case err != nil:
+		why = err.Error()
+	case code == 137:
+		why = "exit code 137: killed (out of memory?)"
+	case code != 0:
+		why = fmt.Sprintf("exit code %d", code)
+	}
+	return buf.Stdout(), why, nil
+}
+
+// bufferWriter writes to a Buffer's stdout.
+type bufferWriter struct{ b *sandbox.Buffer }
+
+func (w bufferWriter) Write(p []byte) (int, error) {
+	w.b.Write(sandbox.Stdout, p)
+	return len(p), nil
 }
 
 func tail(s string, n int) string {

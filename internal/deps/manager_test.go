@@ -3,6 +3,7 @@ package deps
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -190,5 +191,66 @@ func TestCacheCapRemovesLeastRecentlyUsed(t *testing.T) {
 	removed, err := m.Prune(ctx, nil)
 	if err != nil || len(removed) != 2 || rt.volumes() != 0 {
 		t.Errorf("prune all: %v %v, %d left", removed, err, rt.volumes())
+	}
+}
+
+// tunnelRT is fakeRT whose sandboxes have no network: installs run in a
+// filler through the tunnel (sandbox.TunnelVolumeFiller).
+type tunnelRT struct {
+	*fakeRT
+	fillers, removed atomic.Int32
+	sawProxy         atomic.Bool
+	exit             int
+}
+
+func (f *tunnelRT) StartFiller(_ context.Context, spec sandbox.Spec) (string, error) {
+	if spec.Kind != KindInstall || len(spec.Mounts) != 1 || spec.Mounts[0].ReadOnly || spec.Mounts[0].Target != installDir {
+		return "", fmt.Errorf("bad filler spec %+v", spec)
+	}
+	f.fillers.Add(1)
+	return "filler", nil
+}
+
+func (f *tunnelRT) Exec(_ context.Context, id string, o sandbox.ExecOptions) (int, error) {
+	f.sawProxy.Store(o.Proxy != nil && id == "filler" && o.Cmd[0] == "bash")
+	fmt.Fprintln(o.Stdout, "npm notice")
+	fmt.Fprintln(o.Stderr, "sandboxer-deps-size-kb=2048")
+	return f.exit, nil
+}
+
+func (f *tunnelRT) Remove(_ context.Context, id string) error {
+	f.removed.Add(1)
+	return nil
+}
+
+func TestEnsureThroughTunnel(t *testing.T) {
+	rt := &tunnelRT{fakeRT: newFakeRT()}
+	m := New(rt, policy.Default())
+	ctx := context.Background()
+	list := []string{"is-number@7.0.0"}
+	if _, err := m.Ensure(ctx, "javascript", "img", list); err == nil || !strings.Contains(err.Error(), "tunnel") {
+		t.Fatalf("without a tunnel proxy: %v", err)
+	}
+	granted := 0
+	m.TunnelProxy = func(ctx context.Context, job string) (http.Handler, func()) {
+		granted++
+		return http.NotFoundHandler(), func() {}
+	}
+	r, err := m.Ensure(ctx, "javascript", "img", list)
+	if err != nil || r.Cache != CacheInstalled || !rt.sawProxy.Load() || granted != 1 || rt.installs.Load() != 0 {
+		t.Fatalf("through the tunnel: %+v %v (proxy %v, %d grants, %d sandboxes started)", r, err, rt.sawProxy.Load(), granted, rt.installs.Load())
+	}
+	if rt.fillers.Load() != 1 || rt.removed.Load() != 1 {
+		t.Fatalf("%d fillers started, %d removed; want 1 and 1", rt.fillers.Load(), rt.removed.Load())
+	}
+	if caches, _ := m.List(ctx); len(caches) != 1 || caches[0].SizeBytes != 2<<20 {
+		t.Fatalf("List: %+v", caches)
+	}
+	rt.exit = 1
+	if _, err := m.Ensure(ctx, "javascript", "img", []string{"no-such-pkg"}); err == nil || !strings.Contains(err.Error(), "exit code 1") {
+		t.Fatalf("a failed install: %v", err)
+	}
+	if rt.volumes() != 1 || rt.removed.Load() != 2 {
+		t.Fatalf("after a failed install: %d volumes, %d fillers removed", rt.volumes(), rt.removed.Load())
 	}
 }

@@ -25,3 +25,18 @@ type VolumeRuntime interface {
 	// RemoveVolume removes a volume; idempotent (ErrNotFound is not an error).
 	RemoveVolume(ctx context.Context, name string) error
 }
+
+// TunnelVolumeFiller is a VolumeRuntime whose sandboxes have no network of
+// their own: a volume is filled by a command run through the tunnel
+// (Exec with ExecOptions.Proxy) in a filler sandbox, not by a sandbox
+// started on a network.
+type TunnelVolumeFiller interface {
+	VolumeRuntime
+	// StartFiller starts a sandbox of spec's image, limits, kind, job id,
+	// working directory and mounts (read-write as given) whose main process
+	// waits; spec's command, environment and network are not used. For
+	// Exec and Remove.
+	StartFiller(ctx context.Context, spec Spec) (string, error)
+	Exec(ctx context.Context, id string, o ExecOptions) (int, error)
+	Remove(ctx context.Context, id string) error
+}

@@ -208,12 +208,6 @@ func TestKubernetesCore(t *testing.T) {
 		t.Errorf("no job ran in a warm pod in 10 tries\nstderr:\n%s", tail(s.stderr.String(), 3000))
 	}
 
-	// What the kubernetes runtime lacks is refused, naming the backend.
-	const want = "need backend: docker; this server runs backend: kubernetes"
-	if msg := s.toolErr("list_dependency_caches", map[string]any{}); !strings.Contains(msg, "dependency caches "+want) {
-		t.Errorf("list_dependency_caches on kubernetes: %q", msg)
-	}
-
 	s.waitNoPods(false, 30*time.Second)
 	s.stop()
 	s.waitNoPods(true, 30*time.Second)
@@ -303,9 +297,8 @@ func TestKubernetesProcesses(t *testing.T) {
 	s.waitNoPods(true, 30*time.Second)
 }
 
-// claims lists the persistent volume claims of the server's namespace
-// (the tests' service account may read them).
-func kubernetesClaims(t *testing.T) []string {
+// kubernetesClient is a client of the cluster KUBECONFIG names.
+func kubernetesClient(t *testing.T) *k8sclient.Clientset {
 	t.Helper()
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
@@ -315,6 +308,14 @@ func kubernetesClaims(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cs
+}
+
+// claims lists the persistent volume claims of the server's namespace
+// (the tests' service account may read them).
+func kubernetesClaims(t *testing.T) []string {
+	t.Helper()
+	cs := kubernetesClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := cs.CoreV1().PersistentVolumeClaims("sandboxer").List(ctx, metav1.ListOptions{})

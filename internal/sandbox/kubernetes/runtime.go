@@ -273,6 +273,8 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 		volumes = append(volumes, corev1.Volume{Name: v.name, VolumeSource: corev1.VolumeSource{EmptyDir: ed}})
 		mounts = append(mounts, corev1.VolumeMount{Name: v.name, MountPath: v.path})
 	}
+	cv, cm := claimMounts(spec)
+	volumes, mounts = append(volumes, cv...), append(mounts, cm...)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: podPrefix,
@@ -333,8 +335,8 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 // Start creates the pod, waits for its supervisor to run, attaches to it and
 // hands it the job.
 func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
-	if spec.Workspace != "" || len(spec.Mounts) > 0 {
-		return nil, errors.New("the kubernetes backend runs no workspaces or mounts yet")
+	if err := checkMounts(spec); err != nil {
+		return nil, err
 	}
 	if err := r.checkNetwork(spec.Network); err != nil {
 		return nil, err

@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -22,8 +21,8 @@ var _ sandbox.Warmer = (*Runtime)(nil)
 // Prepare starts a pod of spec's shape whose supervisor waits for its job.
 func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm, error) {
 	spec.Kind, spec.JobID = sandbox.KindPool, ""
-	if spec.Workspace != "" || len(spec.Mounts) > 0 {
-		return nil, errors.New("the kubernetes backend runs no workspaces or mounts yet")
+	if err := checkMounts(spec); err != nil {
+		return nil, err
 	}
 	if err := r.checkNetwork(spec.Network); err != nil {
 		return nil, err
