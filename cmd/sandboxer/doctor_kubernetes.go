@@ -24,6 +24,7 @@ echo default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)`
 func doctorKubernetes(cfg *config.Config, server string, report func(ok bool, what, detail, fix string)) error {
 	rt, err := kubernetes.New(cfg.Instance(), kubernetes.Config{
 		Kubeconfig: cfg.Policy.Kubernetes.Kubeconfig, Namespace: cfg.Policy.Kubernetes.Namespace,
+		MountBytes: cfg.Policy.Kubernetes.MountMB << 20,
 	}, kubernetes.WithServer(server))
 	if err != nil {
 		report(false, "kubernetes", err.Error(), "set kubernetes.kubeconfig in the policy, or KUBECONFIG")

@@ -327,8 +327,9 @@ func MountSourceProblem(source string, forbidden []string) string {
 var namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // validateBackend checks backend and its kubernetes keys. The kubernetes
-// runtime has no networks, granted mounts or OCI runtime choice yet: a
-// policy asking for them with it is refused here, before any pod starts.
+// runtime has no networks or OCI runtime choice yet: a policy asking for
+// them with it is refused here, before any pod starts. (Granted mounts are
+// copied into its pods: kubernetes.mount_mb.)
 func (p *Policy) validateBackend(ps *problems) {
 	k := p.Kubernetes
 	if k.Namespace != "" && !namespacePattern.MatchString(k.Namespace) {
@@ -337,6 +338,7 @@ func (p *Policy) validateBackend(ps *problems) {
 	if k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig) {
 		ps.add("kubernetes.kubeconfig", "must be an absolute path, got %q", k.Kubeconfig)
 	}
+	ps.intIn("kubernetes.mount_mb", k.MountMB, 1, maxMB)
 	switch p.Backend {
 	case BackendDocker:
 		return
@@ -355,8 +357,5 @@ func (p *Policy) validateBackend(ps *problems) {
 	}
 	if p.Runtime != "" {
 		ps.add("runtime", "must be empty %s, got %q", why, p.Runtime)
-	}
-	if len(p.Mounts) > 0 {
-		ps.add("mounts", "must be empty %s", why)
 	}
 }

@@ -80,6 +80,12 @@ type Runtime struct {
 
 	// daemons are the streams to workspace pods' daemons (workspace.go).
 	daemons *superstream.Daemons
+
+	// mountBytes bounds the granted mounts copied into a job's pod (mounts.go).
+	mountBytes int64
+	// helpers are StartHelper's helpers of the server's own, by id.
+	helperMu sync.Mutex
+	helpers  map[string][]sandbox.Mount
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -95,10 +101,13 @@ func WithServer(id string) Option { return func(r *Runtime) { r.server = id } }
 func WithErrorHook(f func(operation string)) Option { return func(r *Runtime) { r.onError = f } }
 
 // Config says which cluster and namespace: Kubeconfig "" means KUBECONFIG,
-// else ~/.kube/config; Namespace "" means the kubeconfig context's, else "default".
+// else ~/.kube/config; Namespace "" means the kubeconfig context's, else
+// "default". MountBytes bounds the granted mounts a job's pod gets a copy
+// of (0 = DefaultMountBytes).
 type Config struct {
 	Kubeconfig string
 	Namespace  string
+	MountBytes int64
 }
 
 // New connects to the cluster cfg names. It succeeds while the cluster is
@@ -128,7 +137,10 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}
-	r := &Runtime{cs: cs, cfg: rc, host: rc.Host, namespace: ns, instance: instance}
+	r := &Runtime{cs: cs, cfg: rc, host: rc.Host, namespace: ns, instance: instance, mountBytes: cfg.MountBytes}
+	if r.mountBytes <= 0 {
+		r.mountBytes = DefaultMountBytes
+	}
 	for _, o := range opts {
 		o(r)
 	}
@@ -264,6 +276,10 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 		volumes = append(volumes, corev1.Volume{Name: v.name, VolumeSource: corev1.VolumeSource{EmptyDir: ed}})
 		mounts = append(mounts, corev1.VolumeMount{Name: v.name, MountPath: v.path})
 	}
+	if len(spec.Mounts) > 0 { // granted mounts, copied in before the job (mounts.go)
+		v, m := r.mountsVolume()
+		volumes, mounts = append(volumes, v), append(mounts, m)
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: podPrefix,
@@ -324,8 +340,15 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 // Start creates the pod, waits for its supervisor to run, attaches to it and
 // hands it the job.
 func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
-	if spec.Workspace != "" || len(spec.Mounts) > 0 {
-		return nil, errors.New("the kubernetes backend runs no workspaces or mounts yet")
+	if spec.Workspace != "" {
+		return nil, errors.New("a workspace's job starts with StartIn")
+	}
+	mounts, err := hostMounts(spec.Mounts)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.scanMounts(mounts); err != nil {
+		return nil, err // before any pod is made
 	}
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
 	if err != nil {
@@ -340,6 +363,9 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		return fail(err)
 	}
 	if err := r.checkHello(ctx, name); err != nil {
+		return fail(err)
+	}
+	if err := r.fillMounts(ctx, name, mounts); err != nil {
 		return fail(err)
 	}
 	h := newHandle(r, name)
@@ -471,6 +497,10 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
 // Remove deletes a pod at once (no grace: the kubelet kills what runs in it);
 // a pod already gone is success.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
+	if _, ok := r.hostHelper(id); ok {
+		r.removeHostHelper(id)
+		return nil
+	}
 	_, err := r.remove(ctx, id)
 	return err
 }

@@ -22,8 +22,11 @@ var _ sandbox.Warmer = (*Runtime)(nil)
 // Prepare starts a pod of spec's shape whose supervisor waits for its job.
 func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm, error) {
 	spec.Kind, spec.JobID = sandbox.KindPool, ""
-	if spec.Workspace != "" || len(spec.Mounts) > 0 {
-		return nil, errors.New("the kubernetes backend runs no workspaces or mounts yet")
+	if spec.Workspace != "" {
+		return nil, errors.New("a workspace's job is never warm")
+	}
+	if _, err := hostMounts(spec.Mounts); err != nil {
+		return nil, err
 	}
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
 	if err != nil {
@@ -78,6 +81,10 @@ func (w *warm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output
 	}})
 	if _, err := r.cs.CoreV1().Pods(r.namespace).Patch(ctx, h.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return nil, r.engineErr(fmt.Errorf("label pod %s with its job: %w", h.name, err))
+	}
+	// Granted mounts: a copy taken now, at the job's start.
+	if err := r.fillMounts(ctx, h.name, spec.Mounts); err != nil {
+		return nil, err
 	}
 	if err := h.launch(ctx, spec, out); err != nil {
 		return nil, err

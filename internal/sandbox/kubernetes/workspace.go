@@ -56,7 +56,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		return sandbox.WorkspaceRefs{}, errors.New("a workspace with egress needs backend docker: pods on backend kubernetes have no network")
 	}
 	if len(ws.Mounts) > 0 {
-		return sandbox.WorkspaceRefs{}, errors.New("granted mounts need backend docker: a pod on backend kubernetes cannot see the server's host paths")
+		return sandbox.WorkspaceRefs{}, errors.New("a workspace's mounts need backend docker (a pod cannot see the server's host paths): use import to copy a granted mount into the workspace")
 	}
 	if ws.Runtime != "" {
 		return sandbox.WorkspaceRefs{}, fmt.Errorf("runtime %q needs backend docker", ws.Runtime)
@@ -293,11 +293,6 @@ func (r *Runtime) installerPod(claim *corev1.PersistentVolumeClaim, ws workspace
 	return pod
 }
 
-// StartHelper: granted mounts are host paths, which pods cannot see.
-func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbox.Mount) (string, error) {
-	return "", errors.New("granted mounts need backend docker: a pod on backend kubernetes cannot see the server's host paths")
-}
-
 // OOMKilled says whether the pod's container was killed for memory.
 func (r *Runtime) OOMKilled(ctx context.Context, id string) (bool, error) {
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
@@ -401,6 +396,9 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, id, key string, skipStdout
 // tunnel (sandbox.ExecThroughTunnel): separate stdin, stdout and stderr, no
 // TTY, and it returns when the process ends.
 func (r *Runtime) Exec(ctx context.Context, id string, o sandbox.ExecOptions) (int, error) {
+	if ms, ok := r.hostHelper(id); ok {
+		return r.helperExec(id, ms, o)
+	}
 	if o.Proxy != nil { // no network in the pod: through the exec's own stream
 		return sandbox.ExecThroughTunnel(ctx, o, func(ctx context.Context, o sandbox.ExecOptions) (int, error) {
 			return r.Exec(ctx, id, o)
@@ -427,6 +425,9 @@ func (r *Runtime) Exec(ctx context.Context, id string, o sandbox.ExecOptions) (i
 // CopyFrom streams a path of a running workspace pod as a tar archive
 // ("dir/." gives dir's contents), through tar in the pod.
 func (r *Runtime) CopyFrom(ctx context.Context, id, p string) (io.ReadCloser, error) {
+	if ms, ok := r.hostHelper(id); ok {
+		return helperCopyFrom(ms, id, p)
+	}
 	dir, base := path.Split(strings.TrimSuffix(p, "/"))
 	if dir == "" {
 		dir = "."
