@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A single-node Kubernetes cluster on this machine, with no registry and no internet:
-#   bash scripts/k8s-cluster.sh [up|down|status]   (make k8s-cluster / make k8s-cluster-down)
+#   bash scripts/k8s-cluster.sh [up|down|status|gvisor]   (make k8s-cluster / make k8s-cluster-down)
 # - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl are built with
 #   `go build` from the Go module proxy at the version pinned in scripts/k8s-tools/go.mod, and
 #   cached under $HOME/.cache/sandboxer-k8s/<version>/bin (a second run builds nothing);
@@ -34,6 +34,8 @@ PAUSE_IMAGE=registry.k8s.io/pause:3.10
 LINK=sbxk8s0 LINK_PEER=sbxk8s1 # the pods' dead-end link (see write_configs)
 POD_SUBNET=198.18.0.0/24
 SOCK=$DIR/containerd.sock
+# gVisor's runtime handler (see gvisor below), when it was set up.
+RUNSC_WRAPPER=$DIR/runsc/runsc
 COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet pv-provisioner)
 # Workspaces' PersistentVolumeClaims: the default StorageClass, served by pv_provisioner below.
 STORAGE_CLASS=sandboxer-hostpath PV_PROVISIONER=sandboxer.dev/hostpath
@@ -220,6 +222,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         SystemdCgroup = false
         Root = "$DIR/containerd/runc"
 EOF
+  if [[ -x $RUNSC_WRAPPER ]]; then
+    # gVisor (bash scripts/k8s-cluster.sh gvisor): Debian's runsc package has no
+    # containerd-shim-runsc-v1, so containerd's runc shim runs runsc through a wrapper that
+    # adds --network=none (runsc of this build fails to start a sandbox with a network; the
+    # pods have loopback only anyway), as dockerd does for a runtime with runtimeArgs.
+    cat >>"$DIR/containerd.toml" <<EOF
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        BinaryName = "$RUNSC_WRAPPER"
+        SystemdCgroup = false
+        Root = "$DIR/containerd/runsc"
+EOF
+  fi
   # The CRI needs an eth0 with an address in every pod ("failed to find network info for
   # sandbox" with the loopback plugin alone), so pods get one that leads nowhere: a macvlan in
   # private mode (no pod reaches another) over one end of a veth pair whose other end stays
@@ -434,6 +450,7 @@ up() {
   start pv-provisioner bash "$ROOT/scripts/k8s-cluster.sh" pv-provisioner
   import_sandbox_images
   sa_kubeconfig
+  if [[ -x $RUNSC_WRAPPER ]]; then runtime_class; fi
   log "up in $((SECONDS - t1))s (build/install $((t1 - t0))s); kubeconfig: $DIR/kubeconfig"
 }
 
@@ -540,6 +557,46 @@ down() {
   log "down"
 }
 
+# ---- gVisor (optional) ---------------------------------------------------------------------
+# `gvisor` installs Debian's runsc, writes the wrapper, registers handler "runsc" in the
+# cluster's containerd (restarting that containerd only when its config changed: running
+# containers keep running, streams to them break) and creates RuntimeClass runsc. Idempotent.
+gvisor() {
+  alive containerd && alive kube-apiserver || die "the cluster is not running: make k8s-cluster first"
+  if ! command -v runsc >/dev/null 2>&1; then
+    log "installing runsc from Debian's packages"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends runsc >/dev/null
+  fi
+  local runsc
+  runsc=$(command -v runsc)
+  log "$("$runsc" --version 2>/dev/null | head -1)"
+  mkdir -p "$DIR/runsc" "$DIR/containerd/runsc"
+  printf '#!/bin/sh\nexec %s --network=none "$@"\n' "$runsc" >"$RUNSC_WRAPPER.tmp"
+  chmod 0755 "$RUNSC_WRAPPER.tmp"
+  mv "$RUNSC_WRAPPER.tmp" "$RUNSC_WRAPPER"
+  local before after
+  before=$(sha256sum <"$DIR/containerd.toml")
+  write_configs
+  after=$(sha256sum <"$DIR/containerd.toml")
+  if [[ $before != "$after" ]]; then
+    log "restarting the cluster's containerd with handler runsc (its containers keep running)"
+    stop containerd
+    start containerd containerd --config "$DIR/containerd.toml"
+    wait_for containerd 30 ctr -a "$SOCK" version
+  fi
+  runtime_class
+}
+
+runtime_class() {
+  kc apply -f - >/dev/null <<EOF
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: runsc}
+handler: runsc
+EOF
+  log "RuntimeClass runsc (handler runsc)"
+}
+
 status() {
   local c rc=0
   for c in "${COMPONENTS[@]}"; do
@@ -552,6 +609,7 @@ case ${1:-up} in
 up) up ;;
 down) down ;;
 status) status ;;
+gvisor) gvisor ;;
 pv-provisioner) pv_provisioner ;;
-*) die "unknown command ${1}: use up, down or status" ;;
+*) die "unknown command ${1}: use up, down or status or gvisor" ;;
 esac

@@ -33,6 +33,7 @@ func TestKubernetesBackendValidates(t *testing.T) {
 	p := Default()
 	p.Backend, p.Kubernetes = BackendKubernetes, Kubernetes{Namespace: "sandboxer", Kubeconfig: "/root/.kube/config", MountMB: 64}
 	p.Mounts = []Mount{{Name: "src", Source: t.TempDir()}} // copied into its pods
+	p.Runtime = RuntimeRunsc                               // a RuntimeClass
 	if err := p.Validate(); err != nil {
 		t.Fatalf("backend kubernetes with the other defaults: %v", err)
 	}
@@ -253,7 +254,6 @@ func TestValidateErrors(t *testing.T) {
 		{"kubeconfig relative", func(p *Policy) { p.Kubernetes.Kubeconfig = "kube/config" }, `policy: kubernetes.kubeconfig: must be an absolute path, got "kube/config"`},
 		{"kubernetes network", func(p *Policy) { p.Backend = BackendKubernetes; p.Network = NetworkBridge }, `policy: network: must be "none" with backend: kubernetes`},
 		{"kubernetes egress", func(p *Policy) { p.Backend = BackendKubernetes; p.Egress.Allow = []string{"x.com"} }, `policy: egress.allow: must be empty with backend: kubernetes`},
-		{"kubernetes runtime", func(p *Policy) { p.Backend = BackendKubernetes; p.Runtime = "runsc" }, `policy: runtime: must be empty with backend: kubernetes`},
 		{"kubernetes mount_mb", func(p *Policy) { p.Backend = BackendKubernetes; p.Kubernetes.MountMB = 0 }, `policy: kubernetes.mount_mb: must be > 0`},
 		{"language name", func(p *Policy) { p.Languages["Python"] = Language{Image: "python"} }, `policy: languages.Python: invalid language name "Python"`},
 		{"language name long", func(p *Policy) { p.Languages[strings.Repeat("a", 33)] = Language{Image: "python"} }, `invalid language name`},

@@ -327,9 +327,9 @@ func MountSourceProblem(source string, forbidden []string) string {
 var namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // validateBackend checks backend and its kubernetes keys. The kubernetes
-// runtime has no networks or OCI runtime choice yet: a policy asking for
-// them with it is refused here, before any pod starts. (Granted mounts are
-// copied into its pods: kubernetes.mount_mb.)
+// runtime has no networks yet: a policy asking for one with it is refused
+// here, before any pod starts. (Granted mounts are copied into its pods:
+// kubernetes.mount_mb; runtime names the pods' RuntimeClass.)
 func (p *Policy) validateBackend(ps *problems) {
 	k := p.Kubernetes
 	if k.Namespace != "" && !namespacePattern.MatchString(k.Namespace) {
@@ -354,8 +354,5 @@ func (p *Policy) validateBackend(ps *problems) {
 	if len(p.Egress.Allow) > 0 && p.Workspaces.InstallNetwork != NetworkEgress {
 		// Installs reach it through the tunnel; jobs have no network there.
 		ps.add("egress.allow", "must be empty %s, unless workspaces.install_network is egress (installs through the tunnel)", why)
-	}
-	if p.Runtime != "" {
-		ps.add("runtime", "must be empty %s, got %q", why, p.Runtime)
 	}
 }

@@ -333,8 +333,18 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			}},
 			Volumes: volumes,
+			// The policy's runtime names a RuntimeClass (e.g. runsc: gVisor).
+			RuntimeClassName: runtimeClass(spec.Runtime),
 		},
 	}
+}
+
+// runtimeClass is a pod's runtimeClassName: nil for the cluster's default.
+func runtimeClass(name string) *string {
+	if name == "" {
+		return nil
+	}
+	return &name
 }
 
 // Start creates the pod, waits for its supervisor to run, attaches to it and

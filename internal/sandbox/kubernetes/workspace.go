@@ -48,6 +48,8 @@ type workspaceSpec struct {
 	Image  string         `json:"image"`
 	Limits sandbox.Limits `json:"limits"`
 	Env    []string       `json:"env,omitempty"`
+	// Runtime is the pods' RuntimeClass ("" = the cluster's default).
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // CreateWorkspace creates the workspace's claim (its pod is made by StartWorkspace).
@@ -58,11 +60,8 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	if len(ws.Mounts) > 0 {
 		return sandbox.WorkspaceRefs{}, errors.New("a workspace's mounts need backend docker (a pod cannot see the server's host paths): use import to copy a granted mount into the workspace")
 	}
-	if ws.Runtime != "" {
-		return sandbox.WorkspaceRefs{}, fmt.Errorf("runtime %q needs backend docker", ws.Runtime)
-	}
 	name := podPrefix + "ws-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
-	spec, _ := json.Marshal(workspaceSpec{Image: ws.Image, Limits: ws.Limits, Env: ws.Env})
+	spec, _ := json.Marshal(workspaceSpec{Image: ws.Image, Limits: ws.Limits, Env: ws.Env, Runtime: ws.Runtime})
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
@@ -136,7 +135,7 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 // workspacePod is a job pod's hardening (podFor) with the daemon as its
 // main process and the claim at /workspace.
 func (r *Runtime) workspacePod(id string, claim *corev1.PersistentVolumeClaim, ws workspaceSpec) *corev1.Pod {
-	pod := r.podFor(sandbox.Spec{Image: ws.Image, Limits: ws.Limits, Kind: sandbox.KindWorkspace, WorkDir: tmpPath})
+	pod := r.podFor(sandbox.Spec{Image: ws.Image, Limits: ws.Limits, Kind: sandbox.KindWorkspace, WorkDir: tmpPath, Runtime: ws.Runtime})
 	pod.GenerateName, pod.Name = "", id
 	pod.Labels = r.workspaceLabels()
 	pod.Annotations[annWorkspaceName] = claim.Annotations[annWorkspaceName]
