@@ -571,7 +571,7 @@ gvisor() {
   runsc=$(command -v runsc)
   log "$("$runsc" --version 2>/dev/null | head -1)"
   mkdir -p "$DIR/runsc" "$DIR/containerd/runsc"
-  printf '#!/bin/sh\nexec %s --network=none "$@"\n' "$runsc" >"$RUNSC_WRAPPER.tmp"
+  runsc_wrapper "$runsc" >"$RUNSC_WRAPPER.tmp"
   chmod 0755 "$RUNSC_WRAPPER.tmp"
   mv "$RUNSC_WRAPPER.tmp" "$RUNSC_WRAPPER"
   local before after
@@ -585,6 +585,54 @@ gvisor() {
     wait_for containerd 30 ctr -a "$SOCK" version
   fi
   runtime_class
+}
+
+# The wrapper containerd's runc shim runs as its runc: runsc with --network=none. The runc shim
+# knows a container's end only by its pid (the pid file): a container that joins its pod's
+# gVisor sandbox (the CRI's annotations io.kubernetes.cri.container-type: container and
+# .sandbox-id, which runsc honours) has the sandbox's pid, which outlives it, so the kubelet
+# would never see it end (seen: the container "stopped" in `runsc list`, "running" in the pod's
+# status, for ever). So `create` drops those annotations: each container is a gVisor sandbox of
+# its own, as under Docker (containerd-shim-runsc-v1 would track them; Debian ships none). And
+# `kill` of an ended container answers as runc does (below).
+runsc_wrapper() { # RUNSC
+  echo '#!/bin/sh'
+  echo "RUNSC=$1"
+  cat <<'WRAP'
+bundle= prev=
+for a in "$@"; do
+  if [ "$prev" = --bundle ]; then bundle=$a; fi
+  prev=$a
+done
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
+  python3 - "$bundle/config.json" <<'PY' || exit 1
+import json, sys
+p = sys.argv[1]
+with open(p) as f:
+    spec = json.load(f)
+a = spec.get("annotations") or {}
+if a.pop("io.kubernetes.cri.container-type", None) is not None:
+    a.pop("io.kubernetes.cri.sandbox-id", None)
+    with open(p + ".tmp", "w") as f:
+        json.dump(spec, f)
+    import os
+    os.replace(p + ".tmp", p)
+PY
+fi
+# The shim takes "container not running" from kill as "already gone"; runsc says "sandbox is
+# not running" for a container that ended, which the CRI took for a failed kill and retried
+# for ever (seen: "failed to handle container TaskExit event … sandbox is not running").
+case " $* " in
+*" kill "*)
+  out=$("$RUNSC" --network=none "$@" 2>&1) && { [ -z "$out" ] || printf '%s\n' "$out"; exit 0; }
+  rc=$?
+  case $out in *"is not running"*) echo "container not running" >&2; exit 1 ;; esac
+  printf '%s\n' "$out" >&2
+  exit $rc
+  ;;
+esac
+exec "$RUNSC" --network=none "$@"
+WRAP
 }
 
 runtime_class() {

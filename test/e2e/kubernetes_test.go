@@ -650,3 +650,57 @@ chmod u+w . calc.go && echo forced >> calc.go && echo x > new && echo WROTE-COPY
 	s.stop()
 	s.waitNoPods(true, 30*time.Second)
 }
+
+// runtime: runsc on backend kubernetes sets the pods' runtimeClassName: a
+// job runs under gVisor and reads its
+// hardening from inside; a job with a granted mount and a workspace run
+// there too. No pod or claim is left.
+func TestKubernetesGVisor(t *testing.T) {
+	pol := kubernetesPolicyFor(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "README"), []byte("the user's project\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, policyEnv(t, pol+"runtime: runsc\nmounts:\n  - {name: project, source: "+src+"}\n"))
+	before := len(s.claims())
+	res := s.call("run_command", map[string]any{"command": "dmesg | head -1; " + kubernetesProbe})
+	if msg := text(res); strings.Contains(msg, `RuntimeClass "runsc" not found`) {
+		t.Skipf("skipping: the cluster has no RuntimeClass runsc (bash scripts/k8s-cluster.sh gvisor makes it): %s", msg)
+	}
+	r := structured(t, res)
+	out := str(r, "stdout")
+	if str(r, "status") != "completed" || !strings.Contains(out, "Starting gVisor") {
+		t.Fatalf("a job under runsc: %v", r)
+	}
+	t.Logf("probe under gVisor:\n%s", out)
+	// gVisor is its own kernel: Seccomp and NoNewPrivs are the Sentry's
+	// business (the host's filter applies to it), the read-only root
+	// refuses with EACCES; the rest is as under runc.
+	f := fFields(out)
+	if f["uid"] != "1000" || f["CapEff"] != "0000000000000000" || f["write_root"] == "written" || f["write_etc"] == "written" ||
+		f["write_tmp"] != "written" || f["connect"] == "connected" || f["routes"] != "0" || f["sa_token"] != "" ||
+		f["default_route"] != "0" || f["docker_sock"] != "" {
+		t.Fatalf("hardening under gVisor: %v", f)
+	}
+	if out := str(s.ok("run_command", map[string]any{"mounts": []any{"project"}, "command": "cat /mnt/project/README; dmesg | grep -c gVisor"}), "stdout"); out != "the user's project\n1\n" {
+		t.Fatalf("a mount under gVisor: %q", out)
+	}
+	s.ok("create_workspace", map[string]any{"name": "k8s-gvisor", "language": "bash"})
+	if out := s.wsOut("k8s-gvisor", "echo hi > f; cat f; dmesg | grep -c gVisor"); out != "hi\n1\n" {
+		t.Fatalf("a workspace under gVisor: %q", out)
+	}
+	s.ok("delete_workspace", map[string]any{"name": "k8s-gvisor"})
+	deadline := time.Now().Add(30 * time.Second)
+	for len(s.claims()) != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("claims left after delete_workspace: %v", s.claims())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	s.waitNoPods(false, 30*time.Second)
+	s.stop()
+	s.waitNoPods(true, 30*time.Second)
+}
