@@ -311,14 +311,8 @@ func TestKubernetesProcesses(t *testing.T) {
 	s.waitNoPods(true, 30*time.Second)
 }
 
-// claims lists the persistent volume claims of the server's namespace
-// (the tests' service account may read them).
-func kubernetesClaims(t *testing.T) []string {
-	t.Helper()
-	return kubernetesClaimsOf(t, "")
-}
-
-// kubernetesClaimsOf lists those of one server instance ("" = all).
+// kubernetesClaimsOf lists the persistent volume claims of one server
+// instance ("" = all) in the namespace (the tests' service account may read them).
 func kubernetesClaimsOf(t *testing.T, instance string) []string {
 	t.Helper()
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -360,7 +354,7 @@ func TestKubernetesWorkspace(t *testing.T) {
 	env := kubernetesEnvWith(t, "workspaces:\n  idle_stop_s: 4\n")
 	s := startServer(t, env...)
 	name := "k8s-ws"
-	before := len(kubernetesClaims(t))
+	before := len(s.claims()) // others' tests share the namespace
 	r := s.ok("create_workspace", map[string]any{"name": name, "language": "python"})
 	if str(r["workspace"].(map[string]any), "state") != "running" {
 		t.Fatalf("create_workspace: %v", r)
@@ -371,7 +365,7 @@ func TestKubernetesWorkspace(t *testing.T) {
 			s.call("delete_workspace", map[string]any{"name": name})
 		}
 	})
-	if n := len(kubernetesClaims(t)); n != before+1 {
+	if n := len(s.claims()); n != before+1 {
 		t.Fatalf("%d claims after create_workspace, want %d", n, before+1)
 	}
 
@@ -468,9 +462,9 @@ func TestKubernetesWorkspace(t *testing.T) {
 	s.ok("delete_workspace", map[string]any{"name": name})
 	deleted = true
 	deadline = time.Now().Add(30 * time.Second)
-	for len(kubernetesClaims(t)) != before {
+	for len(s.claims()) != before {
 		if time.Now().After(deadline) {
-			t.Fatalf("claims left after delete_workspace: %v", kubernetesClaims(t))
+			t.Fatalf("claims left after delete_workspace: %v", s.claims())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
