@@ -531,6 +531,8 @@ down() {
   # Shims of our containerd (they name its socket) outlive it when a task was not deleted.
   local pid
   for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" || true); do kill -KILL "$pid" 2>/dev/null || true; done
+  # gVisor's sandboxes and gofers (handler runsc) are the shims' children: those of our runsc root.
+  for pid in $(pgrep -f "^runsc-(sandbox|gofer) --root=$DIR/containerd/runsc" || true); do kill -KILL "$pid" 2>/dev/null || true; done
   # Mounts under the cluster directory (kubelet volumes, netns, rootfs), deepest first.
   local m left=
   while read -r m; do
