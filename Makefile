@@ -12,7 +12,7 @@ BIN   := bin/sandboxer
 SUPERVISOR := images/supervisor/sandboxer-supervisor
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build supervisor engine base-image images run test test-unit test-integration test-podman k8s-cluster k8s-cluster-down test-k8s leftovers lint bench clean doctor gvisor conformance
+.PHONY: all build supervisor engine base-image images run test test-unit test-integration test-podman k8s-cluster k8s-cluster-down k8s-gvisor test-k8s leftovers lint bench clean doctor gvisor conformance
 
 all: build
 
@@ -94,6 +94,10 @@ k8s-cluster: images
 
 k8s-cluster-down:
 	@bash scripts/k8s-cluster.sh down
+
+# Optional: gVisor in that cluster (RuntimeClass runsc; docs/kubernetes.md#gvisor-runtimeclass-runsc).
+k8s-gvisor:
+	@bash scripts/k8s-cluster.sh gvisor
 
 # The runtime contract suite and the runtime's tests on that cluster (internal/sandbox/kubernetes),
 # then the e2e core of a server with backend: kubernetes (test/e2e, TestKubernetes*),

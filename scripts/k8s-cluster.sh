@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A single-node Kubernetes cluster on this machine, with no registry and no internet:
-#   bash scripts/k8s-cluster.sh [up|down|status]   (make k8s-cluster / make k8s-cluster-down)
+#   bash scripts/k8s-cluster.sh [up|down|status|gvisor]   (make k8s-cluster / make k8s-cluster-down)
 # - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl are built with
 #   `go build` from the Go module proxy at the version pinned in scripts/k8s-tools/go.mod, and
 #   cached under $HOME/.cache/sandboxer-k8s/<version>/bin (a second run builds nothing);
@@ -34,6 +34,8 @@ PAUSE_IMAGE=registry.k8s.io/pause:3.10
 LINK=sbxk8s0 LINK_PEER=sbxk8s1 # the pods' dead-end link (see write_configs)
 POD_SUBNET=198.18.0.0/24
 SOCK=$DIR/containerd.sock
+# gVisor's runtime handler (see gvisor below), when it was set up.
+RUNSC_WRAPPER=$DIR/runsc/runsc
 COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet pv-provisioner)
 # Workspaces' PersistentVolumeClaims: the default StorageClass, served by pv_provisioner below.
 STORAGE_CLASS=sandboxer-hostpath PV_PROVISIONER=sandboxer.dev/hostpath
@@ -220,6 +222,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         SystemdCgroup = false
         Root = "$DIR/containerd/runc"
 EOF
+  if [[ -x $RUNSC_WRAPPER ]]; then
+    # gVisor (bash scripts/k8s-cluster.sh gvisor): Debian's runsc package has no
+    # containerd-shim-runsc-v1, so containerd's runc shim runs runsc through a wrapper that
+    # adds --network=none (runsc of this build fails to start a sandbox with a network; the
+    # pods have loopback only anyway), as dockerd does for a runtime with runtimeArgs.
+    cat >>"$DIR/containerd.toml" <<EOF
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        BinaryName = "$RUNSC_WRAPPER"
+        SystemdCgroup = false
+        Root = "$DIR/containerd/runsc"
+EOF
+  fi
   # The CRI needs an eth0 with an address in every pod ("failed to find network info for
   # sandbox" with the loopback plugin alone), so pods get one that leads nowhere: a macvlan in
   # private mode (no pod reaches another) over one end of a veth pair whose other end stays
@@ -434,6 +450,7 @@ up() {
   start pv-provisioner bash "$ROOT/scripts/k8s-cluster.sh" pv-provisioner
   import_sandbox_images
   sa_kubeconfig
+  if [[ -x $RUNSC_WRAPPER ]]; then runtime_class; fi
   log "up in $((SECONDS - t1))s (build/install $((t1 - t0))s); kubeconfig: $DIR/kubeconfig"
 }
 
@@ -514,6 +531,8 @@ down() {
   # Shims of our containerd (they name its socket) outlive it when a task was not deleted.
   local pid
   for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK" || true); do kill -KILL "$pid" 2>/dev/null || true; done
+  # gVisor's sandboxes and gofers (handler runsc) are the shims' children: those of our runsc root.
+  for pid in $(pgrep -f "^runsc-(sandbox|gofer) --root=$DIR/containerd/runsc" || true); do kill -KILL "$pid" 2>/dev/null || true; done
   # Mounts under the cluster directory (kubelet volumes, netns, rootfs), deepest first.
   local m left=
   while read -r m; do
@@ -540,6 +559,94 @@ down() {
   log "down"
 }
 
+# ---- gVisor (optional) ---------------------------------------------------------------------
+# `gvisor` installs Debian's runsc, writes the wrapper, registers handler "runsc" in the
+# cluster's containerd (restarting that containerd only when its config changed: running
+# containers keep running, streams to them break) and creates RuntimeClass runsc. Idempotent.
+gvisor() {
+  alive containerd && alive kube-apiserver || die "the cluster is not running: make k8s-cluster first"
+  if ! command -v runsc >/dev/null 2>&1; then
+    log "installing runsc from Debian's packages"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends runsc >/dev/null
+  fi
+  local runsc
+  runsc=$(command -v runsc)
+  log "$("$runsc" --version 2>/dev/null | head -1)"
+  mkdir -p "$DIR/runsc" "$DIR/containerd/runsc"
+  runsc_wrapper "$runsc" >"$RUNSC_WRAPPER.tmp"
+  chmod 0755 "$RUNSC_WRAPPER.tmp"
+  mv "$RUNSC_WRAPPER.tmp" "$RUNSC_WRAPPER"
+  local before after
+  before=$(sha256sum <"$DIR/containerd.toml")
+  write_configs
+  after=$(sha256sum <"$DIR/containerd.toml")
+  if [[ $before != "$after" ]]; then
+    log "restarting the cluster's containerd with handler runsc (its containers keep running)"
+    stop containerd
+    start containerd containerd --config "$DIR/containerd.toml"
+    wait_for containerd 30 ctr -a "$SOCK" version
+  fi
+  runtime_class
+}
+
+# The wrapper containerd's runc shim runs as its runc: runsc with --network=none. The runc shim
+# knows a container's end only by its pid (the pid file): a container that joins its pod's
+# gVisor sandbox (the CRI's annotations io.kubernetes.cri.container-type: container and
+# .sandbox-id, which runsc honours) has the sandbox's pid, which outlives it, so the kubelet
+# would never see it end (seen: the container "stopped" in `runsc list`, "running" in the pod's
+# status, for ever). So `create` drops those annotations: each container is a gVisor sandbox of
+# its own, as under Docker (containerd-shim-runsc-v1 would track them; Debian ships none). And
+# `kill` of an ended container answers as runc does (below).
+runsc_wrapper() { # RUNSC
+  echo '#!/bin/sh'
+  echo "RUNSC=$1"
+  cat <<'WRAP'
+bundle= prev=
+for a in "$@"; do
+  if [ "$prev" = --bundle ]; then bundle=$a; fi
+  prev=$a
+done
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
+  python3 - "$bundle/config.json" <<'PY' || exit 1
+import json, sys
+p = sys.argv[1]
+with open(p) as f:
+    spec = json.load(f)
+a = spec.get("annotations") or {}
+if a.pop("io.kubernetes.cri.container-type", None) is not None:
+    a.pop("io.kubernetes.cri.sandbox-id", None)
+    with open(p + ".tmp", "w") as f:
+        json.dump(spec, f)
+    import os
+    os.replace(p + ".tmp", p)
+PY
+fi
+# The shim takes "container not running" from kill as "already gone"; runsc says "sandbox is
+# not running" for a container that ended, which the CRI took for a failed kill and retried
+# for ever (seen: "failed to handle container TaskExit event … sandbox is not running").
+case " $* " in
+*" kill "*)
+  out=$("$RUNSC" --network=none "$@" 2>&1) && { [ -z "$out" ] || printf '%s\n' "$out"; exit 0; }
+  rc=$?
+  case $out in *"is not running"*) echo "container not running" >&2; exit 1 ;; esac
+  printf '%s\n' "$out" >&2
+  exit $rc
+  ;;
+esac
+exec "$RUNSC" --network=none "$@"
+WRAP
+}
+
+runtime_class() {
+  kc apply -f - >/dev/null <<EOF
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: runsc}
+handler: runsc
+EOF
+  log "RuntimeClass runsc (handler runsc)"
+}
+
 status() {
   local c rc=0
   for c in "${COMPONENTS[@]}"; do
@@ -552,6 +659,7 @@ case ${1:-up} in
 up) up ;;
 down) down ;;
 status) status ;;
+gvisor) gvisor ;;
 pv-provisioner) pv_provisioner ;;
-*) die "unknown command ${1}: use up, down or status" ;;
+*) die "unknown command ${1}: use up, down or status or gvisor" ;;
 esac

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/hosttree"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 	"golang.org/x/sys/unix"
 )
@@ -40,30 +41,7 @@ func scanMain(args []string, stdout io.Writer) int {
 }
 
 func scan(dir string, res *proto.ScanResult) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("%s: %w", rel(dir, p), errors.Unwrap(err))
-		}
-		switch t := d.Type(); {
-		case t.IsDir():
-			res.Dirs++
-		case t&fs.ModeSymlink != 0:
-			res.Links++
-		case t.IsRegular():
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			res.Files++
-			res.Bytes += info.Size()
-		default:
-			res.SpecialCount++
-			if len(res.Special) < proto.MaxScanSpecial {
-				res.Special = append(res.Special, proto.SpecialFile{Path: rel(dir, p), Type: specialType(t)})
-			}
-		}
-		return nil
-	})
+	return hosttree.Scan(os.DirFS(dir), res, nil)
 }
 
 func rel(dir, p string) string {
@@ -72,18 +50,6 @@ func rel(dir, p string) string {
 		return p
 	}
 	return filepath.ToSlash(r)
-}
-
-func specialType(t fs.FileMode) string {
-	switch {
-	case t&fs.ModeSocket != 0:
-		return "socket"
-	case t&fs.ModeNamedPipe != 0:
-		return "fifo"
-	case t&fs.ModeDevice != 0:
-		return "device"
-	}
-	return "other"
 }
 
 // changesMain reports what under /workspace differs from a baseline.

@@ -31,6 +31,7 @@ func newEngine(cfg *config.Config, server string, onError func(operation string)
 		}
 		return kubernetes.New(cfg.Instance(), kubernetes.Config{
 			Kubeconfig: cfg.Policy.Kubernetes.Kubeconfig, Namespace: cfg.Policy.Kubernetes.Namespace,
+			MountBytes: cfg.Policy.Kubernetes.MountMB << 20,
 		}, opts...)
 	}
 	opts := []docker.Option{docker.WithServer(server)}

@@ -24,6 +24,7 @@ echo default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)`
 func doctorKubernetes(cfg *config.Config, server string, report func(ok bool, what, detail, fix string)) error {
 	rt, err := kubernetes.New(cfg.Instance(), kubernetes.Config{
 		Kubeconfig: cfg.Policy.Kubernetes.Kubeconfig, Namespace: cfg.Policy.Kubernetes.Namespace,
+		MountBytes: cfg.Policy.Kubernetes.MountMB << 20,
 	}, kubernetes.WithServer(server))
 	if err != nil {
 		report(false, "kubernetes", err.Error(), "set kubernetes.kubeconfig in the policy, or KUBECONFIG")
@@ -49,6 +50,7 @@ func doctorKubernetes(cfg *config.Config, server string, report func(ok bool, wh
 	facts, ok := runProbe(ctx, rt, sandbox.Spec{
 		JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"bash", "-c", kubernetesProbe},
 		WorkDir: "/workspace", Network: policy.NetworkNone, Limits: job.SandboxLimits(limits, 1<<20),
+		Runtime: cfg.Policy.Runtime, // a RuntimeClass
 	}, "kubectl describe the namespace's pods; is the node Ready?", report)
 	if !ok {
 		return nil
@@ -63,7 +65,12 @@ func doctorKubernetes(cfg *config.Config, server string, report func(ok bool, wh
 		{"default_route", "0", "no route out"},
 		{"docker_sock", "absent", "no Docker socket"},
 	} {
+		if cfg.Policy.Runtime == policy.RuntimeRunsc && runscBlind[w.key] {
+			continue
+		}
 		report(facts[w.key] == w.value, w.what, fmt.Sprintf("%s=%s", w.key, facts[w.key]), "")
 	}
+	// Granted mounts: a copy the server takes into the pod, which the job cannot write.
+	reportMounts(ctx, cfg.Policy, rt, job.SandboxLimits(limits, 1<<20), report)
 	return nil
 }

@@ -68,6 +68,9 @@ type Kubernetes struct {
 	Namespace string `yaml:"namespace"`
 	// Kubeconfig is an absolute path; "" = KUBECONFIG, else ~/.kube/config.
 	Kubeconfig string `yaml:"kubeconfig"`
+	// MountMB bounds the granted mounts a job names, together: on this
+	// backend they are copied into the job's pod.
+	MountMB int64 `yaml:"mount_mb"`
 }
 
 // HTTP configures the Streamable HTTP listener.
@@ -265,13 +268,14 @@ func Default() *Policy {
 			DefaultWaitS:     30,
 			MaxWaitS:         50, // below the common 60 s client request timeout
 		},
-		Network:   NetworkNone,
-		Egress:    Egress{Allow: []string{}, Hosts: map[string]string{}},
-		Runtime:   "",
-		Backend:   BackendDocker,
-		Languages: map[string]Language{},
-		Pool:      Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2, MaxTotal: 6, FollowIdleS: 300},
-		Scripts:   Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300},
+		Network:    NetworkNone,
+		Egress:     Egress{Allow: []string{}, Hosts: map[string]string{}},
+		Runtime:    "",
+		Backend:    BackendDocker,
+		Kubernetes: Kubernetes{MountMB: 256},
+		Languages:  map[string]Language{},
+		Pool:       Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2, MaxTotal: 6, FollowIdleS: 300},
+		Scripts:    Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300},
 		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024, MaxPorts: 4,
 			InstallNetwork: NetworkBridge, PipIndexURL: "", InstallCAFile: "",
 			InstallGoProxy: "https://proxy.golang.org,direct", InstallGoSumDB: "sum.golang.org"},

@@ -31,7 +31,9 @@ func TestDefaultValidates(t *testing.T) {
 
 func TestKubernetesBackendValidates(t *testing.T) {
 	p := Default()
-	p.Backend, p.Kubernetes = BackendKubernetes, Kubernetes{Namespace: "sandboxer", Kubeconfig: "/root/.kube/config"}
+	p.Backend, p.Kubernetes = BackendKubernetes, Kubernetes{Namespace: "sandboxer", Kubeconfig: "/root/.kube/config", MountMB: 64}
+	p.Mounts = []Mount{{Name: "src", Source: t.TempDir()}} // copied into its pods
+	p.Runtime = RuntimeRunsc                               // a RuntimeClass
 	if err := p.Validate(); err != nil {
 		t.Fatalf("backend kubernetes with the other defaults: %v", err)
 	}
@@ -251,8 +253,7 @@ func TestValidateErrors(t *testing.T) {
 		{"namespace", func(p *Policy) { p.Kubernetes.Namespace = "Team_A" }, `policy: kubernetes.namespace: invalid namespace "Team_A"`},
 		{"kubeconfig relative", func(p *Policy) { p.Kubernetes.Kubeconfig = "kube/config" }, `policy: kubernetes.kubeconfig: must be an absolute path, got "kube/config"`},
 		{"kubernetes network", func(p *Policy) { p.Backend = BackendKubernetes; p.Network = NetworkBridge }, `policy: network: must be "none" or "egress" with backend: kubernetes (pods have no network`},
-		{"kubernetes runtime", func(p *Policy) { p.Backend = BackendKubernetes; p.Runtime = "runsc" }, `policy: runtime: must be empty with backend: kubernetes`},
-		{"kubernetes mounts", func(p *Policy) { p.Backend = BackendKubernetes; p.Mounts = []Mount{{Name: "src", Source: "/tmp"}} }, `policy: mounts: must be empty with backend: kubernetes`},
+		{"kubernetes mount_mb", func(p *Policy) { p.Backend = BackendKubernetes; p.Kubernetes.MountMB = 0 }, `policy: kubernetes.mount_mb: must be > 0`},
 		{"language name", func(p *Policy) { p.Languages["Python"] = Language{Image: "python"} }, `policy: languages.Python: invalid language name "Python"`},
 		{"language name long", func(p *Policy) { p.Languages[strings.Repeat("a", 33)] = Language{Image: "python"} }, `invalid language name`},
 		{"image empty", func(p *Policy) { p.Languages["python"] = Language{} }, `policy: languages.python.image: must be set`},

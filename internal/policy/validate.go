@@ -327,9 +327,10 @@ func MountSourceProblem(source string, forbidden []string) string {
 var namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // validateBackend checks backend and its kubernetes keys. The kubernetes
-// runtime has no network but the egress tunnel (network: egress), and no
-// granted mounts or OCI runtime choice yet: a policy asking for them with
-// it is refused here, before any pod starts.
+// runtime has no network but the egress tunnel (network: egress): a policy
+// asking for another with it is refused here, before any pod starts.
+// (Granted mounts are copied into its pods: kubernetes.mount_mb; runtime
+// names the pods' RuntimeClass.)
 func (p *Policy) validateBackend(ps *problems) {
 	k := p.Kubernetes
 	if k.Namespace != "" && !namespacePattern.MatchString(k.Namespace) {
@@ -338,6 +339,7 @@ func (p *Policy) validateBackend(ps *problems) {
 	if k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig) {
 		ps.add("kubernetes.kubeconfig", "must be an absolute path, got %q", k.Kubeconfig)
 	}
+	ps.intIn("kubernetes.mount_mb", k.MountMB, 1, maxMB)
 	switch p.Backend {
 	case BackendDocker:
 		return
@@ -346,16 +348,9 @@ func (p *Policy) validateBackend(ps *problems) {
 		ps.add("backend", "must be %q or %q, got %q", BackendDocker, BackendKubernetes, p.Backend)
 		return
 	}
-	const why = "with backend: kubernetes (not supported there yet; see docs/kubernetes.md)"
 	if p.Network == NetworkBridge {
 		// Pods have no network: a job's only way out is the egress tunnel to
 		// the server's proxy (network: egress).
 		ps.add("network", "must be %q or %q with backend: kubernetes (pods have no network; their only way out is the egress tunnel to the server's proxy), got %q", NetworkNone, NetworkEgress, p.Network)
-	}
-	if p.Runtime != "" {
-		ps.add("runtime", "must be empty %s, got %q", why, p.Runtime)
-	}
-	if len(p.Mounts) > 0 {
-		ps.add("mounts", "must be empty %s", why)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,13 @@ func kubernetesEnv(t *testing.T) []string {
 // kubernetesEnvWith is kubernetesEnv with more policy (YAML appended).
 func kubernetesEnvWith(t *testing.T, extra string) []string {
 	t.Helper()
+	return []string{policyEnv(t, kubernetesPolicyFor(t)+extra)}
+}
+
+// kubernetesPolicyFor skips outside make test-k8s, and otherwise returns
+// kubernetesPolicy for the cluster.
+func kubernetesPolicyFor(t *testing.T) string {
+	t.Helper()
 	if os.Getenv("SANDBOXER_TEST_K8S") != "1" {
 		t.Skip("skipping: Kubernetes tests run under `make test-k8s` (SANDBOXER_TEST_K8S=1, KUBECONFIG naming the cluster)")
 	}
@@ -57,7 +65,7 @@ func kubernetesEnvWith(t *testing.T, extra string) []string {
 	if kc == "" {
 		t.Fatal("SANDBOXER_TEST_K8S=1 needs KUBECONFIG (make test-k8s sets it)")
 	}
-	return []string{policyEnv(t, fmt.Sprintf(kubernetesPolicy, kc)+extra)}
+	return fmt.Sprintf(kubernetesPolicy, kc)
 }
 
 // pods lists this server instance's pods on the cluster; warm ones too when all.
@@ -311,9 +319,9 @@ func kubernetesClient(t *testing.T) *k8sclient.Clientset {
 	return cs
 }
 
-// claims lists the persistent volume claims of the server's namespace
-// (the tests' service account may read them).
-func kubernetesClaims(t *testing.T) []string {
+// kubernetesClaimsOf lists the persistent volume claims of one server
+// instance ("" = all) in the namespace (the tests' service account may read them).
+func kubernetesClaimsOf(t *testing.T, instance string) []string {
 	t.Helper()
 	cs := kubernetesClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -324,9 +332,19 @@ func kubernetesClaims(t *testing.T) []string {
 	}
 	var names []string
 	for _, c := range l.Items {
-		names = append(names, c.Name)
+		if instance == "" || c.Annotations["dev.sandboxer/instance"] == instance {
+			names = append(names, c.Name)
+		}
 	}
 	return names
+}
+
+// claims lists the claims of this server's instance (others' tests share
+// the namespace).
+func (s *server) claims() []string {
+	s.t.Helper()
+	cfg := config.Config{StateDir: s.stateDir}
+	return kubernetesClaimsOf(s.t, cfg.Instance())
 }
 
 // Workspaces on backend kubernetes: a claim and a pod; files written and
@@ -337,7 +355,7 @@ func TestKubernetesWorkspace(t *testing.T) {
 	env := kubernetesEnvWith(t, "workspaces:\n  idle_stop_s: 4\n")
 	s := startServer(t, env...)
 	name := "k8s-ws"
-	before := len(kubernetesClaims(t))
+	before := len(s.claims()) // others' tests share the namespace
 	r := s.ok("create_workspace", map[string]any{"name": name, "language": "python"})
 	if str(r["workspace"].(map[string]any), "state") != "running" {
 		t.Fatalf("create_workspace: %v", r)
@@ -348,7 +366,7 @@ func TestKubernetesWorkspace(t *testing.T) {
 			s.call("delete_workspace", map[string]any{"name": name})
 		}
 	})
-	if n := len(kubernetesClaims(t)); n != before+1 {
+	if n := len(s.claims()); n != before+1 {
 		t.Fatalf("%d claims after create_workspace, want %d", n, before+1)
 	}
 
@@ -445,9 +463,9 @@ func TestKubernetesWorkspace(t *testing.T) {
 	s.ok("delete_workspace", map[string]any{"name": name})
 	deleted = true
 	deadline = time.Now().Add(30 * time.Second)
-	for len(kubernetesClaims(t)) != before {
+	for len(s.claims()) != before {
 		if time.Now().After(deadline) {
-			t.Fatalf("claims left after delete_workspace: %v", kubernetesClaims(t))
+			t.Fatalf("claims left after delete_workspace: %v", s.claims())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -524,6 +542,159 @@ egress:
 		t.Fatalf("after the pip install: %q", out)
 	}
 	s.ok("delete_workspace", map[string]any{"name": name})
+	s.waitNoPods(false, 30*time.Second)
+	s.stop()
+	s.waitNoPods(true, 30*time.Second)
+}
+
+// Granted mounts on backend kubernetes: a job's mount is a copy of the
+// granted directory, taken by the server at the job's start into the pod's
+// /mnt (links as links, the FIFO left out, files 0444 and directories 0555);
+// a write the job forces on its copy never reaches the host; mounts past
+// kubernetes.mount_mb are refused, naming mounts; create_workspace's import
+// copies the tree into the claim, and workspace_changes gives a fix back as
+// a patch. No pod or claim is left.
+func TestKubernetesMounts(t *testing.T) {
+	src, secret := calcFixture(t)
+	big := t.TempDir()
+	f, err := os.Create(filepath.Join(big, "huge.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(8 << 20); err != nil { // sparse: past mount_mb
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Chmod(big, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pol := strings.Replace(kubernetesPolicyFor(t), "kubernetes:\n", "kubernetes:\n  mount_mb: 1\n", 1) +
+		"mounts:\n  - {name: calc, source: " + src + "}\n  - {name: big, source: " + big + "}\nworkspaces:\n  disk_mb: 4\n"
+	s := startServer(t, policyEnv(t, pol))
+	before := len(s.claims())
+
+	r := s.ok("run_command", map[string]any{"mounts": []any{"calc"}, "command": `cd /mnt/calc && head -1 calc.go; ls -A | sort | tr '\n' ' '; echo
+stat -c '%a %u' . calc.go docs; readlink secret-link; cat secret-link 2>&1 | grep -c HOST-SECRET
+echo x > new 2>/dev/null && echo WROTE; echo x >> calc.go 2>/dev/null && echo APPENDED
+chmod u+w . calc.go && echo forced >> calc.go && echo x > new && echo WROTE-COPY`})
+	want := "package calc\ncalc.go calc_test.go docs go.mod logo.bin old.txt secret-link \n555 1000\n444 1000\n555 1000\n" +
+		secret + "\n0\nWROTE-COPY\n"
+	if out := str(r, "stdout"); out != want {
+		t.Fatalf("a job with the mount: %q (%v), want %q", out, r, want)
+	}
+	if _, err := os.Stat(filepath.Join(src, "new")); err == nil {
+		t.Fatal("a job's write reached the granted host directory")
+	}
+	if b, _ := os.ReadFile(filepath.Join(src, "calc.go")); strings.Contains(string(b), "forced") {
+		t.Fatal("a job's write reached a host file")
+	}
+	// A second job gets a fresh copy.
+	if out := str(s.ok("run_command", map[string]any{"mounts": []any{"calc"}, "command": "tail -1 /mnt/calc/calc.go; ls /mnt/calc/new 2>&1 | grep -c 'No such'"}), "stdout"); out != "}\n1\n" {
+		t.Fatalf("the next job's copy: %q", out)
+	}
+	// Without mounts, /mnt is the image's.
+	if out := str(s.ok("run_command", map[string]any{"command": "ls /mnt 2>&1 | wc -l"}), "stdout"); strings.TrimSpace(out) != "0" {
+		t.Fatalf("a job without mounts sees /mnt: %q", out)
+	}
+	// Past kubernetes.mount_mb: refused before any pod, naming mounts.
+	res := s.call("run_command", map[string]any{"mounts": []any{"big"}, "command": "true"})
+	if msg := text(res); !strings.Contains(msg, "mounts: big") || !strings.Contains(msg, "kubernetes.mount_mb=1") {
+		t.Fatalf("a mount past the limit: %s", msg)
+	}
+
+	// Import: the tree in the claim, the FIFO skipped and listed, the link a link.
+	name := "k8s-import"
+	created := s.ok("create_workspace", map[string]any{"name": name, "language": "python", "import": "calc"})
+	deleted := false
+	t.Cleanup(func() {
+		if !deleted && !t.Failed() {
+			s.call("delete_workspace", map[string]any{"name": name})
+		}
+	})
+	if origin, _ := created["origin"].(map[string]any); origin == nil || str(origin, "import") != "calc" || !strings.Contains(mustJSON(origin["skipped"]), `"pipe"`) {
+		t.Fatalf("import's origin: %v", created)
+	}
+	if out := s.wsOut(name, "ls -A | sort | tr '\\n' ' '; readlink secret-link; stat -c '%a %u' calc.go"); strings.Contains(out, hostSecret) ||
+		!strings.Contains(out, "calc.go") || strings.Contains(out, "pipe") || !strings.Contains(out, "644 1000") {
+		t.Fatalf("the imported tree: %q", out)
+	}
+	s.wsOut(name, "sed -i 's/a - b/a + b/' calc.go && printf 'fixed Add\\n' > NOTES.md && rm old.txt")
+	diff, changes := readChanges(t, s, name, 0)
+	for _, want := range []string{"diff --git a/calc.go b/calc.go", "-\treturn a - b", "+\treturn a + b", "--- /dev/null\n+++ b/NOTES.md", "deleted file mode 100644"} {
+		if !strings.Contains(diff, want) {
+			t.Fatalf("patch lacks %q:\n%s", want, diff)
+		}
+	}
+	if len(changes) != 3 || strings.Contains(diff, hostSecret) {
+		t.Fatalf("changes: %v, want calc.go modified, NOTES.md added, old.txt deleted\n%s", changes, diff)
+	}
+	s.ok("delete_workspace", map[string]any{"name": name})
+	deleted = true
+	// An import past workspaces.disk_mb makes nothing.
+	if msg := s.toolErr("create_workspace", map[string]any{"name": "k8s-big", "import": "big"}); !strings.Contains(msg, "disk_mb") || !strings.Contains(msg, "nothing was made") {
+		t.Fatalf("an import past the quota: %q", msg)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(s.claims()) != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("claims left after delete_workspace: %v", s.claims())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	s.waitNoPods(false, 30*time.Second)
+	s.stop()
+	s.waitNoPods(true, 30*time.Second)
+}
+
+// runtime: runsc on backend kubernetes sets the pods' runtimeClassName: a
+// job runs under gVisor and reads its
+// hardening from inside; a job with a granted mount and a workspace run
+// there too. No pod or claim is left.
+func TestKubernetesGVisor(t *testing.T) {
+	pol := kubernetesPolicyFor(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "README"), []byte("the user's project\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, policyEnv(t, pol+"runtime: runsc\nmounts:\n  - {name: project, source: "+src+"}\n"))
+	before := len(s.claims())
+	res := s.call("run_command", map[string]any{"command": "dmesg | head -1; " + kubernetesProbe})
+	if msg := text(res); strings.Contains(msg, `RuntimeClass "runsc" not found`) {
+		t.Skipf("skipping: the cluster has no RuntimeClass runsc (bash scripts/k8s-cluster.sh gvisor makes it): %s", msg)
+	}
+	r := structured(t, res)
+	out := str(r, "stdout")
+	if str(r, "status") != "completed" || !strings.Contains(out, "Starting gVisor") {
+		t.Fatalf("a job under runsc: %v", r)
+	}
+	t.Logf("probe under gVisor:\n%s", out)
+	// gVisor is its own kernel: Seccomp and NoNewPrivs are the Sentry's
+	// business (the host's filter applies to it), the read-only root
+	// refuses with EACCES; the rest is as under runc.
+	f := fFields(out)
+	if f["uid"] != "1000" || f["CapEff"] != "0000000000000000" || f["write_root"] == "written" || f["write_etc"] == "written" ||
+		f["write_tmp"] != "written" || f["connect"] == "connected" || f["routes"] != "0" || f["sa_token"] != "" ||
+		f["default_route"] != "0" || f["docker_sock"] != "" {
+		t.Fatalf("hardening under gVisor: %v", f)
+	}
+	if out := str(s.ok("run_command", map[string]any{"mounts": []any{"project"}, "command": "cat /mnt/project/README; dmesg | grep -c gVisor"}), "stdout"); out != "the user's project\n1\n" {
+		t.Fatalf("a mount under gVisor: %q", out)
+	}
+	s.ok("create_workspace", map[string]any{"name": "k8s-gvisor", "language": "bash"})
+	if out := s.wsOut("k8s-gvisor", "echo hi > f; cat f; dmesg | grep -c gVisor"); out != "hi\n1\n" {
+		t.Fatalf("a workspace under gVisor: %q", out)
+	}
+	s.ok("delete_workspace", map[string]any{"name": "k8s-gvisor"})
+	deadline := time.Now().Add(30 * time.Second)
+	for len(s.claims()) != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("claims left after delete_workspace: %v", s.claims())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	s.waitNoPods(false, 30*time.Second)
 	s.stop()
 	s.waitNoPods(true, 30*time.Second)

@@ -87,6 +87,11 @@ type Runtime struct {
 	tunnelMu    sync.Mutex
 	wsTunnels   map[string]*sandbox.Tunnel // workspace pod → its egress tunnel
 	wsEgress    map[string]bool            // workspace pod → made with egress
+	// mountBytes bounds the granted mounts copied into a job's pod (mounts.go).
+	mountBytes int64
+	// helpers are StartHelper's helpers of the server's own, by id.
+	helperMu sync.Mutex
+	helpers  map[string][]sandbox.Mount
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -102,10 +107,13 @@ func WithServer(id string) Option { return func(r *Runtime) { r.server = id } }
 func WithErrorHook(f func(operation string)) Option { return func(r *Runtime) { r.onError = f } }
 
 // Config says which cluster and namespace: Kubeconfig "" means KUBECONFIG,
-// else ~/.kube/config; Namespace "" means the kubeconfig context's, else "default".
+// else ~/.kube/config; Namespace "" means the kubeconfig context's, else
+// "default". MountBytes bounds the granted mounts a job's pod gets a copy
+// of (0 = DefaultMountBytes).
 type Config struct {
 	Kubeconfig string
 	Namespace  string
+	MountBytes int64
 }
 
 // New connects to the cluster cfg names. It succeeds while the cluster is
@@ -135,8 +143,11 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}
-	r := &Runtime{cs: cs, cfg: rc, host: rc.Host, namespace: ns, instance: instance,
+	r := &Runtime{cs: cs, cfg: rc, host: rc.Host, namespace: ns, instance: instance, mountBytes: cfg.MountBytes,
 		wsTunnels: map[string]*sandbox.Tunnel{}, wsEgress: map[string]bool{}}
+	if r.mountBytes <= 0 {
+		r.mountBytes = DefaultMountBytes
+	}
 	for _, o := range opts {
 		o(r)
 	}
@@ -275,6 +286,10 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 	}
 	cv, cm := claimMounts(spec)
 	volumes, mounts = append(volumes, cv...), append(mounts, cm...)
+	if hm, _ := hostMounts(spec.Mounts); len(hm) > 0 { // granted mounts, copied in before the job (mounts.go)
+		v, m := r.mountsVolume()
+		volumes, mounts = append(volumes, v), append(mounts, m)
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: podPrefix,
@@ -328,8 +343,18 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			}},
 			Volumes: volumes,
+			// The policy's runtime names a RuntimeClass (e.g. runsc: gVisor).
+			RuntimeClassName: runtimeClass(spec.Runtime),
 		},
 	}
+}
+
+// runtimeClass is a pod's runtimeClassName: nil for the cluster's default.
+func runtimeClass(name string) *string {
+	if name == "" {
+		return nil
+	}
+	return &name
 }
 
 // Start creates the pod, waits for its supervisor to run, attaches to it and
@@ -340,6 +365,13 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	}
 	if err := r.checkNetwork(spec.Network); err != nil {
 		return nil, err
+	}
+	mounts, err := hostMounts(spec.Mounts)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.scanMounts(mounts); err != nil {
+		return nil, err // before any pod is made
 	}
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
 	if err != nil {
@@ -354,6 +386,9 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		return fail(err)
 	}
 	if err := r.checkHello(ctx, name); err != nil {
+		return fail(err)
+	}
+	if err := r.fillMounts(ctx, name, mounts); err != nil {
 		return fail(err)
 	}
 	h := newHandle(r, name)
@@ -489,6 +524,10 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
 // Remove deletes a pod at once (no grace: the kubelet kills what runs in it);
 // a pod already gone is success.
 func (r *Runtime) Remove(ctx context.Context, id string) error {
+	if _, ok := r.hostHelper(id); ok {
+		r.removeHostHelper(id)
+		return nil
+	}
 	_, err := r.remove(ctx, id)
 	return err
 }

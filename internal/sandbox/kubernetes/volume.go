@@ -131,15 +131,11 @@ func (r *Runtime) StartFiller(ctx context.Context, spec sandbox.Spec) (string, e
 }
 
 // checkMounts refuses what a pod cannot mount: a workspace's container
-// (workspace jobs go through StartIn) and host paths (granted mounts).
+// (workspace jobs go through StartIn). Granted host paths are copied in
+// (hostMounts), claims mounted (claimMounts).
 func checkMounts(spec sandbox.Spec) error {
 	if spec.Workspace != "" {
 		return errors.New("the kubernetes backend runs a workspace's jobs in its pod (StartIn), not in a pod of their own")
-	}
-	for _, m := range spec.Mounts {
-		if m.Volume == "" {
-			return errors.New("granted mounts need backend docker: a pod on backend kubernetes cannot see the server's host paths")
-		}
 	}
 	return nil
 }

@@ -27,6 +27,9 @@ func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm,
 	if err := r.checkNetwork(spec.Network); err != nil {
 		return nil, err
 	}
+	if _, err := hostMounts(spec.Mounts); err != nil {
+		return nil, err
+	}
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
 	if err != nil {
 		return nil, r.engineErr(fmt.Errorf("create pod: %w", err))
@@ -80,6 +83,14 @@ func (w *warm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output
 	}})
 	if _, err := r.cs.CoreV1().Pods(r.namespace).Patch(ctx, h.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return nil, r.engineErr(fmt.Errorf("label pod %s with its job: %w", h.name, err))
+	}
+	// Granted mounts: a copy taken now, at the job's start.
+	hm, err := hostMounts(spec.Mounts)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.fillMounts(ctx, h.name, hm); err != nil {
+		return nil, err
 	}
 	// The tunnel and its grant are the job's, never the warm pod's.
 	if err := h.openTunnel(ctx, spec); err != nil {

@@ -51,6 +51,8 @@ type workspaceSpec struct {
 	// Network is sandbox.NetworkEgress for a workspace made with egress:
 	// its pod gets an egress tunnel (egress.go).
 	Network string `json:"network,omitempty"`
+	// Runtime is the pods' RuntimeClass ("" = the cluster's default).
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // CreateWorkspace creates the workspace's claim (its pod is made by StartWorkspace).
@@ -59,13 +61,10 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		return sandbox.WorkspaceRefs{}, err
 	}
 	if len(ws.Mounts) > 0 {
-		return sandbox.WorkspaceRefs{}, errors.New("granted mounts need backend docker: a pod on backend kubernetes cannot see the server's host paths")
-	}
-	if ws.Runtime != "" {
-		return sandbox.WorkspaceRefs{}, fmt.Errorf("runtime %q needs backend docker", ws.Runtime)
+		return sandbox.WorkspaceRefs{}, errors.New("a workspace's mounts need backend docker (a pod cannot see the server's host paths): use import to copy a granted mount into the workspace")
 	}
 	name := podPrefix + "ws-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
-	spec, _ := json.Marshal(workspaceSpec{Image: ws.Image, Limits: ws.Limits, Env: ws.Env, Network: ws.Network})
+	spec, _ := json.Marshal(workspaceSpec{Image: ws.Image, Limits: ws.Limits, Env: ws.Env, Network: ws.Network, Runtime: ws.Runtime})
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
@@ -147,7 +146,7 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 // workspacePod is a job pod's hardening (podFor) with the daemon as its
 // main process and the claim at /workspace.
 func (r *Runtime) workspacePod(id string, claim *corev1.PersistentVolumeClaim, ws workspaceSpec) *corev1.Pod {
-	pod := r.podFor(sandbox.Spec{Image: ws.Image, Limits: ws.Limits, Kind: sandbox.KindWorkspace, WorkDir: tmpPath})
+	pod := r.podFor(sandbox.Spec{Image: ws.Image, Limits: ws.Limits, Kind: sandbox.KindWorkspace, WorkDir: tmpPath, Runtime: ws.Runtime})
 	pod.GenerateName, pod.Name = "", id
 	pod.Labels = r.workspaceLabels()
 	pod.Annotations[annWorkspaceName] = claim.Annotations[annWorkspaceName]
@@ -310,11 +309,6 @@ func (r *Runtime) installerPod(claim *corev1.PersistentVolumeClaim, ws workspace
 	return pod
 }
 
-// StartHelper: granted mounts are host paths, which pods cannot see.
-func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbox.Mount) (string, error) {
-	return "", errors.New("granted mounts need backend docker: a pod on backend kubernetes cannot see the server's host paths")
-}
-
 // OOMKilled says whether the pod's container was killed for memory.
 func (r *Runtime) OOMKilled(ctx context.Context, id string) (bool, error) {
 	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
@@ -423,6 +417,9 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, id, key string, skipStdout
 // tunnel (sandbox.ExecThroughTunnel): separate stdin, stdout and stderr, no
 // TTY, and it returns when the process ends.
 func (r *Runtime) Exec(ctx context.Context, id string, o sandbox.ExecOptions) (int, error) {
+	if ms, ok := r.hostHelper(id); ok {
+		return r.helperExec(id, ms, o)
+	}
 	if o.Proxy != nil { // no network in the pod: through the exec's own stream
 		return sandbox.ExecThroughTunnel(ctx, o, func(ctx context.Context, o sandbox.ExecOptions) (int, error) {
 			return r.Exec(ctx, id, o)
@@ -449,6 +446,9 @@ func (r *Runtime) Exec(ctx context.Context, id string, o sandbox.ExecOptions) (i
 // CopyFrom streams a path of a running workspace pod as a tar archive
 // ("dir/." gives dir's contents), through tar in the pod.
 func (r *Runtime) CopyFrom(ctx context.Context, id, p string) (io.ReadCloser, error) {
+	if ms, ok := r.hostHelper(id); ok {
+		return helperCopyFrom(ms, id, p)
+	}
 	dir, base := path.Split(strings.TrimSuffix(p, "/"))
 	if dir == "" {
 		dir = "."

@@ -1,0 +1,121 @@
+package hosttree
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
+)
+
+// tree makes a directory with a file, a subdirectory, a link out of the
+// tree and a FIFO.
+func tree(t *testing.T) (dir, outside string) {
+	t.Helper()
+	dir, out := t.TempDir(), t.TempDir()
+	outside = filepath.Join(out, "secret")
+	must(t, os.WriteFile(outside, []byte("SECRET"), 0o644))
+	must(t, os.MkdirAll(filepath.Join(dir, "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "sub", "a.txt"), []byte("hello\n"), 0o640))
+	must(t, os.Symlink(outside, filepath.Join(dir, "link")))
+	must(t, syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644))
+	must(t, os.Chmod(dir, 0o755))
+	return dir, outside
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestScan(t *testing.T) {
+	dir, _ := tree(t)
+	var res proto.ScanResult
+	must(t, Scan(os.DirFS(dir), &res, nil))
+	if res.Files != 1 || res.Dirs != 2 || res.Links != 1 || res.Bytes != 6 || res.SpecialCount != 1 ||
+		len(res.Special) != 1 || res.Special[0] != (proto.SpecialFile{Path: "pipe", Type: "fifo"}) {
+		t.Fatalf("scan: %+v", res)
+	}
+}
+
+// ReadableBy refuses what the sandbox user could not read: a file of
+// another owner without read bits for others, a directory it cannot search.
+func TestReadableBy(t *testing.T) {
+	dir, _ := tree(t)
+	st, err := os.Stat(filepath.Join(dir, "sub", "a.txt"))
+	must(t, err)
+	owner := st.Sys().(*syscall.Stat_t)
+	var res proto.ScanResult
+	// The owner (whoever runs the test) may read its 0640 file.
+	must(t, Scan(os.DirFS(dir), &res, ReadableBy(owner.Uid, owner.Gid)))
+	// Another user may not (0640, other bits empty).
+	err = Scan(os.DirFS(dir), &proto.ScanResult{}, ReadableBy(owner.Uid+4242, owner.Gid+4242))
+	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "sub/a.txt") {
+		t.Fatalf("another user's scan: %v", err)
+	}
+	must(t, os.Chmod(filepath.Join(dir, "sub", "a.txt"), 0o644))
+	must(t, os.Chmod(filepath.Join(dir, "sub"), 0o700))
+	err = Scan(os.DirFS(dir), &proto.ScanResult{}, ReadableBy(owner.Uid+4242, owner.Gid+4242))
+	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "sub") {
+		t.Fatalf("a directory another user cannot search: %v", err)
+	}
+}
+
+// WriteTar copies links as links (never what they point at), leaves the
+// FIFO out, keeps modes, owns everything by the given user, and stops past
+// its limit.
+func TestWriteTar(t *testing.T) {
+	dir, outside := tree(t)
+	root, err := os.OpenRoot(dir)
+	must(t, err)
+	defer root.Close()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	must(t, WriteTar(tw, root, "proj", 1000, 1000, 0))
+	must(t, tw.Close())
+	tr := tar.NewReader(&buf)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		must(t, err)
+		names = append(names, h.Name)
+		if h.Uid != 1000 || h.Gid != 1000 {
+			t.Fatalf("%s owned by %d:%d", h.Name, h.Uid, h.Gid)
+		}
+		switch h.Name {
+		case "proj/link":
+			if h.Typeflag != tar.TypeSymlink || h.Linkname != outside {
+				t.Fatalf("the link: %+v", h)
+			}
+		case "proj/sub/a.txt":
+			b, _ := io.ReadAll(tr)
+			if h.Mode != 0o640 || string(b) != "hello\n" {
+				t.Fatalf("the file: mode %o content %q", h.Mode, b)
+			}
+		}
+	}
+	sort.Strings(names)
+	if got := strings.Join(names, " "); got != "proj/ proj/link proj/sub/ proj/sub/a.txt" {
+		t.Fatalf("entries: %s", got)
+	}
+	if strings.Contains(buf.String(), "SECRET") {
+		t.Fatal("the link was followed")
+	}
+	err = WriteTar(tar.NewWriter(io.Discard), root, "", 1000, 1000, 3)
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("past the limit: %v", err)
+	}
+}
