@@ -630,6 +630,22 @@ chmod u+w . calc.go && echo forced >> calc.go && echo x > new && echo WROTE-COPY
 	}
 	s.ok("delete_workspace", map[string]any{"name": name})
 	deleted = true
+
+	// A workspace's own mounts: a copy in its pod at /mnt/NAME, taken when
+	// the pod starts; writes never reach the host.
+	mounted := "k8s-wsmount"
+	s.ok("create_workspace", map[string]any{"name": mounted, "language": "python", "mounts": []any{"calc"}})
+	if out := s.wsOut(mounted, "head -1 /mnt/calc/calc.go; stat -c '%a %u' /mnt/calc/calc.go; echo x > /mnt/calc/new 2>/dev/null && echo WROTE; chmod u+w /mnt/calc && echo x > /mnt/calc/new && echo WROTE-COPY"); out != "package calc\n444 1000\nWROTE-COPY\n" {
+		t.Fatalf("a workspace's mount: %q", out)
+	}
+	if _, err := os.Stat(filepath.Join(src, "new")); err == nil {
+		t.Fatal("a workspace job's write reached the granted host directory")
+	}
+	s.ok("delete_workspace", map[string]any{"name": mounted})
+	// A workspace's mounts past kubernetes.mount_mb: refused, nothing made.
+	if msg := s.toolErr("create_workspace", map[string]any{"name": "k8s-wsbig", "mounts": []any{"big"}}); !strings.Contains(msg, "kubernetes.mount_mb=1") {
+		t.Fatalf("a workspace's mount past the limit: %q", msg)
+	}
 	// An import past workspaces.disk_mb makes nothing.
 	if msg := s.toolErr("create_workspace", map[string]any{"name": "k8s-big", "import": "big"}); !strings.Contains(msg, "disk_mb") || !strings.Contains(msg, "nothing was made") {
 		t.Fatalf("an import past the quota: %q", msg)

@@ -53,6 +53,9 @@ type workspaceSpec struct {
 	Network string `json:"network,omitempty"`
 	// Runtime is the pods' RuntimeClass ("" = the cluster's default).
 	Runtime string `json:"runtime,omitempty"`
+	// Mounts are granted host directories, copied into each of its pods
+	// at /mnt/NAME when the pod starts (mounts.go).
+	Mounts []sandbox.Mount `json:"mounts,omitempty"`
 }
 
 // CreateWorkspace creates the workspace's claim (its pod is made by StartWorkspace).
@@ -60,11 +63,20 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	if err := r.checkNetwork(ws.Network); err != nil {
 		return sandbox.WorkspaceRefs{}, err
 	}
-	if len(ws.Mounts) > 0 {
-		return sandbox.WorkspaceRefs{}, errors.New("a workspace's mounts need backend docker (a pod cannot see the server's host paths): use import to copy a granted mount into the workspace")
+	// Granted mounts: the server's host paths, copied into the pod at each
+	// start (a pod cannot see them); checked now, before anything is made.
+	mounts, err := hostMounts(ws.Mounts)
+	if err != nil {
+		return sandbox.WorkspaceRefs{}, err
+	}
+	if len(mounts) != len(ws.Mounts) {
+		return sandbox.WorkspaceRefs{}, errors.New("a workspace mounts granted host directories only")
+	}
+	if err := r.scanMounts(mounts); err != nil {
+		return sandbox.WorkspaceRefs{}, err
 	}
 	name := podPrefix + "ws-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
-	spec, _ := json.Marshal(workspaceSpec{Image: ws.Image, Limits: ws.Limits, Env: ws.Env, Network: ws.Network, Runtime: ws.Runtime})
+	spec, _ := json.Marshal(workspaceSpec{Image: ws.Image, Limits: ws.Limits, Env: ws.Env, Network: ws.Network, Runtime: ws.Runtime, Mounts: mounts})
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
@@ -134,6 +146,10 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 		r.removeQuietly(id)
 		return err
 	}
+	if err := r.fillMounts(ctx, id, ws.Mounts); err != nil {
+		r.removeQuietly(id)
+		return err
+	}
 	if err := r.workspaceTunnel(ctx, id); err != nil {
 		r.removeQuietly(id)
 		return err
@@ -165,6 +181,10 @@ func (r *Runtime) workspacePod(id string, claim *corev1.PersistentVolumeClaim, w
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name},
 	}})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "workspace", MountPath: defaultWorkDir})
+	if len(ws.Mounts) > 0 {
+		v, m := r.mountsVolume()
+		pod.Spec.Volumes, c.VolumeMounts = append(pod.Spec.Volumes, v), append(c.VolumeMounts, m)
+	}
 	return pod
 }
 
