@@ -228,6 +228,9 @@ func linkGoCacheSeeds() (linked int, err error) {
 		seeds = append(seeds, seed)
 		fmt.Fprintf(&identity, "%s %d\n", seed, fi.ModTime().UnixNano())
 	}
+	if len(seeds) == 0 {
+		return 0, nil // an image without a seed: nothing to link, nothing to write
+	}
 	marker := filepath.Join(own, seedMarker)
 	if b, err := os.ReadFile(marker); err == nil && string(b) == identity.String() {
 		return 0, nil

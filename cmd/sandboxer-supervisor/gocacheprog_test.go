@@ -115,6 +115,16 @@ func TestLinkGoCacheSeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("GOCACHE", own)
+	// An image with no seed (python's): nothing written to its volume.
+	t.Setenv(goCacheLinkEnv, "1")
+	t.Setenv(goCacheSeedsEnv, "")
+	if n, err := linkGoCacheSeeds(); err != nil || n != 0 {
+		t.Fatalf("with no seed: %d linked, %v", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(own, seedMarker)); err == nil {
+		t.Fatal("a marker was written with no seed")
+	}
+	t.Setenv(goCacheLinkEnv, "")
 	t.Setenv(goCacheSeedsEnv, seed)
 	if n, err := linkGoCacheSeeds(); err != nil || n != 0 {
 		t.Fatalf("without %s: %d linked, %v", goCacheLinkEnv, n, err)
