@@ -107,13 +107,11 @@ func scanHost(dir string) (proto.ScanResult, error) {
 }
 
 // fillMounts copies a job's granted mounts into its pod's /mnt and makes
-// them read-only, before the job is handed over.
+// them read-only, before the job is handed over. The caller has checked
+// them with scanMounts (the copy still stops at the limit if they grew).
 func (r *Runtime) fillMounts(ctx context.Context, pod string, ms []sandbox.Mount) error {
 	if len(ms) == 0 {
 		return nil
-	}
-	if err := r.scanMounts(ms); err != nil {
-		return err
 	}
 	pr, pw := io.Pipe()
 	written := make(chan error, 1)

@@ -89,6 +89,9 @@ func (w *warm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output
 	if err != nil {
 		return nil, err
 	}
+	if err := r.scanMounts(hm); err != nil {
+		return nil, err
+	}
 	if err := r.fillMounts(ctx, h.name, hm); err != nil {
 		return nil, err
 	}

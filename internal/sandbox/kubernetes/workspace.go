@@ -146,6 +146,10 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 		r.removeQuietly(id)
 		return err
 	}
+	if err := r.scanMounts(ws.Mounts); err != nil { // the tree may have changed since
+		r.removeQuietly(id)
+		return err
+	}
 	if err := r.fillMounts(ctx, id, ws.Mounts); err != nil {
 		r.removeQuietly(id)
 		return err
