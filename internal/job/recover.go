@@ -154,6 +154,10 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 	if err != nil {
 		return err
 	}
+	if err := capture.TrimTornWrite(); err != nil {
+		capture.Close()
+		return err
+	}
 	sz := capture.Sizes()
 	j := &liveJob{id: rec.ID, capture: capture, done: make(chan struct{}), started: make(chan struct{}), rec: *rec, hasSlot: true}
 	close(j.started)

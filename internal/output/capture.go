@@ -256,6 +256,28 @@ func (c *Capture) Sizes() Sizes {
 	return s
 }
 
+// TrimTornWrite undoes a write a crash cut in two. Write appends to
+// combined.log before the stream's own file, so a server killed between the
+// two leaves combined.log a chunk longer than stdout.log and stderr.log
+// together; resumed as is, the chunk would come again from the replay and be
+// stored twice. Only the job's one writer may call it, before resuming.
+func (c *Capture) TrimTornWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	paired := c.size[1] + c.size[2]
+	if c.closed || c.size[0] <= paired {
+		return nil
+	}
+	if err := c.files[0].Truncate(paired); err != nil {
+		return fmt.Errorf("output: trim %s: %w", c.paths[0], err)
+	}
+	c.size[0] = paired
+	c.ring = ring{capacity: c.ring.capacity}
+	return c.refillRing()
+}
+
 // SetDropped restores the dropped counters after a restart; the caller
 // persists them (the files only record what was stored).
 func (c *Capture) SetDropped(stdout, stderr int64) {

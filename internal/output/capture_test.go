@@ -454,3 +454,41 @@ func TestWriteErrorRecorded(t *testing.T) {
 		t.Fatalf("combined %q", got)
 	}
 }
+
+// A server killed between a write's two appends (combined.log, then the
+// stream's file) leaves combined.log one chunk ahead; resuming trims it, so
+// the replay of that chunk is stored once.
+func TestTrimTornWrite(t *testing.T) {
+	dir := t.TempDir()
+	c := openT(t, dir, 1<<20, 64)
+	c.Write(sandbox.Stdout, []byte("line1\n"))
+	c.Write(sandbox.Stderr, []byte("err1\n"))
+	c.Close()
+	// The crash: "err2\n" reached combined.log only.
+	f, err := os.OpenFile(filepath.Join(dir, "combined.log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("err2\n")
+	f.Close()
+
+	c2 := openT(t, dir, 1<<20, 64)
+	if err := c2.TrimTornWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if s := c2.Sizes(); s.Combined != 11 {
+		t.Fatalf("after the trim: %+v, want combined 11", s)
+	}
+	c2.Write(sandbox.Stderr, []byte("err2\n")) // the replay
+	if got := string(readAll(t, c2, Both)); got != "line1\nerr1\nerr2\n" {
+		t.Fatalf("combined after the replay: %q", got)
+	}
+	buf := make([]byte, 16)
+	if !c2.ring.readAt(buf, 0) || string(buf) != "line1\nerr1\nerr2\n" {
+		t.Fatalf("ring after the trim: %q", buf)
+	}
+	// A consistent capture is left alone.
+	if err := c2.TrimTornWrite(); err != nil || c2.Sizes().Combined != 16 {
+		t.Fatalf("second trim: %v, %+v", err, c2.Sizes())
+	}
+}
