@@ -27,6 +27,7 @@ func (s *super) start() (int, error) {
 		// The container's own environment (the image's) under the job's.
 		sp.Env = overlayEnv(os.Environ(), sp.Env)
 	}
+	sp.Env = withUnpackedApt(sp.Env)
 	cwd := sp.Cwd
 	if cwd != "" {
 		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {

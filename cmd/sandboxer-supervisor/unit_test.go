@@ -146,3 +146,28 @@ func TestOverlayEnv(t *testing.T) {
 		t.Fatalf("overlayEnv = %q, want %q", got, want)
 	}
 }
+
+func TestWithUnpackedApt(t *testing.T) {
+	dir := t.TempDir()
+	env := []string{"PATH=/usr/bin:/bin", aptDirEnv + "=" + dir, "HOME=/h"}
+	if got := withUnpackedApt(env); strings.Join(got, " ") != strings.Join(env, " ") {
+		t.Fatalf("before anything was unpacked: %q", got)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "root"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got := withUnpackedApt(env)
+	r := dir + "/root"
+	want := []string{
+		"PATH=/usr/bin:/bin:" + r + "/usr/local/bin:" + r + "/usr/bin:" + r + "/bin:" + r + "/usr/sbin:" + r + "/sbin",
+		aptDirEnv + "=" + dir, "HOME=/h",
+		"LD_LIBRARY_PATH=" + r + "/usr/lib/" + multiarch + ":" + r + "/lib/" + multiarch + ":" + r + "/usr/lib:" + r + "/lib",
+		"PYTHONPATH=" + r + "/usr/lib/python3/dist-packages",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("withUnpackedApt =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := withUnpackedApt([]string{"PATH=/bin"}); len(got) != 1 {
+		t.Fatalf("without %s: %q", aptDirEnv, got)
+	}
+}

@@ -72,9 +72,10 @@ type ExecOptions struct {
 // an install reaches its registries only through the tunnel, so the
 // workspace manager passes ExecOptions.Proxy to its installers' Exec.
 type TunnelInstaller interface {
-	// InstallsThroughTunnel says whether its Exec can run as root (User
-	// "0:0"): apt needs it; without it apt installs are refused.
-	InstallsThroughTunnel() (rootExec bool)
+	// RootExec says whether its Exec can run as root (User "0:0"). apt
+	// installs as root where it can; where not, it unpacks packages into
+	// the workspace's volume as the sandbox user.
+	RootExec() bool
 }
 
 // WorkspaceRuntime is a Runtime that can keep workspaces: long-lived

@@ -27,7 +27,10 @@ import (
 // the volume. apt downloads there (lists and .debs into a root-only
 // directory of the install container, which no job can write), the
 // download moves into the workspace's root filesystem through the engine's
-// archive API, and apt installs from it offline in the workspace. Each
+// archive API, and apt installs from it offline in the workspace. On a
+// runtime whose execs cannot run as root (sandbox.TunnelInstaller), apt
+// runs as the sandbox user instead and unpacks the packages into the
+// volume (aptUnpackScript), where the jobs' supervisor finds them. Each
 // manager's installer runs as an exec, packages passed as argv after "--",
 // never through a shell's parsing.
 
@@ -178,9 +181,7 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 		}
 	}
 	tr, tunnel := m.rt.(sandbox.TunnelInstaller)
-	if tunnel && len(req.ByManager[ManagerApt]) > 0 && !tr.InstallsThroughTunnel() {
-		return nil, errors.New("apt installs need root in the workspace, and this backend cannot run a command as root there (pods/exec runs as the pod's uid 1000 on backend kubernetes): put apt packages in the image, or use backend docker; pip, npm, go and cargo install here")
-	}
+	aptUnpacks := tunnel && !tr.RootExec()
 	if tunnel && m.TunnelProxy == nil {
 		return nil, errors.New("installs on this backend go through the tunnel to the server's proxy, and this server has none")
 	}
@@ -234,7 +235,7 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 		if len(specs) == 0 {
 			continue
 		}
-		r := m.installWith(ctx, w.ContainerID, inst, mgr, specs, ca, proxyEnv, proxy, req.Progress)
+		r := m.installWith(ctx, w.ContainerID, inst, mgr, specs, ca, proxyEnv, proxy, aptUnpacks, req.Progress)
 		if m.OnInstall != nil {
 			m.OnInstall(mgr, r.Error == "" && r.ExitCode == 0)
 		}
@@ -306,6 +307,47 @@ cargo install --locked -- "$@" </dev/null
 `,
 }
 
+// AptUnpackDir is where apt unpacks packages on a runtime without root
+// execs: their files under root/, their control records (with a Status
+// line, as dpkg's own status file has them) in status. The jobs'
+// supervisor adds root's bin and lib directories to PATH and
+// LD_LIBRARY_PATH (the environment's SANDBOXER_APT_DIR names it).
+const AptUnpackDir = Root + "/.apt"
+
+// aptUnpackScript installs "$@" without root: apt, as the sandbox user,
+// resolves them against the image's dpkg status and the packages unpacked
+// before, downloads them with their missing dependencies (checked against
+// the lists' hashes, the lists against Debian's keys), and dpkg-deb
+// unpacks each into AptUnpackDir. No maintainer script runs, so a package
+// that needs one to work (a service, a user, an alternative) may not.
+const aptUnpackScript = `export DEBIAN_FRONTEND=noninteractive
+r=` + AptUnpackDir + `
+c=$(mktemp -d /tmp/sbx-apt.XXXXXX) || exit 70
+trap 'rm -rf "$c" ${ca:+"$ca"} ${b:+"$b"}' EXIT
+mkdir -p "$c/archives/partial" "$c/lists/partial" "$c/cache" "$r/root" && touch "$r/status" || exit 70
+cp -a /var/lib/apt/lists/. "$c/lists/" 2>/dev/null
+cat /var/lib/dpkg/status "$r/status" > "$c/status" || exit 70
+apt() {
+  if [ -n "$b" ]; then set -- -o "Acquire::https::CAInfo=$b" "$@"; fi
+  apt-get -o Debug::NoLocking=1 -o Acquire::Retries=0 -o "Dir::Cache=$c/cache" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= \
+    -o "Dir::Cache::Archives=$c/archives" -o "Dir::State::Lists=$c/lists" -o "Dir::State::status=$c/status" "$@"
+}
+echo "+ apt-get update"
+apt -q update </dev/null || echo "apt-get update failed; installing from the lists there are"
+echo "+ apt-get install --download-only $* (unpacked into $r/root: no root here)"
+apt install -y -q --no-install-recommends --download-only -- "$@" </dev/null || exit
+for d in "$c"/archives/*.deb; do
+  [ -e "$d" ] || continue
+  echo "+ unpack ${d##*/}"
+  dpkg-deb -x "$d" "$r/root" || exit
+  { dpkg-deb -f "$d" | grep -v '^Status:'; echo "Status: install ok installed"; echo; } >> "$r/status" || exit
+done
+`
+
+// aptUnpackedQuery is queryScripts' apt for packages aptUnpackScript
+// unpacked: the image's dpkg status first, then the volume's.
+const aptUnpackedQuery = `for n; do v=$(dpkg-query -W -f='${db:Status-Status} ${Version}' -- "$n" 2>/dev/null); case "$v" in "installed "*) v=${v#installed };; *) v=$(awk -v n="$n" 'BEGIN{RS=""} {p=""; s=""; ver=""; k=split($0, l, "\n"); for (i=1; i<=k; i++) { if (l[i] ~ /^Package: /) p=substr(l[i], 10); else if (l[i] ~ /^Version: /) ver=substr(l[i], 10); else if (l[i] ~ /^Status: /) s=substr(l[i], 9) } if (p==n && s=="install ok installed") v=ver } END{print v}' ` + AptUnpackDir + `/status 2>/dev/null);; esac; printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`
+
 // aptDir is where apt's lists and downloads go in the install container.
 const aptDir = "/var/cache/sandboxer-apt"
 
@@ -335,10 +377,13 @@ var queryScripts = map[string]string{
 	ManagerCargo: `l=$(cargo install --list 2>/dev/null); for n; do v=$(printf '%s\n' "$l" | awk -v n="$n" '$1==n{sub(/^v/,"",$2); sub(/:$/,"",$2); print $2; exit}'); printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`,
 }
 
-func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr string, specs []string, ca []byte, proxyEnv []string, proxy http.Handler, progress func(string, string)) ManagerResult {
+func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr string, specs []string, ca []byte, proxyEnv []string, proxy http.Handler, aptUnpacks bool, progress func(string, string)) ManagerResult {
 	res := ManagerResult{Manager: mgr}
 	user := "" // the sandbox user: files in /workspace and ~ are the jobs'
-	if mgr == ManagerApt {
+	script, query := installScripts[mgr], queryScripts[mgr]
+	if mgr == ManagerApt && aptUnpacks {
+		script, query = aptUnpackScript, aptUnpackedQuery
+	} else if mgr == ManagerApt {
 		user = "0:0"
 	}
 	env := []string{"HOME=/home/sandbox"}
@@ -370,10 +415,10 @@ func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr s
 			progress(mgr, l)
 		}
 	}}
-	opts.Cmd = append([]string{"sh", "-c", caPrelude + installScripts[mgr], "sh"}, specs...)
+	opts.Cmd = append([]string{"sh", "-c", caPrelude + script, "sh"}, specs...)
 	opts.Stdout, opts.Stderr = log, log
 	code, err := m.rt.Exec(ctx, installer, opts)
-	if err == nil && code == 0 && mgr == ManagerApt {
+	if err == nil && code == 0 && mgr == ManagerApt && !aptUnpacks {
 		code, err = m.aptMoveAndInstall(ctx, installer, workspaceID, specs, log)
 	}
 	res.ExitCode = code
@@ -407,7 +452,7 @@ func (m *Manager) installWith(ctx context.Context, workspaceID, installer, mgr s
 	defer qcancel()
 	q := &capped{max: 1 << 20}
 	if _, err := m.rt.Exec(qctx, workspaceID, sandbox.ExecOptions{User: user, Env: env,
-		Cmd: append([]string{"sh", "-c", queryScripts[mgr], "sh"}, names...), Stdout: q}); err == nil {
+		Cmd: append([]string{"sh", "-c", query, "sh"}, names...), Stdout: q}); err == nil {
 		for _, l := range strings.Split(q.buf.String(), "\n") {
 			f := strings.SplitN(l, "\t", 3)
 			if len(f) == 3 && f[0] == "@@sbx" {

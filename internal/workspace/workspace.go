@@ -72,6 +72,8 @@ var CacheEnv = []string{
 	"PIP_CACHE_DIR=/workspace/.cache/pip",
 	"PYTHONUSERBASE=/workspace/.local",
 	"CARGO_HOME=/workspace/.cargo",
+	// Where apt unpacks packages on a runtime without root execs (AptUnpackDir).
+	"SANDBOXER_APT_DIR=/workspace/.apt",
 }
 
 // Manager creates, lists, deletes, starts and stops workspaces.

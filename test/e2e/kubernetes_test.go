@@ -479,8 +479,8 @@ func TestKubernetesWorkspace(t *testing.T) {
 // real package from the npm registry that a job then requires offline; a
 // package index on a private address is refused (any public host is the
 // default install list); with workspaces.install_network: egress, the
-// policy's list names that index and pip installs from it; apt is refused
-// with a sentence. No install pod is left.
+// policy's list names that index and pip installs from it; apt installs
+// without root, into the claim. No install pod is left.
 func TestKubernetesInstall(t *testing.T) {
 	if _, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", "registry.npmjs.org"); err != nil {
 		t.Skipf("the npm registry does not resolve here: %v", err)
@@ -501,8 +501,24 @@ func TestKubernetesInstall(t *testing.T) {
 	if out := s.wsOut(name, `node -e 'console.log(require("is-number")(5))'; env | grep -ci _proxy || true`); out != "true\n0\n" {
 		t.Fatalf("a job requiring the installed package: %q", out)
 	}
-	if msg := s.toolErr("install_packages", map[string]any{"workspace": name, "packages": []any{"jq"}, "manager": "apt"}); !strings.Contains(msg, "apt installs need root") {
-		t.Errorf("apt on kubernetes: %q", msg)
+	// apt without root: jq and the two libraries it needs, unpacked into
+	// the claim, found by the workspace's jobs and by no one else's.
+	r = s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"jq"}, "manager": "apt"})
+	if r["installed"] != true || !strings.HasPrefix(str(r["packages"].([]any)[0].(map[string]any), "version"), "1.") {
+		t.Fatalf("apt install through the tunnel: %v", r)
+	}
+	if out := s.wsOut(name, `echo '{"a":[1,2]}' | jq -c '.a | add'; command -v jq; stat -c %u /workspace/.apt/root/usr/bin/jq`); out != "3\n/workspace/.apt/root/usr/bin/jq\n1000\n" {
+		t.Fatalf("a job running the apt-installed jq: %q", out)
+	}
+	if r := s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"jq"}, "manager": "apt"}); r["installed"] != true || !strings.Contains(fmt.Sprint(r), "already") {
+		t.Fatalf("apt install of a package unpacked before: %v", r)
+	}
+	if r := s.ok("run_command", map[string]any{"command": "command -v jq || echo none"}); str(r, "stdout") != "none\n" {
+		t.Fatalf("a fresh job after the workspace's apt install: %v", r)
+	}
+	r, msg := s.failedWith("install_packages", map[string]any{"workspace": name, "packages": []any{"no-such-package-sbx"}, "manager": "apt"})
+	if r["installed"] != false || !strings.Contains(msg, "no-such-package-sbx") {
+		t.Fatalf("apt install of a package that does not exist: %s %v", msg, r)
 	}
 	s.ok("delete_workspace", map[string]any{"name": name})
 	name = "k8s-pip-private"

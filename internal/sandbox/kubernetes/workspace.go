@@ -269,10 +269,11 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRef
 	return nil
 }
 
-// InstallsThroughTunnel: an install pod has no network (the cluster's
-// pods have none), so installs go through the tunnel over pods/exec; and
-// pods/exec cannot run as root, so apt installs are refused.
-func (r *Runtime) InstallsThroughTunnel() (rootExec bool) { return false }
+// RootExec: an install pod has no network (the cluster's pods have none),
+// so installs go through the tunnel over pods/exec; and pods/exec cannot
+// run as root (restricted pods run as uid 1000), so apt unpacks packages
+// into the workspace's claim.
+func (r *Runtime) RootExec() bool { return false }
 
 var _ sandbox.TunnelInstaller = (*Runtime)(nil)
 
