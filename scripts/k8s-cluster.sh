@@ -297,15 +297,19 @@ import_pause() {
 }
 
 # The final sandbox images (sandboxer/<name>, not the -core ones) from the local Docker engine,
-# all tags of one image in one `docker save`; each image id is imported once. K8S_IMAGES="base
-# python" limits the import to those names.
+# all tags of one image in one `docker save`; each image id is imported once. Only the tags this
+# checkout's server uses (`sandboxer images list`), not those older builds left in the engine.
+# K8S_IMAGES="base python" limits the import to those names.
 import_sandbox_images() {
   if ! docker version >/dev/null 2>&1; then
     log "no Docker engine answers: sandbox images not imported (run make images, then this again)"
     return 0
   fi
   touch "$DIR/imported"
-  local id refs n=0 want=${K8S_IMAGES:-}
+  local id refs n=0 want=${K8S_IMAGES:-} current=""
+  if [ -x "$ROOT/bin/sandboxer" ]; then
+    current=$("$ROOT/bin/sandboxer" images list 2>/dev/null | awk '{printf " %s", $2}')
+  fi
   while read -r id refs; do
     grep -qxF "$id" "$DIR/imported" && continue
     log "importing $refs"
@@ -314,11 +318,12 @@ import_sandbox_images() {
     echo "$id" >>"$DIR/imported"
     n=$((n + 1))
   done < <(docker images --format '{{.ID}} {{.Repository}}:{{.Tag}}' |
-    awk -v want=" $want " '$2 ~ /^sandboxer\// && $2 !~ /-core:/ && $2 !~ /:<none>$/ {
+    awk -v want=" $want " -v current="$current " '$2 ~ /^sandboxer\// && $2 !~ /-core:/ && $2 !~ /:<none>$/ {
         name = $2; sub(/^sandboxer\//, "", name); sub(/:.*/, "", name)
         if (want != "  " && index(want, " " name " ") == 0) next
+        if (index(current, " " $2 " ")) used[$1] = 1
         refs[$1] = refs[$1] " " $2 }
-      END { for (id in refs) print id refs[id] }')
+      END { for (id in refs) if (current == " " || used[id]) print id refs[id] }')
   log "sandbox images: $n imported now, $(wc -l <"$DIR/imported") in all"
 }
 
