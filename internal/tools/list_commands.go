@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
 const (
@@ -23,6 +24,9 @@ const (
 // listCommandsProbe prints sections: commands on PATH, tool versions, and
 // the packages of each manager ("name version" lines), each with its count.
 var listCommandsProbe = fmt.Sprintf(`export LC_ALL=C
+a=${SANDBOXER_APT_DIR:-}
+[ -n "$a" ] && [ -d "$a/root" ] || a=
+[ -n "$a" ] && PATH=$PATH:$a/root/usr/local/bin:$a/root/usr/bin:$a/root/bin:$a/root/usr/sbin:$a/root/sbin
 cmds=$(IFS=:; for d in $PATH; do [ -d "$d" ] && ls -1 "$d" 2>/dev/null; done | sort -u)
 echo "@@count commands $(printf '%%s\n' "$cmds" | grep -c .)"
 echo "@@section commands"; printf '%%s\n' "$cmds" | head -n %[1]d
@@ -31,7 +35,7 @@ v() { command -v "$1" >/dev/null 2>&1 && printf '%%s\t%%s\n' "$1" "$("$@" 2>&1 |
 v bash --version; v python3 --version; v pip3 --version; v node --version; v npm --version; v tsc --version
 v go version; v rustc --version; v cargo --version; v gcc --version; v make --version; v git --version; v solc --version
 pk() { echo "@@count $1 $(printf '%%s\n' "$2" | grep -c .)"; echo "@@section $1"; printf '%%s\n' "$2" | head -n %[2]d; }
-command -v dpkg-query >/dev/null && pk apt "$(dpkg-query -W -f='${db:Status-Status} ${binary:Package} ${Version}\n' 2>/dev/null | awk '$1=="installed"{print $2" "$3}')"
+`+workspace.AptUnpackedList+`command -v dpkg-query >/dev/null && pk apt "$({ dpkg-query -W -f='${db:Status-Status} ${binary:Package} ${Version}\n' 2>/dev/null | awk '$1=="installed"{print $2" "$3}'; unpacked; } | sort -u)"
 command -v python3 >/dev/null && pk pip "$(python3 -m pip list --format=freeze 2>/dev/null | sed 's/==/ /')"
 command -v npm >/dev/null && pk npm-global "$(npm ls -g --depth=0 --parseable 2>/dev/null | tail -n +2 | sed 's|.*/node_modules/||')"
 [ -d /workspace/node_modules ] && pk npm "$(cd /workspace && npm ls --depth=0 --parseable 2>/dev/null | tail -n +2 | sed 's|.*/node_modules/||')"

@@ -344,9 +344,14 @@ for d in "$c"/archives/*.deb; do
 done
 `
 
+// AptUnpackedList defines the shell function unpacked, which prints
+// "name version" of each package aptUnpackScript unpacked.
+const AptUnpackedList = `unpacked() { awk 'BEGIN{RS=""} {p=""; s=""; v=""; k=split($0, l, "\n"); for (i=1; i<=k; i++) { if (l[i] ~ /^Package: /) p=substr(l[i], 10); else if (l[i] ~ /^Version: /) v=substr(l[i], 10); else if (l[i] ~ /^Status: /) s=substr(l[i], 9) } if (s=="install ok installed") print p" "v}' ` + AptUnpackDir + `/status 2>/dev/null; }
+`
+
 // aptUnpackedQuery is queryScripts' apt for packages aptUnpackScript
 // unpacked: the image's dpkg status first, then the volume's.
-const aptUnpackedQuery = `for n; do v=$(dpkg-query -W -f='${db:Status-Status} ${Version}' -- "$n" 2>/dev/null); case "$v" in "installed "*) v=${v#installed };; *) v=$(awk -v n="$n" 'BEGIN{RS=""} {p=""; s=""; ver=""; k=split($0, l, "\n"); for (i=1; i<=k; i++) { if (l[i] ~ /^Package: /) p=substr(l[i], 10); else if (l[i] ~ /^Version: /) ver=substr(l[i], 10); else if (l[i] ~ /^Status: /) s=substr(l[i], 9) } if (p==n && s=="install ok installed") v=ver } END{print v}' ` + AptUnpackDir + `/status 2>/dev/null);; esac; printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`
+const aptUnpackedQuery = AptUnpackedList + `for n; do v=$(dpkg-query -W -f='${db:Status-Status} ${Version}' -- "$n" 2>/dev/null); case "$v" in "installed "*) v=${v#installed };; *) v=$(unpacked | awk -v n="$n" '$1==n{v=$2} END{print v}');; esac; printf '@@sbx\t%s\t%s\n' "$n" "$v"; done`
 
 // aptDir is where apt's lists and downloads go in the install container.
 const aptDir = "/var/cache/sandboxer-apt"

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -509,6 +510,10 @@ func TestKubernetesInstall(t *testing.T) {
 	}
 	if out := s.wsOut(name, `echo '{"a":[1,2]}' | jq -c '.a | add'; command -v jq; stat -c %u /workspace/.apt/root/usr/bin/jq`); out != "3\n/workspace/.apt/root/usr/bin/jq\n1000\n" {
 		t.Fatalf("a job running the apt-installed jq: %q", out)
+	}
+	lc := s.ok("list_commands", map[string]any{"workspace": name})
+	if !slices.Contains(lc["commands"].([]any), any("jq")) || !strings.Contains(fmt.Sprint(lc["packages"]), "libonig5 ") {
+		t.Fatalf("list_commands after the apt install: commands %v, packages %v", lc["command_count"], lc["packages"])
 	}
 	if r := s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"jq"}, "manager": "apt"}); r["installed"] != true || !strings.Contains(fmt.Sprint(r), "already") {
 		t.Fatalf("apt install of a package unpacked before: %v", r)
