@@ -316,15 +316,18 @@ const AptUnpackDir = Root + "/.apt"
 
 // aptUnpackScript installs "$@" without root: apt, as the sandbox user,
 // resolves them against the image's dpkg status and the packages unpacked
-// before, downloads them with their missing dependencies (checked against
+// before, downloads them with their missing dependencies into a directory
+// of AptUnpackDir that it removes afterwards (checked against
 // the lists' hashes, the lists against Debian's keys), and dpkg-deb
 // unpacks each into AptUnpackDir. No maintainer script runs, so a package
 // that needs one to work (a service, a user, an alternative) may not.
 const aptUnpackScript = `export DEBIAN_FRONTEND=noninteractive
 r=` + AptUnpackDir + `
-c=$(mktemp -d /tmp/sbx-apt.XXXXXX) || exit 70
+mkdir -p "$r/root" && touch "$r/status" || exit 70
+# Lists and downloads on the volume, not the /tmp tmpfs (memory, and small).
+c=$(mktemp -d "$r/download.XXXXXX") || exit 70
 trap 'rm -rf "$c" ${ca:+"$ca"} ${b:+"$b"}' EXIT
-mkdir -p "$c/archives/partial" "$c/lists/partial" "$c/cache" "$r/root" && touch "$r/status" || exit 70
+mkdir -p "$c/archives/partial" "$c/lists/partial" "$c/cache" || exit 70
 cp -a /var/lib/apt/lists/. "$c/lists/" 2>/dev/null
 cat /var/lib/dpkg/status "$r/status" > "$c/status" || exit 70
 apt() {

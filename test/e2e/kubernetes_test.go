@@ -508,7 +508,7 @@ func TestKubernetesInstall(t *testing.T) {
 	if r["installed"] != true || !strings.HasPrefix(str(r["packages"].([]any)[0].(map[string]any), "version"), "1.") {
 		t.Fatalf("apt install through the tunnel: %v", r)
 	}
-	if out := s.wsOut(name, `echo '{"a":[1,2]}' | jq -c '.a | add'; command -v jq; stat -c %u /workspace/.apt/root/usr/bin/jq`); out != "3\n/workspace/.apt/root/usr/bin/jq\n1000\n" {
+	if out := s.wsOut(name, `echo '{"a":[1,2]}' | jq -c '.a | add'; command -v jq; stat -c %u /workspace/.apt/root/usr/bin/jq; ls /workspace/.apt`); out != "3\n/workspace/.apt/root/usr/bin/jq\n1000\nroot\nstatus\n" {
 		t.Fatalf("a job running the apt-installed jq: %q", out)
 	}
 	lc := s.ok("list_commands", map[string]any{"workspace": name})
