@@ -19,7 +19,7 @@ var multiarch = map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64
 // withUnpackedApt adds the unpacked packages' directories to env's PATH
 // (after the image's), LD_LIBRARY_PATH and PYTHONPATH.
 func withUnpackedApt(env []string) []string {
-	dir := envValue(env, aptDirEnv)
+	dir, _ := lookupEnv(env, aptDirEnv)
 	if dir == "" {
 		return env
 	}
@@ -34,8 +34,8 @@ func withUnpackedApt(env []string) []string {
 		}
 		return out
 	}
-	path := envValue(env, "PATH")
-	if path == "" {
+	path, ok := lookupEnv(env, "PATH")
+	if !ok {
 		path = defaultPath
 	}
 	return overlayEnv(env, []string{
@@ -45,14 +45,19 @@ func withUnpackedApt(env []string) []string {
 	})
 }
 
-// envValue is key's value in env (the last one), "" when unset.
-func envValue(env []string, key string) string {
-	v := ""
-	for _, kv := range env {
-		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
-			v = val
+// lookupEnv is key's value in env: the last one, as in getenv.
+func lookupEnv(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v, true
 		}
 	}
+	return "", false
+}
+
+// envValue is key's value in env, "" when unset.
+func envValue(env []string, key string) string {
+	v, _ := lookupEnv(env, key)
 	return v
 }
 

@@ -213,12 +213,9 @@ func lookPath(file string, env []string, cwd string) (string, int, error) {
 		}
 		return file, 0, nil
 	}
-	path := defaultPath
-	for i := len(env) - 1; i >= 0; i-- { // the last PATH wins, as in getenv
-		if v, ok := strings.CutPrefix(env[i], "PATH="); ok {
-			path = v
-			break
-		}
+	path, ok := lookupEnv(env, "PATH")
+	if !ok {
+		path = defaultPath
 	}
 	var denied error
 	for _, dir := range filepath.SplitList(path) {
