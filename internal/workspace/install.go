@@ -324,7 +324,9 @@ const AptUnpackDir = Root + "/.apt"
 const aptUnpackScript = `export DEBIAN_FRONTEND=noninteractive
 r=` + AptUnpackDir + `
 mkdir -p "$r/root" && touch "$r/status" || exit 70
-# Lists and downloads on the volume, not the /tmp tmpfs (memory, and small).
+# Lists and downloads on the volume, not the /tmp tmpfs (memory, and small);
+# those of an install that was killed go now (installs take turns).
+rm -rf "$r"/download.*
 c=$(mktemp -d "$r/download.XXXXXX") || exit 70
 trap 'rm -rf "$c" ${ca:+"$ca"} ${b:+"$b"}' EXIT
 mkdir -p "$c/archives/partial" "$c/lists/partial" "$c/cache" || exit 70

@@ -73,7 +73,7 @@ var CacheEnv = []string{
 	"PYTHONUSERBASE=/workspace/.local",
 	"CARGO_HOME=/workspace/.cargo",
 	// Where apt unpacks packages on a runtime without root execs (AptUnpackDir).
-	"SANDBOXER_APT_DIR=/workspace/.apt",
+	"SANDBOXER_APT_DIR=" + AptUnpackDir,
 }
 
 // Manager creates, lists, deletes, starts and stops workspaces.
