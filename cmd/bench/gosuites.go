@@ -16,8 +16,9 @@ import (
 // goSuites runs real Go test suites (google/uuid and google/go-cmp, fetched
 // through the Go module proxy now) on the host with a warm build cache, in a
 // fresh sandbox through run_command (language go: the image's read-only
-// standard-library seed, nothing else), and in a workspace after a first run
-// (the later runs read the workspace's own build cache on its volume).
+// standard-library seed, and the shared build cache that a trusted builder
+// fills after the first run: internal/gobuild), and in a workspace after a
+// first run (the later runs read the workspace's own build cache on its volume).
 // Host, fresh and workspace runs take turns, round by round, so that a change
 // in the machine's load falls on all three; each is the best of its rounds.
 func goSuites(ctx context.Context, o options) error {
@@ -74,8 +75,8 @@ func goSuite(ctx context.Context, s *server, mod, ws string) error {
 		}
 		return time.Since(start), err
 	}
-	var hostBest, coldBest, freshBest, wsBest time.Duration
-	for range goSuiteRounds {
+	var hostBest, coldBest, freshBest, freshFirst, wsBest time.Duration
+	for round := range goSuiteRounds {
 		d, err := host.run(ctx)
 		if err != nil {
 			return err
@@ -89,8 +90,12 @@ func goSuite(ctx context.Context, s *server, mod, ws string) error {
 			return err
 		}
 		freshBest = best(freshBest, d)
+		if round == 0 {
+			freshFirst = d
+		}
 		// The fresh sandbox's removal (and its tmpfs of builds) runs after
-		// its result: the next timed run must not pay for it.
+		// its result, and the shared build cache's builder after that: the
+		// next timed run must not pay for them.
 		if err := s.settle(ctx); err != nil {
 			return err
 		}
@@ -103,9 +108,9 @@ func goSuite(ctx context.Context, s *server, mod, ws string) error {
 	fr, sr := float64(freshBest)/float64(hostBest), float64(wsBest)/float64(hostBest)
 	fmt.Printf("%-46s %9.0f %9.0f %7.2f  <= 1.5 %s\n", name+": fresh sandbox", ms(hostBest), ms(freshBest), fr, yes(fr <= 1.5))
 	fmt.Printf("%-46s %9.0f %9.0f %7.2f  <= 1.2 %s\n", name+": again in a workspace", ms(hostBest), ms(wsBest), sr, yes(sr <= 1.2))
-	// What a fresh sandbox can reach: the host itself, building the module's
-	// own packages that no fresh sandbox may take from another job.
-	fmt.Printf("%-46s %9.0f %9.0f %7.2f\n", name+": fresh sandbox / host, module not built", ms(coldBest), ms(freshBest), float64(freshBest)/float64(coldBest))
+	// The first fresh run finds the module not yet in the shared build
+	// cache (its builder runs after it): as the host building it anew.
+	fmt.Printf("%-46s %9.0f %9.0f %7.2f\n", name+": first fresh run / host, module not built", ms(coldBest), ms(freshFirst), float64(freshFirst)/float64(coldBest))
 	return nil
 }
 

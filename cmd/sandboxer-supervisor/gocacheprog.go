@@ -120,6 +120,7 @@ func writeAtomic(path string, body io.Reader) (int64, error) {
 
 // goCacheProgMain serves the go command on stdin/stdout until "close" or EOF.
 func goCacheProgMain(stdin io.Reader, stdout io.Writer) int {
+	recordGoBuild()
 	own := goCache(os.Getenv("GOCACHE"))
 	if own == "" || !filepath.IsAbs(string(own)) {
 		logger.Print("gocacheprog: GOCACHE must be an absolute directory")
@@ -127,9 +128,16 @@ func goCacheProgMain(stdin io.Reader, stdout io.Writer) int {
 	}
 	var seeds []goCache
 	for _, s := range filepath.SplitList(os.Getenv(goCacheSeedsEnv)) {
-		if s != "" && filepath.Clean(s) != filepath.Clean(string(own)) {
-			seeds = append(seeds, goCache(s))
+		if s == "" || filepath.Clean(s) == filepath.Clean(string(own)) {
+			continue
 		}
+		// A seed that is a link (the shared build cache's current
+		// generation) is read where it points now, for this whole go
+		// command: a later switch does not move the outputs it was given.
+		if r, err := filepath.EvalSymlinks(s); err == nil {
+			s = r
+		}
+		seeds = append(seeds, goCache(s))
 	}
 	w := bufio.NewWriter(stdout)
 	enc := json.NewEncoder(w)

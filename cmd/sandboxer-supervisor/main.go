@@ -122,6 +122,7 @@ func (fw *frameWriter) frame(typ byte, p []byte) {
 // exit writes the Exit frame, shortened if it would not fit in one frame.
 func (fw *frameWriter) exit(e proto.Exit) {
 	if b, err := json.Marshal(e); err == nil && len(b) > proto.MaxPayload-1024 {
+		e.GoBuilds = nil
 		e.Events = nil
 		e.Error = truncate(e.Error, 4096)
 	}
@@ -246,6 +247,11 @@ wait:
 	}
 	s := &super{spec: spec, out: out, frames: frames, sigs: sigs, received: received, events: events, early: early}
 	exit := s.run()
+	if spec.KillMode == proto.KillContainer {
+		// A fresh sandbox: its processes are all gone, and what its go
+		// commands built is read now (for the shared build cache).
+		exit.GoBuilds = collectGoBuilds(envValue(spec.Env, proto.GoBuildsEnv), &exit.Events)
+	}
 	out.exit(exit)
 	// The container's exit code is the job's, so the engine's record agrees
 	// with the Exit frame (and stands in for it if that frame is lost).

@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/console"
 	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/egress"
+	"github.com/sandboxer/sandboxer/internal/gobuild"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/logging"
@@ -169,7 +170,9 @@ func serve(args []string) error {
 		if mt != nil {
 			warm.OnTake = mt.PoolTake
 		}
-		warm.FollowUse(pool.Follow{MaxTotal: cfg.Policy.Pool.MaxTotal, Idle: time.Duration(cfg.Policy.Pool.FollowIdleS) * time.Second})
+		warm.FollowUse(pool.Follow{MaxTotal: cfg.Policy.Pool.MaxTotal, Idle: time.Duration(cfg.Policy.Pool.FollowIdleS) * time.Second,
+			// A fresh go job's shape mounts its tenant's shared build cache.
+			Volume: func(m sandbox.Mount) bool { return m.Target == gobuild.Dir && m.ReadOnly }})
 		rt = warm
 	}
 	auditLog, err := audit.Open(cfg.StateDir, audit.DefaultMaxBytes, audit.DefaultKeep)
@@ -216,7 +219,17 @@ func serve(args []string) error {
 		rt = workspace.NewRuntime(rt, workspaces)
 	}
 	defer rt.Close() // removes the warm sandboxes, then waits for removals under way
-	jobs, err = job.New(rt, st, cfg.Policy, cfg.StateDir, log, job.WithServer(lock.ID(), serverlock.NewProber(cfg.StateDir)), job.WithMetrics(mt))
+	jobOpts := []job.Option{job.WithServer(lock.ID(), serverlock.NewProber(cfg.StateDir)), job.WithMetrics(mt)}
+	// Fresh go sandboxes read their tenant's shared build cache, which a
+	// trusted builder fills after them.
+	if goBuilds := gobuild.New(engine, cfg.Policy, log); goBuilds != nil {
+		defer goBuilds.Close()
+		if mt != nil {
+			goBuilds.OnBuild = func(ok bool) { mt.Install("go-build-cache", ok) }
+		}
+		jobOpts = append(jobOpts, job.WithExtension(goBuilds))
+	}
+	jobs, err = job.New(rt, st, cfg.Policy, cfg.StateDir, log, jobOpts...)
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,17 @@ type Manager struct {
 	bg        sync.WaitGroup
 
 	metrics *metrics.Metrics // nil: none
+	ext     Extension        // nil: none
+}
+
+// Extension adds to a job's request what the server gives every job of its
+// kind (e.g. a tenant's shared build cache) and learns how the job ended.
+type Extension interface {
+	// Extend changes a request before its job is queued; ctx is the
+	// caller's (its tenant). The job's record keeps what the caller asked.
+	Extend(ctx context.Context, req *Request)
+	// Ended is told of every job's end with its request as Extend left it.
+	Ended(req Request, st sandbox.ExitStatus)
 }
 
 // liveJob is a queued or running job's in-memory state.
@@ -107,6 +118,9 @@ type Peers interface {
 func WithServer(id string, peers Peers) Option {
 	return func(m *Manager) { m.server, m.peers = id, peers }
 }
+
+// WithExtension has ext extend every request and learn every end.
+func WithExtension(ext Extension) Option { return func(m *Manager) { m.ext = ext } }
 
 // WithMetrics counts jobs' starts and ends, and times their waits.
 func WithMetrics(mt *metrics.Metrics) Option { return func(m *Manager) { m.metrics = mt } }
@@ -168,6 +182,9 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 	}
 	now := time.Now()
 	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{}), term: newTerm(req)}
+	if m.ext != nil {
+		m.ext.Extend(ctx, &j.req)
+	}
 	j.rec = store.Job{
 		ID: id, ServerID: m.server, Kind: req.Kind, Status: StatusQueued, Command: req.Command,
 		Language: req.Language, Image: req.Image, Workspace: req.Workspace, Cwd: req.Cwd,
@@ -335,7 +352,11 @@ func (m *Manager) watch(j *liveJob, h sandbox.Handle) {
 	go func() {
 		defer m.bg.Done()
 		<-h.Done()
-		m.finish(j, h.Status())
+		st := h.Status()
+		m.finish(j, st)
+		if m.ext != nil {
+			m.ext.Ended(j.req, st)
+		}
 	}()
 }
 

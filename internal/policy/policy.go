@@ -163,6 +163,10 @@ type Scripts struct {
 	// InstallCAFile is a host path of a PEM bundle that dependency installs
 	// trust besides the image's CAs (TLS-intercepting egress); "" = none.
 	InstallCAFile string `yaml:"install_ca_file"`
+	// GoBuildCacheMB is the size of each tenant's shared Go build cache (a
+	// volume fresh go sandboxes read and only a trusted builder writes; see
+	// internal/gobuild); past it a new, empty generation starts. 0 = off.
+	GoBuildCacheMB int64 `yaml:"go_build_cache_mb"`
 }
 
 // Pool is the warm pool: per language, how many fresh sandboxes (with the
@@ -275,7 +279,7 @@ func Default() *Policy {
 		Kubernetes: Kubernetes{MountMB: 256},
 		Languages:  map[string]Language{},
 		Pool:       Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2, MaxTotal: 6, FollowIdleS: 300},
-		Scripts:    Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300},
+		Scripts:    Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300, GoBuildCacheMB: 1024},
 		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024, MaxPorts: 4,
 			InstallNetwork: NetworkBridge, PipIndexURL: "", InstallCAFile: "",
 			InstallGoProxy: "https://proxy.golang.org,direct", InstallGoSumDB: "sum.golang.org"},

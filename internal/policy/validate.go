@@ -254,6 +254,7 @@ func (p *Policy) Validate() error {
 		ps.add("scripts.pip_index_url", "%q is not an http(s) URL", u)
 	}
 	ps.intIn("scripts.dependency_cache_mb", p.Scripts.DependencyCacheMB, 1, maxMB)
+	ps.intIn("scripts.go_build_cache_mb", p.Scripts.GoBuildCacheMB, 0, maxMB)
 	ps.intIn("scripts.dependency_install_timeout_s", p.Scripts.DependencyInstallTimeoutS, 1, 3600)
 	if f := p.Scripts.InstallCAFile; f != "" && (!filepath.IsAbs(f) || filepath.Clean(f) != f) {
 		ps.add("scripts.install_ca_file", "%q must be a clean absolute path", f)

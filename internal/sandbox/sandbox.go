@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 // Labels every container the server creates carries, so a restarted server can
@@ -138,7 +140,10 @@ type ExitStatus struct {
 	// "disk_quota": its workspace filled past its quota); StoppedWhy says so in a sentence.
 	Stopped, StoppedWhy string
 	StartedAt           time.Time // as the engine saw it (zero if unknown)
-	FinishedAt          time.Time
+	// GoBuilds are the Go modules the job built (proto.GoBuild: hostile
+	// data), for the shared build cache's trusted builder.
+	GoBuilds   []proto.GoBuild
+	FinishedAt time.Time
 }
 
 // Handle is one running sandbox.

@@ -1,8 +1,15 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // goHello writes a small module in the job's /tmp that prints its argument.
@@ -60,4 +67,81 @@ func TestWorkspaceGoCacheLinksTheSeed(t *testing.T) {
 	if out != "OK\n1\n0\nprog=[]\n" {
 		t.Fatalf("go build in a workspace: %q", out)
 	}
+}
+
+// sharedModule is a module whose tests and toolexec script, if the shared
+// cache's builder ever ran them, would plant files in the cache.
+var sharedModule = map[string]string{
+	"go.mod":  "module example.com/shared\n\ngo 1.22\n",
+	"a/a.go":  "package a\n\nfunc Double(x int) int { return 2 * x }\n",
+	"b/b.go":  "package b\n\nimport \"example.com/shared/a\"\n\nfunc Quad(x int) int { return a.Double(a.Double(x)) }\n",
+	"evil.sh": "#!/bin/sh\necho toolexec > /go-build-shared/current/planted-toolexec\nexec \"$@\"\n",
+	"a/a_test.go": "package a\n\nimport (\n\t\"os\"\n\t\"testing\"\n)\n\n" +
+		"func init() { os.WriteFile(\"/go-build-shared/current/planted-init\", []byte(\"x\"), 0o644) }\n\n" +
+		"func TestDouble(t *testing.T) {\n\tos.WriteFile(\"/go-build-shared/current/planted-test\", []byte(\"x\"), 0o644)\n\tif Double(2) != 4 {\n\t\tt.Fatal(\"Double(2)\")\n\t}\n}\n",
+	"b/b_test.go": "package b\n\nimport \"testing\"\n\nfunc TestQuad(t *testing.T) {\n\tif Quad(1) != 4 {\n\t\tt.Fatal(\"Quad(1)\")\n\t}\n}\n",
+}
+
+// THREATS (docs/threats.md) 103: fresh go sandboxes share a build cache that
+// only a trusted builder writes. After a job's go test, the builder compiles
+// the module again (never running it), and the next fresh sandbox compiles
+// nothing of it. A job cannot write the cache; the builder runs neither the
+// module's tests nor its init functions nor a -toolexec a job records.
+func TestFreshGoBuildsShareATrustedCache(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	stdin := tarball(t, sharedModule)
+	unpack := `mkdir -p /tmp/s && cd /tmp/s && base64 -d | tar xzf - && chmod +x evil.sh && `
+	r := s.ok("run_command", map[string]any{"language": "go", "timeout_s": 300, "stdin": stdin, "command": unpack +
+		`go test -count=1 ./... && { touch /go-build-shared/current/x /go-build-shared/x 2>/dev/null && echo WROTE-SHARED || echo read-only; } && ` +
+		// A forged record: a -toolexec the builder must never run.
+		`printf '{"dir":"/tmp/s/a","args":["test","-toolexec","/tmp/s/evil.sh","./..."]}\n' >> "$SANDBOXER_GO_BUILDS"`})
+	if out := str(r, "stdout"); str(r, "status") != "completed" || !strings.Contains(out, "ok  \texample.com/shared/a") || !strings.Contains(out, "read-only") {
+		t.Fatalf("the first go test: %v", r)
+	}
+	// The builder runs after the job: a later fresh sandbox finds the
+	// module's packages, its test variants and its vet results built.
+	probe := unpack + `go test -count=1 -x ./... 2>/tmp/x.log; echo "compiled=$(grep -c -- '/compile -o' /tmp/x.log) vetted=$(grep -c -- '/vet ' /tmp/x.log)"; ls /go-build-shared/current/ | grep planted; true`
+	deadline := time.Now().Add(3 * time.Minute)
+	var out string
+	for {
+		r = s.ok("run_command", map[string]any{"language": "go", "timeout_s": 300, "stdin": stdin, "command": probe})
+		out = str(r, "stdout")
+		if str(r, "status") != "completed" || !strings.Contains(out, "ok  \texample.com/shared/b") {
+			t.Fatalf("go test in a later fresh sandbox: %v", r)
+		}
+		if strings.Contains(out, "compiled=0 vetted=0") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if !strings.Contains(out, "compiled=0 vetted=0") {
+		t.Fatalf("a fresh sandbox still compiles the module after its first run (is the shared cache filled?): %q", out)
+	}
+	if strings.Contains(out, "planted") {
+		t.Fatalf("the builder ran code of the module: %q", out)
+	}
+	// A change is compiled anew (keys are the sources'), and the rest is not.
+	r = s.ok("run_command", map[string]any{"language": "go", "timeout_s": 300, "stdin": stdin, "command": unpack +
+		`sed -i 's/2 \* x/x + x/' a/a.go && go test -count=1 -x ./... 2>/tmp/x.log; grep -- '/compile -o' /tmp/x.log | grep -o -- '-p [^ ]*' | sort | uniq -c | wc -l`})
+	if str(r, "status") != "completed" || !strings.Contains(str(r, "stdout"), "ok  \texample.com/shared/a") || strings.HasSuffix(str(r, "stdout"), "\n0\n") {
+		t.Fatalf("a changed module in a fresh sandbox: %v", r)
+	}
+}
+
+// tarball is files as a gzipped tar, base64-encoded (a job's stdin).
+func tarball(t *testing.T, files map[string]string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(files[name])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(files[name]))
+	}
+	tw.Close()
+	zw.Close()
+	return base64.StdEncoding.EncodeToString(buf.Bytes())
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/gobuild"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 	"github.com/sandboxer/sandboxer/internal/testutil"
@@ -189,8 +190,29 @@ func startServerIn(t *testing.T, stateDir string, env ...string) *server {
 	if _, err := s.client.Initialize(ctx, init); err != nil {
 		t.Fatalf("initialize: %v\nstderr:\n%s", err, s.stderr.String())
 	}
-	t.Cleanup(func() { s.stop() })
+	t.Cleanup(func() {
+		s.stop()
+		s.removeGoBuildCaches()
+	})
 	return s
+}
+
+// removeGoBuildCaches removes the shared Go build cache volumes of this
+// server's instance (internal/gobuild): each test's state directory is an
+// instance of its own, and the engine is shared.
+func (s *server) removeGoBuildCaches() {
+	cfg := config.Config{StateDir: s.stateDir}
+	rt, err := docker.New(cfg.Instance())
+	if err != nil {
+		return
+	}
+	defer rt.Close()
+	vols, _ := rt.ListVolumes(context.Background(), gobuild.LabelTenant)
+	for _, v := range vols {
+		if err := rt.RemoveVolume(context.Background(), v.Name); err != nil {
+			s.t.Logf("remove volume %s: %v", v.Name, err)
+		}
+	}
 }
 
 // stop closes stdin (a graceful shutdown) and checks stdout stayed clean.
@@ -328,10 +350,12 @@ func (s *server) containers() []sandbox.Container {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	// Warm sandboxes wait for a job and are not any job's: not counted.
+	// Warm sandboxes wait for a job and are not any job's: not counted; nor
+	// are the shared Go build cache's builders (they follow go jobs, and the
+	// server removes them at its exit: test/leftovers checks).
 	jobs := cs[:0]
 	for _, c := range cs {
-		if c.Kind != sandbox.KindPool || c.JobID != "" {
+		if (c.Kind != sandbox.KindPool || c.JobID != "") && c.Kind != gobuild.KindBuilder {
 			jobs = append(jobs, c)
 		}
 	}

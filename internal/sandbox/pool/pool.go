@@ -25,9 +25,11 @@ const (
 	prepareTimeout = 60 * time.Second
 	// discardTimeout bounds removing one.
 	discardTimeout = 30 * time.Second
-	// refillDelay is how long after a job takes a warm sandbox its
-	// replacement starts.
-	refillDelay = 100 * time.Millisecond
+	// refillMaxDelay is how long after a job takes a warm sandbox its
+	// replacement starts at the latest (it starts when the job ends, if
+	// sooner): a job does not share the CPUs with its replacement's start,
+	// and a long one does not keep the pool short.
+	refillMaxDelay = 2 * time.Second
 	// Backoff after a failed start, doubling up to the maximum.
 	minBackoff = time.Second
 	maxBackoff = time.Minute
@@ -60,6 +62,10 @@ type Follow struct {
 	MaxTotal int           // warm sandboxes wanted in all, configured targets included
 	Idle     time.Duration // a followed shape unused this long is no longer kept
 	Now      func() time.Time
+	// Volume says whether a shape that mounts this volume may be followed:
+	// one the server never removes while it runs (a tenant's shared build
+	// cache). nil = none.
+	Volume func(sandbox.Mount) bool
 }
 
 // Pool keeps warm sandboxes for its targets in front of a runtime.
@@ -148,6 +154,7 @@ func (p *Pool) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output)
 		}
 		h, err := w.Launch(ctx, spec, out)
 		if err == nil {
+			go p.refillAfter(h)
 			return h, nil
 		}
 		// It died between being ready and being taken (removed from
@@ -181,14 +188,23 @@ func (p *Pool) take(key string) sandbox.Warm {
 		default:
 		}
 		t.served++
-		// Refill a moment later: a short job then ends before its
-		// replacement competes with it for the engine and the CPUs.
-		time.AfterFunc(refillDelay, p.signal)
-		return w
+		return w // refilled after its job (refillAfter)
 	}
 	t.missed++
 	p.signal()
 	return nil
+}
+
+// refillAfter refills the pool when h's job ends, or refillMaxDelay after
+// it started.
+func (p *Pool) refillAfter(h sandbox.Handle) {
+	t := time.NewTimer(refillMaxDelay)
+	defer t.Stop()
+	select {
+	case <-h.Done():
+	case <-t.C:
+	}
+	p.signal()
 }
 
 func (p *Pool) signal() {
@@ -200,10 +216,12 @@ func (p *Pool) signal() {
 
 // followShape keeps a warm sandbox for a shape that had none, within the
 // budget (granted host directories included: a recently used mount set is
-// served warm). Shapes with volumes are left to whoever mounts them
-// (AddTarget: dependency caches).
+// served warm). Shapes with other volumes than Follow.Volume allows are
+// left to whoever mounts them (AddTarget: dependency caches).
 func (p *Pool) followShape(spec sandbox.Spec) {
-	if slices.ContainsFunc(spec.Mounts, func(m sandbox.Mount) bool { return m.Volume != "" }) {
+	if slices.ContainsFunc(spec.Mounts, func(m sandbox.Mount) bool {
+		return m.Volume != "" && (p.follow.Volume == nil || !p.follow.Volume(m))
+	}) {
 		return
 	}
 	spec.Kind, spec.JobID = sandbox.KindPool, ""

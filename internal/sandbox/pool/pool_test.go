@@ -284,6 +284,29 @@ func TestFollowUse(t *testing.T) {
 	waitFor(t, "python followed", func() bool { _, ok := statOf(p, "python"); return ok })
 }
 
+// A shape with a volume is followed only when Follow.Volume allows that
+// volume (a shared build cache); a dependency cache's is left to AddTarget.
+func TestFollowVolumes(t *testing.T) {
+	w := &warmer{Runtime: fake.New("test")}
+	p := New(w, nil, 2, zerolog.Nop())
+	p.FollowUse(Follow{MaxTotal: 4, Idle: time.Minute, Volume: func(m sandbox.Mount) bool { return m.Target == "/shared" && m.ReadOnly }})
+	go p.Run()
+	t.Cleanup(func() { p.Drain(context.Background()) })
+	shared, deps := spec("go"), spec("py")
+	shared.Mounts = []sandbox.Mount{{Volume: "cache", Target: "/shared", ReadOnly: true}}
+	deps.Mounts = []sandbox.Mount{{Volume: "deps-x", Target: "/deps", ReadOnly: true}}
+	run(t, p, shared)
+	run(t, p, deps)
+	waitFor(t, "the shared cache's shape followed", func() bool { st, ok := statOf(p, "go"); return ok && st.Ready == 1 })
+	run(t, p, shared)
+	if st, _ := statOf(p, "go"); st.Served != 1 {
+		t.Fatalf("the second job with the shared cache was not served warm: %+v", st)
+	}
+	if _, ok := statOf(p, "py"); ok {
+		t.Fatalf("a dependency cache's shape was followed: %+v", p.Stats())
+	}
+}
+
 // A warm sandbox on the egress network never serves a job without network,
 // nor the reverse; jobs on it share one shape whatever their own allowlist
 // (the grant is in the environment, handed over at launch).

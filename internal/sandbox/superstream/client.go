@@ -344,7 +344,8 @@ func (c *Client) Parse(src io.Reader) {
 // ExitStatus is the job's end as the supervisor reported it.
 func ExitStatus(e *proto.Exit) sandbox.ExitStatus {
 	st := sandbox.ExitStatus{ExitCode: e.ExitCode, OOMKilled: e.OOMKilled, TimedOut: e.TimedOut,
-		Usage: sandbox.Usage{CPUMS: e.Usage.CPUMS, PeakMemoryBytes: e.Usage.PeakMemoryBytes, WallMS: e.Usage.WallMS}}
+		Usage:    sandbox.Usage{CPUMS: e.Usage.CPUMS, PeakMemoryBytes: e.Usage.PeakMemoryBytes, WallMS: e.Usage.WallMS},
+		GoBuilds: e.GoBuilds}
 	if e.Error != "" {
 		st.StartErr = errors.New(e.Error)
 	}

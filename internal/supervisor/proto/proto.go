@@ -366,10 +366,39 @@ type Exit struct {
 	// Events are short notes about what the supervisor did (deadline fired,
 	// leftover processes killed, stdin dropped, ...), at most MaxEvents.
 	Events []string `json:"events,omitempty"`
+	// GoBuilds are the Go modules the job's go commands built, with their
+	// source (a fresh sandbox that asked for them: GoBuildsEnv), for a
+	// trusted builder to compile again into a shared build cache. Hostile
+	// data: the server checks every field.
+	GoBuilds []GoBuild `json:"go_builds,omitempty"`
 }
 
 // MaxEvents bounds Exit.Events.
 const MaxEvents = 32
+
+// GoBuildsEnv, in a fresh sandbox's environment, names the file where each
+// go command records its directory and arguments (the image's GOCACHEPROG
+// writes it); at the end the supervisor sends the modules they built.
+const GoBuildsEnv = "SANDBOXER_GO_BUILDS"
+
+// GoBuild is a go command a job ran and the module it ran in.
+type GoBuild struct {
+	Root string   `json:"root"` // the module's directory (holding go.mod)
+	Dir  string   `json:"dir"`  // the go command's working directory, in Root
+	Args []string `json:"args"` // its arguments after "go"
+	// Source is the module's regular files and directories under Root, as
+	// a gzipped tar with relative names.
+	Source []byte `json:"source"`
+}
+
+// Bounds of Exit.GoBuilds: what does not fit is left out.
+const (
+	MaxGoBuilds         = 4
+	MaxGoBuildArgs      = 64
+	MaxGoBuildSource    = 512 << 10 // compressed, all builds together
+	MaxGoBuildRawSource = 32 << 20  // uncompressed, one module
+	MaxGoBuildFiles     = 5000      // one module
+)
 
 // DecodeSpec parses and validates a Spec payload. Unknown fields and trailing
 // data are errors.
