@@ -118,6 +118,60 @@ func writeAtomic(path string, body io.Reader) (int64, error) {
 	return n, err
 }
 
+// goCacheIndexFile, in a seed that never changes (the image's), lists every
+// entry whose output is there, whole, one per line as its action file
+// holds it (the go image's Dockerfile writes it). The cache program then
+// answers from memory: a go test makes hundreds of requests, one after the
+// other, and each lookup on disk costs tens of microseconds in a new
+// container.
+const goCacheIndexFile = "index"
+
+// indexedEntry is an entry of a seed's index.
+type indexedEntry struct {
+	out  []byte
+	size int64
+	when time.Time
+}
+
+// readGoCacheIndex reads dir's index; nil when it has none.
+func readGoCacheIndex(dir string) map[string]indexedEntry {
+	data, err := os.ReadFile(filepath.Join(dir, goCacheIndexFile))
+	if err != nil {
+		return nil
+	}
+	idx := map[string]indexedEntry{}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) != 5 || f[0] != "v1" {
+			continue
+		}
+		out, err1 := hex.DecodeString(f[2])
+		size, err2 := strconv.ParseInt(f[3], 10, 64)
+		nano, err3 := strconv.ParseInt(f[4], 10, 64)
+		if err1 == nil && err2 == nil && err3 == nil {
+			idx[f[1]] = indexedEntry{out: out, size: size, when: time.Unix(0, nano)}
+		}
+	}
+	return idx
+}
+
+// seed is a read-only cache the program reads, with its index if it has one.
+type seed struct {
+	dir   goCache
+	index map[string]indexedEntry
+}
+
+func (s seed) get(action []byte) (out []byte, size int64, when time.Time, disk string, ok bool) {
+	if s.index == nil {
+		return s.dir.get(action)
+	}
+	e, ok := s.index[hex.EncodeToString(action)]
+	if !ok {
+		return nil, 0, time.Time{}, "", false
+	}
+	return e.out, e.size, e.when, s.dir.path(e.out, "d"), true
+}
+
 // goCacheProgMain serves the go command on stdin/stdout until "close" or EOF.
 func goCacheProgMain(stdin io.Reader, stdout io.Writer) int {
 	recordGoBuild()
@@ -126,7 +180,7 @@ func goCacheProgMain(stdin io.Reader, stdout io.Writer) int {
 		logger.Print("gocacheprog: GOCACHE must be an absolute directory")
 		return 2
 	}
-	var seeds []goCache
+	caches := []seed{{dir: own}}
 	for _, s := range filepath.SplitList(os.Getenv(goCacheSeedsEnv)) {
 		if s == "" || filepath.Clean(s) == filepath.Clean(string(own)) {
 			continue
@@ -137,7 +191,7 @@ func goCacheProgMain(stdin io.Reader, stdout io.Writer) int {
 		if r, err := filepath.EvalSymlinks(s); err == nil {
 			s = r
 		}
-		seeds = append(seeds, goCache(s))
+		caches = append(caches, seed{dir: goCache(s), index: readGoCacheIndex(s)})
 	}
 	w := bufio.NewWriter(stdout)
 	enc := json.NewEncoder(w)
@@ -161,7 +215,7 @@ func goCacheProgMain(stdin io.Reader, stdout io.Writer) int {
 		switch req.Command {
 		case "get":
 			res.Miss = true
-			for _, c := range append([]goCache{own}, seeds...) {
+			for _, c := range caches { // the job's own first
 				if out, size, when, disk, ok := c.get(req.ActionID); ok {
 					res = cacheResponse{ID: req.ID, OutputID: out, Size: size, Time: &when, DiskPath: disk}
 					break

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,5 +176,64 @@ func TestLinkGoCacheSeeds(t *testing.T) {
 	}
 	if n, err := linkGoCacheSeeds(); err != nil || n != 1 {
 		t.Fatalf("relinked %d, want the 1 removed: %v", n, err)
+	}
+}
+
+// TestGoCacheSeedIndex: a seed with an index is answered from it: an entry
+// it lists is found with no action file on disk, one it does not list is
+// not, and the real go command builds from an indexed seed as from files.
+func TestGoCacheSeedIndex(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds Go code")
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	mod := t.TempDir()
+	for name, content := range map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n",
+		"main.go": "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hi\") }\n"} {
+		if err := os.WriteFile(filepath.Join(mod, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seedDir := t.TempDir()
+	goIn(t, goBin, mod, []string{"GOCACHE=" + seedDir}, "build", "-o", os.DevNull, ".")
+	// The index as the go image's Dockerfile writes it.
+	script := `cd "$1" && find . -name '*-d' -printf '%f %s\n' | sed 's/-d / /' > outputs && find . -name '*-a' -exec cat {} + > actions && ` +
+		`awk 'NR == FNR { size[$1] = $2; next } ($3 in size) && size[$3] == $4 { print $1, $2, $3, $4, $5 }' outputs actions > index && rm outputs actions`
+	if out, err := exec.Command("sh", "-c", script, "sh", seedDir).CombinedOutput(); err != nil {
+		t.Fatalf("index: %v: %s", err, out)
+	}
+	idx := readGoCacheIndex(seedDir)
+	actions, _ := filepath.Glob(filepath.Join(seedDir, "*", "*-a"))
+	if len(idx) == 0 || len(idx) != len(actions) {
+		t.Fatalf("index of %d entries for %d action files", len(idx), len(actions))
+	}
+	indexed := seed{dir: goCache(seedDir), index: idx}
+	listed := actions[0]
+	id, _ := hex.DecodeString(strings.TrimSuffix(filepath.Base(listed), "-a"))
+	want, _, _, disk, ok := goCache(seedDir).get(id)
+	if !ok {
+		t.Fatal("a listed entry is not in the seed")
+	}
+	if err := os.Remove(listed); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _, d, ok := indexed.get(id); !ok || !bytes.Equal(out, want) || d != disk {
+		t.Errorf("a listed entry without its action file: %x %q %v, want %x %q", out, d, ok, want, disk)
+	}
+	delete(idx, hex.EncodeToString(id))
+	if err := os.WriteFile(listed, []byte(fmt.Sprintf("v1 %x %x %20d %20d\n", id, want, 1, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, _, ok := indexed.get(id); ok {
+		t.Error("an entry the index does not list was found")
+	}
+	// The go command, with the indexed seed (the removed entry rebuilt).
+	own := t.TempDir()
+	env := []string{"GOCACHE=" + own, "GOCACHEPROG=" + supBin + " " + goCacheProgCommand, goCacheSeedsEnv + "=" + seedDir}
+	if out := goIn(t, goBin, mod, env, "build", "-x", "-o", filepath.Join(own, "hello"), "."); strings.Contains(out, "-p runtime ") {
+		t.Errorf("the indexed seed was not used:\n%s", out)
+	}
+	if out, err := exec.Command(filepath.Join(own, "hello")).Output(); err != nil || string(out) != "hi\n" {
+		t.Fatalf("hello: %q %v", out, err)
 	}
 }

@@ -54,8 +54,14 @@ type Cache struct {
 type fill struct {
 	volume, image string
 	limits        policy.Resolved
+	timeout       time.Duration
 	build         Build
 }
+
+// buildSlack is what a build may take beyond its job's own time: a build
+// compiles what its job compiled, so a job cannot buy much more of the
+// builder's time than it spent itself.
+const buildSlack = 30 * time.Second
 
 // New returns a cache, or nil when the policy turns it off
 // (scripts.go_build_cache_mb 0) or the runtime keeps no volumes.
@@ -158,7 +164,9 @@ func (c *Cache) Ended(req job.Request, st sandbox.ExitStatus) {
 			c.log.Info().Err(err).Msg("shared go build cache: a job's go build is not built again")
 			continue
 		}
-		f := fill{volume: req.Mounts[i].Volume, image: req.Image, limits: req.Limits, build: b}
+		timeout := min(maxBuildTime, time.Duration(c.pol.Limits.TimeoutS.Max)*time.Second,
+			time.Duration(st.Usage.WallMS)*time.Millisecond+buildSlack)
+		f := fill{volume: req.Mounts[i].Volume, image: req.Image, limits: req.Limits, timeout: timeout, build: b}
 		if c.seen(f.build.key(f.volume, f.image)) {
 			continue
 		}
@@ -226,7 +234,7 @@ exec go "$@"
 `
 
 func (c *Cache) build(f fill) (string, error) {
-	timeout := min(f.limits.Timeout, maxBuildTime)
+	timeout := f.timeout
 	keepMin := int64(c.pol.Limits.TimeoutS.Max/60) + 2
 	env := []string{
 		"GOCACHE=" + Current, seedsEnv + "=" + script.GoCacheSeed,

@@ -82,6 +82,13 @@ var sharedModule = map[string]string{
 	"b/b_test.go": "package b\n\nimport \"testing\"\n\nfunc TestQuad(t *testing.T) {\n\tif Quad(1) != 4 {\n\t\tt.Fatal(\"Quad(1)\")\n\t}\n}\n",
 }
 
+// sharedUnpack unpacks sharedModule from stdin; sharedProbe then tests it
+// and counts what it compiled and vetted.
+const (
+	sharedUnpack = `mkdir -p /tmp/s && cd /tmp/s && base64 -d | tar xzf - && chmod +x evil.sh && `
+	sharedProbe  = sharedUnpack + `go test -count=1 -x ./... 2>/tmp/x.log; echo "compiled=$(grep -c -- '/compile -o' /tmp/x.log) vetted=$(grep -c -- '/vet ' /tmp/x.log)"; ls /go-build-shared/current/ | grep planted; true`
+)
+
 // THREATS (docs/threats.md) 103: fresh go sandboxes share a build cache that
 // only a trusted builder writes. After a job's go test, the builder compiles
 // the module again (never running it), and the next fresh sandbox compiles
@@ -89,9 +96,12 @@ var sharedModule = map[string]string{
 // module's tests nor its init functions nor a -toolexec a job records.
 func TestFreshGoBuildsShareATrustedCache(t *testing.T) {
 	t.Parallel()
-	s := startServer(t)
+	sharedGoBuildCache(t, startServer(t))
+}
+
+func sharedGoBuildCache(t *testing.T, s *server) {
 	stdin := tarball(t, sharedModule)
-	unpack := `mkdir -p /tmp/s && cd /tmp/s && base64 -d | tar xzf - && chmod +x evil.sh && `
+	unpack := sharedUnpack
 	r := s.ok("run_command", map[string]any{"language": "go", "timeout_s": 300, "stdin": stdin, "command": unpack +
 		`go test -count=1 ./... && { touch /go-build-shared/current/x /go-build-shared/x 2>/dev/null && echo WROTE-SHARED || echo read-only; } && ` +
 		// A forged record: a -toolexec the builder must never run.
@@ -101,7 +111,7 @@ func TestFreshGoBuildsShareATrustedCache(t *testing.T) {
 	}
 	// The builder runs after the job: a later fresh sandbox finds the
 	// module's packages, its test variants and its vet results built.
-	probe := unpack + `go test -count=1 -x ./... 2>/tmp/x.log; echo "compiled=$(grep -c -- '/compile -o' /tmp/x.log) vetted=$(grep -c -- '/vet ' /tmp/x.log)"; ls /go-build-shared/current/ | grep planted; true`
+	probe := sharedProbe
 	deadline := time.Now().Add(3 * time.Minute)
 	var out string
 	for {

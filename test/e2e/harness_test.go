@@ -200,8 +200,12 @@ func startServerIn(t *testing.T, stateDir string, env ...string) *server {
 // removeGoBuildCaches removes the shared Go build cache volumes of this
 // server's instance (internal/gobuild): each test's state directory is an
 // instance of its own, and the engine is shared.
-func (s *server) removeGoBuildCaches() {
-	cfg := config.Config{StateDir: s.stateDir}
+func (s *server) removeGoBuildCaches() { removeGoBuildCachesOf(s.t, s.stateDir) }
+
+// removeGoBuildCachesOf removes the shared Go build cache volumes of the
+// instance of a state directory.
+func removeGoBuildCachesOf(t *testing.T, stateDir string) {
+	cfg := config.Config{StateDir: stateDir}
 	rt, err := docker.New(cfg.Instance())
 	if err != nil {
 		return
@@ -210,7 +214,7 @@ func (s *server) removeGoBuildCaches() {
 	vols, _ := rt.ListVolumes(context.Background(), gobuild.LabelTenant)
 	for _, v := range vols {
 		if err := rt.RemoveVolume(context.Background(), v.Name); err != nil {
-			s.t.Logf("remove volume %s: %v", v.Name, err)
+			t.Logf("remove volume %s: %v", v.Name, err)
 		}
 	}
 }

@@ -72,6 +72,7 @@ func startHTTPServer(t *testing.T, extra ...string) *httpServer {
 			_ = h.cmd.Process.Kill()
 			t.Errorf("the HTTP server did not stop within 60 s of SIGTERM")
 		}
+		removeGoBuildCachesOf(t, filepath.Join(dir, "state"))
 	})
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if m := httpLine.FindStringSubmatch(h.stderr.String()); m != nil {
@@ -463,5 +464,31 @@ func TestHTTPSlowRequest(t *testing.T) {
 		case <-time.After(500 * time.Millisecond):
 			_, _ = conn.Write([]byte("X"))
 		}
+	}
+}
+
+// THREATS 103: each tenant has its own shared Go build cache. Once alice's
+// fresh sandboxes find her module built, bob's still compile it.
+func TestHTTPTenantsHaveTheirOwnGoBuildCache(t *testing.T) {
+	h := startHTTPServer(t)
+	alice, bob := h.client(aliceToken), h.client(bobToken)
+	stdin := tarball(t, sharedModule)
+	probe := func(c *client.Client) string {
+		r := okHTTP(t, c, "run_command", map[string]any{"language": "go", "timeout_s": 300, "wait_s": 50, "stdin": stdin, "command": sharedProbe})
+		if str(r, "status") != "completed" {
+			t.Fatalf("go test: %v", r)
+		}
+		return str(r, "stdout")
+	}
+	out := probe(alice)
+	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(out, "compiled=0 ") && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Second)
+		out = probe(alice)
+	}
+	if !strings.Contains(out, "compiled=0 ") {
+		t.Fatalf("alice's fresh sandbox still compiles her module: %q", out)
+	}
+	if out := probe(bob); strings.Contains(out, "compiled=0 ") {
+		t.Fatalf("bob's fresh sandbox found alice's module built: %q", out)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/gobuild"
+	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
 )
 
 // kubernetesDepClaims lists the names of the server's dependency caches'
@@ -213,4 +215,24 @@ try { require('fs').writeFileSync('/deps/x', 'y'); console.log('wrote the cache'
 	if strings.Contains(s.stderr.String(), "panic") {
 		t.Fatalf("the server panicked:\n%s", tail(s.stderr.String(), 3000))
 	}
+}
+
+// The shared Go build cache on backend kubernetes (threat 103): a claim per
+// tenant, read-only in fresh go pods, written by the builder pod only.
+func TestKubernetesSharedGoBuildCache(t *testing.T) {
+	s := startServer(t, kubernetesEnv(t)...)
+	t.Cleanup(func() {
+		// Before the server stops: a claim in use goes once its pods have.
+		cfg := config.Config{StateDir: s.stateDir}
+		rt, err := kubernetes.New(cfg.Instance(), kubernetes.Config{})
+		if err != nil {
+			return
+		}
+		defer rt.Close()
+		vols, _ := rt.ListVolumes(context.Background(), gobuild.LabelTenant)
+		for _, v := range vols {
+			_ = rt.RemoveVolume(context.Background(), v.Name)
+		}
+	})
+	sharedGoBuildCache(t, s)
 }
