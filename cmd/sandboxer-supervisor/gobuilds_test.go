@@ -19,7 +19,7 @@ import (
 
 func TestGoCommandArgs(t *testing.T) {
 	for in, want := range map[string]string{
-		"go\x00test\x00-count=1\x00./...\x00":     "test -count=1 ./...",
+		"go\x00test\x00-count=1\x00./...\x00":    "test -count=1 ./...",
 		"/usr/local/go/bin/go\x00build\x00.\x00": "build .",
 		"go\x00vet\x00":                          "vet",
 		"go\x00run\x00.\x00":                     "",

@@ -48,7 +48,7 @@ func (v *volumes) ListVolumes(ctx context.Context, label string) ([]sandbox.Volu
 }
 
 func (v *volumes) VolumeSizes(ctx context.Context) (map[string]int64, error) { return nil, nil }
-func (v *volumes) RemoveVolume(ctx context.Context, name string) error      { return nil }
+func (v *volumes) RemoveVolume(ctx context.Context, name string) error       { return nil }
 
 func (v *volumes) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
 	v.mu.Lock()
@@ -118,7 +118,7 @@ func TestEndedBuildsOnce(t *testing.T) {
 	bad := proto.GoBuild{Root: "/tmp/m", Dir: "/tmp/m", Args: []string{"generate"}, Source: src}
 	st := sandbox.ExitStatus{Usage: sandbox.Usage{WallMS: 1000}, GoBuilds: []proto.GoBuild{good, bad}}
 	c.Ended(req, st)
-	c.Ended(req, st) // the same build again: not built twice
+	c.Ended(req, st)                                                  // the same build again: not built twice
 	c.Ended(job.Request{Language: "go", Image: "sandboxer/go:x"}, st) // no cache mounted
 	deadline := time.Now().Add(10 * time.Second)
 	for {
