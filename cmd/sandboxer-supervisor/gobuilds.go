@@ -89,7 +89,9 @@ func goCommandArgs(cmdline []byte) []string {
 
 // collectGoBuilds reads the records in path and returns each module's source
 // with them, within proto's bounds; what is left out is said in events.
-func collectGoBuilds(path string, events *[]string) []proto.GoBuild {
+// Directories in skip (the go command's caches, when a module holds them)
+// are not sent.
+func collectGoBuilds(path string, skip []string, events *[]string) []proto.GoBuild {
 	if path == "" || !filepath.IsAbs(path) {
 		return nil
 	}
@@ -124,7 +126,7 @@ func collectGoBuilds(path string, events *[]string) []proto.GoBuild {
 		src, ok := sources[root]
 		if !ok {
 			var err error
-			if src, err = moduleSource(root, deadline); err != nil {
+			if src, err = moduleSource(root, skip, deadline); err != nil {
 				*events = append(*events, fmt.Sprintf("go build in %s not shared: %v", truncate(root, 200), err))
 			}
 			sources[root] = src
@@ -159,7 +161,7 @@ var errTooBig = errors.New("too big")
 // moduleSource is root's regular files and directories as a gzipped tar
 // (names relative, times zero, modes 0644/0755: the same module gives the
 // same bytes). .git is left out; symbolic links and special files too.
-func moduleSource(root string, deadline time.Time) ([]byte, error) {
+func moduleSource(root string, skip []string, deadline time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	tw := tar.NewWriter(zw)
@@ -177,7 +179,7 @@ func moduleSource(root string, deadline time.Time) ([]byte, error) {
 			return err
 		}
 		switch {
-		case d.IsDir() && d.Name() == ".git":
+		case d.IsDir() && (d.Name() == ".git" || slices.Contains(skip, p)):
 			return filepath.SkipDir
 		case d.IsDir():
 			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: filepath.ToSlash(rel) + "/", Mode: 0o755, ModTime: time.Unix(0, 0), Format: tar.FormatPAX})

@@ -46,7 +46,7 @@ func TestCollectGoBuilds(t *testing.T) {
 	for name, content := range map[string]string{
 		"go.mod": "module example.com/m\n\ngo 1.22\n", "a.go": "package m\n\nfunc A() int { return 1 }\n",
 		"sub/b.go": "package sub\n", "sub/b_test.go": "package sub\n\nimport \"testing\"\n\nfunc TestB(t *testing.T) {}\n",
-		".git/config": "secret",
+		".git/config": "secret", "cache/00/x-d": "a cache in the module",
 	} {
 		p := filepath.Join(mod, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
@@ -66,7 +66,7 @@ func TestCollectGoBuilds(t *testing.T) {
 	goIn(t, goBin, mod, env, "list", ".") // not a build: not recorded
 
 	var events []string
-	builds := collectGoBuilds(records, &events)
+	builds := collectGoBuilds(records, []string{filepath.Join(mod, "cache")}, &events)
 	if len(builds) != 1 {
 		t.Fatalf("%d builds (%v), want the one test twice made one", len(builds), events)
 	}
@@ -94,7 +94,7 @@ func TestCollectGoBuilds(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("source holds %q, want %q", names, want)
 	}
-	again := collectGoBuilds(records, &events)
+	again := collectGoBuilds(records, []string{filepath.Join(mod, "cache")}, &events)
 	if len(again) != 1 || !bytes.Equal(again[0].Source, b.Source) {
 		t.Error("the same module gave other bytes")
 	}
@@ -104,7 +104,7 @@ func TestCollectGoBuilds(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := collectGoBuilds(fifo, &events); got != nil {
+	if got := collectGoBuilds(fifo, nil, &events); got != nil {
 		t.Errorf("a FIFO gave %d builds", len(got))
 	}
 }

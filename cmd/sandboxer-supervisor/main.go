@@ -37,6 +37,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"strings"
 	"sync"
@@ -250,7 +251,13 @@ wait:
 	if spec.KillMode == proto.KillContainer {
 		// A fresh sandbox: its processes are all gone, and what its go
 		// commands built is read now (for the shared build cache).
-		exit.GoBuilds = collectGoBuilds(envValue(spec.Env, proto.GoBuildsEnv), &exit.Events)
+		var caches []string
+		for _, k := range []string{"GOCACHE", "GOPATH", "GOMODCACHE"} {
+			if v := envValue(spec.Env, k); filepath.IsAbs(v) {
+				caches = append(caches, filepath.Clean(v))
+			}
+		}
+		exit.GoBuilds = collectGoBuilds(envValue(spec.Env, proto.GoBuildsEnv), caches, &exit.Events)
 	}
 	out.exit(exit)
 	// The container's exit code is the job's, so the engine's record agrees
