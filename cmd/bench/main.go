@@ -37,6 +37,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/gobuild"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 )
@@ -210,6 +211,12 @@ func (s *server) close() {
 			for _, c := range left {
 				_ = s.rt.Remove(ctx, c.ID)
 			}
+		}
+		// Its shared Go build cache goes too: each bench server is an
+		// instance of its own, and the engine is shared.
+		vols, _ := s.rt.ListVolumes(ctx, gobuild.LabelTenant)
+		for _, v := range vols {
+			_ = s.rt.RemoveVolume(ctx, v.Name)
 		}
 		cancel()
 		_ = s.rt.Close()
