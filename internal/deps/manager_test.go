@@ -20,14 +20,13 @@ import (
 // the real bash.
 type fakeRT struct {
 	*fake.Runtime
-	mu       sync.Mutex
-	vols     map[string]sandbox.Volume
+	fake.Volumes
 	installs atomic.Int32
 	install  func(spec sandbox.Spec) string
 }
 
 func newFakeRT() *fakeRT {
-	return &fakeRT{Runtime: fake.New("test"), vols: map[string]sandbox.Volume{},
+	return &fakeRT{Runtime: fake.New("test"),
 		install: func(sandbox.Spec) string { return "sleep 0.2; echo sandboxer-deps-size-kb=1024" }}
 }
 
@@ -42,40 +41,7 @@ func (f *fakeRT) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outpu
 	return f.Runtime.Start(ctx, spec, out)
 }
 
-func (f *fakeRT) CreateVolume(_ context.Context, name string, labels map[string]string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.vols[name] = sandbox.Volume{Name: name, Labels: labels, CreatedAt: time.Now()}
-	return nil
-}
-
-func (f *fakeRT) ListVolumes(_ context.Context, label string) ([]sandbox.Volume, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	k, v, hasV := strings.Cut(label, "=")
-	var out []sandbox.Volume
-	for _, vol := range f.vols {
-		if got, ok := vol.Labels[k]; ok && (!hasV || got == v) {
-			out = append(out, vol)
-		}
-	}
-	return out, nil
-}
-
-func (f *fakeRT) VolumeSizes(context.Context) (map[string]int64, error) { return nil, nil }
-
-func (f *fakeRT) RemoveVolume(_ context.Context, name string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.vols, name)
-	return nil
-}
-
-func (f *fakeRT) volumes() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.vols)
-}
+func (f *fakeRT) volumes() int { return f.Count() }
 
 func newManager(t *testing.T, cacheMB int64) (*Manager, *fakeRT) {
 	t.Helper()

@@ -22,33 +22,10 @@ import (
 // volumes is the fake runtime with volumes, recording what it starts.
 type volumes struct {
 	*fake.Runtime
+	fake.Volumes
 	mu      sync.Mutex
-	vols    []sandbox.Volume
 	started []sandbox.Spec
 }
-
-func (v *volumes) CreateVolume(ctx context.Context, name string, labels map[string]string) error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.vols = append(v.vols, sandbox.Volume{Name: name, Labels: labels})
-	return nil
-}
-
-func (v *volumes) ListVolumes(ctx context.Context, label string) ([]sandbox.Volume, error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	k, val, _ := strings.Cut(label, "=")
-	var out []sandbox.Volume
-	for _, vol := range v.vols {
-		if got, ok := vol.Labels[k]; ok && (val == "" || got == val) {
-			out = append(out, vol)
-		}
-	}
-	return out, nil
-}
-
-func (v *volumes) VolumeSizes(ctx context.Context) (map[string]int64, error) { return nil, nil }
-func (v *volumes) RemoveVolume(ctx context.Context, name string) error       { return nil }
 
 func (v *volumes) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
 	v.mu.Lock()
@@ -87,8 +64,8 @@ func TestExtend(t *testing.T) {
 	c.Extend(alice, &again)
 	other := job.Request{Language: "go"}
 	c.Extend(bob, &other)
-	if again.Mounts[0].Volume != req.Mounts[0].Volume || other.Mounts[0].Volume == req.Mounts[0].Volume || len(rt.vols) != 2 {
-		t.Errorf("one volume per tenant: alice %s and %s, bob %s; %d made", req.Mounts[0].Volume, again.Mounts[0].Volume, other.Mounts[0].Volume, len(rt.vols))
+	if again.Mounts[0].Volume != req.Mounts[0].Volume || other.Mounts[0].Volume == req.Mounts[0].Volume || rt.Count() != 2 {
+		t.Errorf("one volume per tenant: alice %s and %s, bob %s; %d made", req.Mounts[0].Volume, again.Mounts[0].Volume, other.Mounts[0].Volume, rt.Count())
 	}
 	if again.Env[0] != seedsEnv+"=/usr/local/share/go-build-seed:"+Current {
 		t.Errorf("env without seeds: %q", again.Env)
