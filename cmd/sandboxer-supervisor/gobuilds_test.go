@@ -43,19 +43,11 @@ func TestCollectGoBuilds(t *testing.T) {
 	}
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	mod := t.TempDir()
-	for name, content := range map[string]string{
+	writeTree(t, mod, map[string]string{
 		"go.mod": "module example.com/m\n\ngo 1.22\n", "a.go": "package m\n\nfunc A() int { return 1 }\n",
 		"sub/b.go": "package sub\n", "sub/b_test.go": "package sub\n\nimport \"testing\"\n\nfunc TestB(t *testing.T) {}\n",
 		".git/config": "secret", "cache/00/x-d": "a cache in the module",
-	} {
-		p := filepath.Join(mod, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	if err := os.Symlink("/etc/passwd", filepath.Join(mod, "passwd")); err != nil {
 		t.Fatal(err)
 	}

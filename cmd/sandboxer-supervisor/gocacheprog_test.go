@@ -36,12 +36,8 @@ func TestGoCacheProg(t *testing.T) {
 	// The seed, in the go command's own layout, built from another program
 	// with the same imports, then made read-only.
 	seedMod := t.TempDir()
-	for name, content := range map[string]string{"go.mod": "module example.com/seed\n\ngo 1.22\n",
-		"main.go": "package main\n\nimport (\n\t\"fmt\"\n\t\"strings\"\n)\n\nfunc main() { fmt.Println(strings.ToLower(\"SEED\")) }\n"} {
-		if err := os.WriteFile(filepath.Join(seedMod, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTree(t, seedMod, map[string]string{"go.mod": "module example.com/seed\n\ngo 1.22\n",
+		"main.go": "package main\n\nimport (\n\t\"fmt\"\n\t\"strings\"\n)\n\nfunc main() { fmt.Println(strings.ToLower(\"SEED\")) }\n"})
 	seed := t.TempDir()
 	goIn(t, goBin, seedMod, []string{"GOCACHE=" + seed}, "build", "-o", os.DevNull, ".")
 
@@ -92,6 +88,20 @@ func goIn(t *testing.T, goBin, dir string, env []string, args ...string) string 
 	return string(out)
 }
 
+// writeTree writes files (slash-separated names under dir), making their directories.
+func writeTree(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestLinkGoCacheSeeds: a workspace's plain GOCACHE with the seed linked in
 // gives the real go command the standard library warm, with no GOCACHEPROG;
 // entries the workspace built stay; a link the go command trimmed comes back.
@@ -101,12 +111,8 @@ func TestLinkGoCacheSeeds(t *testing.T) {
 	}
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	mod := t.TempDir()
-	for name, content := range map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n",
-		"main.go": "package main\n\nimport (\n\t\"fmt\"\n\t\"strings\"\n)\n\nfunc main() { fmt.Println(strings.ToUpper(\"hi\")) }\n"} {
-		if err := os.WriteFile(filepath.Join(mod, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTree(t, mod, map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n",
+		"main.go": "package main\n\nimport (\n\t\"fmt\"\n\t\"strings\"\n)\n\nfunc main() { fmt.Println(strings.ToUpper(\"hi\")) }\n"})
 	seed := t.TempDir()
 	goIn(t, goBin, mod, []string{"GOCACHE=" + seed}, "build", "-o", os.DevNull, "fmt", "strings")
 	own := t.TempDir()
@@ -188,12 +194,8 @@ func TestGoCacheSeedIndex(t *testing.T) {
 	}
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	mod := t.TempDir()
-	for name, content := range map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n",
-		"main.go": "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hi\") }\n"} {
-		if err := os.WriteFile(filepath.Join(mod, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTree(t, mod, map[string]string{"go.mod": "module example.com/hello\n\ngo 1.22\n",
+		"main.go": "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hi\") }\n"})
 	seedDir := t.TempDir()
 	goIn(t, goBin, mod, []string{"GOCACHE=" + seedDir}, "build", "-o", os.DevNull, ".")
 	// The index as the go image's Dockerfile writes it.

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/script"
@@ -52,6 +53,7 @@ type Cache struct {
 }
 
 type fill struct {
+	key           string // Build.key: built once
 	volume, image string
 	limits        policy.Resolved
 	timeout       time.Duration
@@ -166,8 +168,9 @@ func (c *Cache) Ended(req job.Request, st sandbox.ExitStatus) {
 		}
 		timeout := min(maxBuildTime, time.Duration(c.pol.Limits.TimeoutS.Max)*time.Second,
 			time.Duration(st.Usage.WallMS)*time.Millisecond+buildSlack)
-		f := fill{volume: req.Mounts[i].Volume, image: req.Image, limits: req.Limits, timeout: timeout, build: b}
-		if c.seen(f.build.key(f.volume, f.image)) {
+		volume := req.Mounts[i].Volume
+		f := fill{key: b.key(volume, req.Image), volume: volume, image: req.Image, limits: req.Limits, timeout: timeout, build: b}
+		if c.seen(f.key) {
 			continue
 		}
 		select {
@@ -204,7 +207,7 @@ func (c *Cache) run() {
 				c.OnBuild(err == nil)
 			}
 			if err != nil {
-				c.log.Info().Err(err).Str("dir", f.build.Dir).Str("output", tail(out, 2048)).Msg("shared go build cache: build failed (what it compiled is kept)")
+				c.log.Info().Err(err).Str("dir", f.build.Dir).Bytes("output", headTail(out)).Msg("shared go build cache: build failed (what it compiled is kept)")
 			} else {
 				c.log.Debug().Str("dir", f.build.Dir).Msg("shared go build cache: built")
 			}
@@ -233,6 +236,12 @@ cd "$dir"
 exec go "$@"
 `
 
+// headTail is a build's output as logged: its start and its end.
+func headTail(out string) []byte {
+	b, _ := output.HeadTail([]byte(out), 2048)
+	return b
+}
+
 func (c *Cache) build(f fill) (string, error) {
 	timeout := f.timeout
 	keepMin := int64(c.pol.Limits.TimeoutS.Max/60) + 2
@@ -244,7 +253,7 @@ func (c *Cache) build(f fill) (string, error) {
 		fmt.Sprintf("SANDBOXER_GO_BUILD_KEEP_MIN=%d", keepMin),
 	}
 	spec := sandbox.Spec{
-		JobID: "gobuild-" + f.build.key(f.volume, f.image)[:16], Kind: KindBuilder, Image: f.image,
+		JobID: "gobuild-" + f.key[:16], Kind: KindBuilder, Image: f.image,
 		Cmd: append([]string{"sh", "-c", builderScript, "sandboxer-go-build", f.build.Root, f.build.Dir}, f.build.Args...),
 		Env: env, WorkDir: job.DefaultCwd, Network: "none", Runtime: c.pol.Runtime, EngineLog: "none",
 		OpenStdin: true, Limits: job.SandboxLimits(f.limits, 1<<20), Timeout: timeout,
@@ -280,11 +289,4 @@ func (c *Cache) build(f fill) (string, error) {
 		return out, fmt.Errorf("exit code %d", st.ExitCode)
 	}
 	return out, nil
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

@@ -59,7 +59,7 @@ type Build struct {
 // flagsWithValue are the go build and test flags that take the next
 // argument as their value when written without "=".
 var flagsWithValue = map[string]bool{
-	"C": true, "o": true, "p": true, "tags": true, "ldflags": true, "gcflags": true, "asmflags": true,
+	"o": true, "p": true, "tags": true, "ldflags": true, "gcflags": true, "asmflags": true,
 	"installsuffix": true, "mod": true, "modfile": true, "overlay": true, "pgo": true, "pkgdir": true,
 	"toolexec": true, "compiler": true, "gccgoflags": true, "buildmode": true, "covermode": true,
 	"coverpkg": true, "coverprofile": true, "exec": true, "vet": true, "run": true, "skip": true,
