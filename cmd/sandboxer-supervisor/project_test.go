@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -10,50 +8,6 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
-
-func TestChangesAgainstABaseline(t *testing.T) {
-	root := t.TempDir()
-	write := func(name, content string) {
-		os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755)
-		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
-	write("same.txt", "same\n")
-	write("edited.txt", "new\n")
-	write("added.bin", "\x00bin")
-	write(".cache/go-build/x", "cache")
-	os.Symlink("/etc/shadow", filepath.Join(root, "link"))
-	syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644)
-	got, err := changes(root, proto.ChangesRequest{
-		Baseline: []proto.BaselineEntry{
-			{Path: "same.txt", Type: "file", Mode: 0o644, SHA256: sum("same\n")},
-			{Path: "edited.txt", Type: "file", Mode: 0o644, SHA256: sum("old\n")},
-			{Path: "gone.txt", Type: "file", Mode: 0o644, SHA256: sum("gone\n")},
-			{Path: "link", Type: "symlink", Target: "/etc/shadow"},
-		},
-		Exclude: []string{".cache/go-build"}, MaxFileBytes: 1 << 20, MaxTotalBytes: 1 << 20,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{"edited.txt": "modified", "added.bin": "added", "gone.txt": "deleted"}
-	if len(got) != len(want) {
-		t.Fatalf("changes: %+v", got)
-	}
-	for _, c := range got {
-		if want[c.Path] != c.Change {
-			t.Fatalf("change %+v, want %s", c, want[c.Path])
-		}
-		if c.Path == "edited.txt" && string(c.Content) != "new\n" {
-			t.Fatalf("edited content %q", c.Content)
-		}
-		if c.Path == "added.bin" && (!c.Binary || c.Content != nil) {
-			t.Fatalf("binary file sent: %+v", c)
-		}
-	}
-}
 
 func TestScanSumsAndListsSpecials(t *testing.T) {
 	root := t.TempDir()

@@ -7,24 +7,30 @@ package hosttree
 
 import (
 	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
+	"golang.org/x/sys/unix"
 )
 
-// Scan walks fsys from "." without following links and sums up its tree in
-// res: directories, links, regular files and their sizes, and the special
-// files (sockets, FIFOs, devices) a copy leaves out. check, when not nil,
-// sees every entry first; its error ends the scan.
-func Scan(fsys fs.FS, res *proto.ScanResult, check func(p string, d fs.DirEntry) error) error {
-	return fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+// Scan walks dir without following links and sums up its tree in res:
+// directories, links, regular files and their sizes, and the special files
+// (sockets, FIFOs, devices) a copy leaves out. check, when not nil, sees
+// every entry first (by its slash-separated path under dir, "." for dir);
+// its error ends the scan.
+func Scan(dir string, res *proto.ScanResult, check func(p string, d fs.DirEntry) error) error {
+	return walk(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if u := errors.Unwrap(err); u != nil {
 				err = u
@@ -111,6 +117,15 @@ func ReadableBy(uid, gid uint32) func(p string, d fs.DirEntry) error {
 	}
 }
 
+// walk is filepath.WalkDir of dir with paths relative to it, slash-separated
+// ("." for dir itself). Unlike an fs.FS, it takes names that are not UTF-8:
+// a file name is bytes.
+func walk(dir string, fn func(p string, d fs.DirEntry, err error) error) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		return fn(rel(dir, p), d, err)
+	})
+}
+
 // ErrTooLarge is a tree that grew past WriteTar's limit while it was copied.
 var ErrTooLarge = errors.New("the tree holds more than it may")
 
@@ -124,7 +139,7 @@ var ErrTooLarge = errors.New("the tree holds more than it may")
 // the copy fails with ErrTooLarge. It does not close tw.
 func WriteTar(tw *tar.Writer, root *os.Root, prefix string, uid, gid int, maxBytes int64) error {
 	var total int64
-	return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	return walk(root.Name(), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -188,4 +203,147 @@ func copyFile(tw *tar.Writer, root *os.Root, p string, h *tar.Header) error {
 		return err
 	}
 	return nil
+}
+
+// Changes reports what under root differs from req's baseline, without
+// following a link: added, modified and deleted files and links, with the
+// content of each changed file (text or binary) within req's bounds (the
+// rest named, Omitted). Sockets, FIFOs and devices are not content.
+func Changes(root string, req proto.ChangesRequest) ([]proto.Change, error) {
+	base := make(map[string]proto.BaselineEntry, len(req.Baseline))
+	for _, e := range req.Baseline {
+		base[e.Path] = e
+	}
+	excluded := map[string]bool{}
+	for _, e := range req.Exclude {
+		excluded[e] = true
+	}
+	budget := req.MaxTotalBytes
+	seen := map[string]bool{}
+	var out []proto.Change
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		r := rel(root, p)
+		if err != nil {
+			if errors.Is(err, fs.ErrPermission) && r != "." {
+				out = append(out, proto.Change{Path: r, Change: "modified", Type: "dir", Omitted: true, Note: "unreadable directory (not owned by uid 1000): not compared"})
+				return fs.SkipDir
+			}
+			return err
+		}
+		if r == "." {
+			return nil
+		}
+		if excluded[r] {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		t := d.Type()
+		if t.IsDir() {
+			return nil
+		}
+		old, had := base[r]
+		seen[r] = true
+		c := proto.Change{Path: r, Change: "added"}
+		if had {
+			c.Change = "modified"
+		}
+		switch {
+		case t&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if had && old.Type == "symlink" && old.Target == target {
+				return nil
+			}
+			c.Type, c.Target = "symlink", target
+		case t.IsRegular():
+			c.Type = "file"
+			sum, ok := readFileChange(p, &c, req.MaxFileBytes, &budget)
+			if !ok {
+				return nil
+			}
+			if had && old.Type == "file" && old.SHA256 == sum && old.Mode == c.Mode {
+				budget += int64(len(c.Content)) // unchanged: its content is not sent
+				return nil
+			}
+		default:
+			return nil // sockets, FIFOs and devices are not content
+		}
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range req.Baseline {
+		if e.Type != "dir" && !seen[e.Path] && !underExcluded(e.Path, excluded) {
+			out = append(out, proto.Change{Path: e.Path, Change: "deleted", Type: e.Type, Mode: e.Mode, Target: e.Target})
+		}
+	}
+	return out, nil
+}
+
+func underExcluded(p string, excluded map[string]bool) bool {
+	for q := p; q != "." && q != "/" && q != ""; q = filepath.Dir(q) {
+		if excluded[q] {
+			return true
+		}
+	}
+	return false
+}
+
+// readFileChange hashes a regular file (opened without following links or
+// blocking) and keeps its content when it is text within the limits; it
+// returns the content's hex SHA-256 ("" when unreadable: c.Note says why),
+// and false when the path is no longer a regular file.
+func readFileChange(p string, c *proto.Change, maxFile int64, budget *int64) (string, bool) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		c.Omitted, c.Note = true, "unreadable: "+err.Error()
+		return "", true
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return "", false // swapped for something else under us
+	}
+	c.Mode, c.Size = uint32(st.Mode().Perm()), st.Size()
+	h := sha256.New()
+	var content bytes.Buffer
+	keep := st.Size() <= maxFile && st.Size() <= *budget
+	var w io.Writer = h
+	if keep {
+		w = io.MultiWriter(h, &content)
+	}
+	if _, err := io.Copy(w, f); err != nil {
+		c.Omitted, c.Note = true, "unreadable: "+err.Error()
+		return "", true
+	}
+	head := content.Bytes()
+	if len(head) > 8000 {
+		head = head[:8000]
+	}
+	switch {
+	case !keep:
+		c.Omitted = true
+	default:
+		// Binary content is sent too: the patch carries it as git's
+		// binary literal.
+		c.Binary = bytes.IndexByte(head, 0) >= 0
+		c.Content = content.Bytes()
+		*budget -= int64(content.Len())
+	}
+	return hex.EncodeToString(h.Sum(nil)), true
+}
+
+
+func rel(dir, p string) string {
+	r, err := filepath.Rel(dir, p)
+	if err != nil {
+		return p
+	}
+	return filepath.ToSlash(r)
 }

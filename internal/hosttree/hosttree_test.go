@@ -3,6 +3,8 @@ package hosttree
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
@@ -41,7 +43,7 @@ func must(t *testing.T, err error) {
 func TestScan(t *testing.T) {
 	dir, _ := tree(t)
 	var res proto.ScanResult
-	must(t, Scan(os.DirFS(dir), &res, nil))
+	must(t, Scan(dir, &res, nil))
 	if res.Files != 1 || res.Dirs != 2 || res.Links != 1 || res.Bytes != 6 || res.SpecialCount != 1 ||
 		len(res.Special) != 1 || res.Special[0] != (proto.SpecialFile{Path: "pipe", Type: "fifo"}) {
 		t.Fatalf("scan: %+v", res)
@@ -57,15 +59,15 @@ func TestReadableBy(t *testing.T) {
 	owner := st.Sys().(*syscall.Stat_t)
 	var res proto.ScanResult
 	// The owner (whoever runs the test) may read its 0640 file.
-	must(t, Scan(os.DirFS(dir), &res, ReadableBy(owner.Uid, owner.Gid)))
+	must(t, Scan(dir, &res, ReadableBy(owner.Uid, owner.Gid)))
 	// Another user may not (0640, other bits empty).
-	err = Scan(os.DirFS(dir), &proto.ScanResult{}, ReadableBy(owner.Uid+4242, owner.Gid+4242))
+	err = Scan(dir, &proto.ScanResult{}, ReadableBy(owner.Uid+4242, owner.Gid+4242))
 	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "sub/a.txt") {
 		t.Fatalf("another user's scan: %v", err)
 	}
 	must(t, os.Chmod(filepath.Join(dir, "sub", "a.txt"), 0o644))
 	must(t, os.Chmod(filepath.Join(dir, "sub"), 0o700))
-	err = Scan(os.DirFS(dir), &proto.ScanResult{}, ReadableBy(owner.Uid+4242, owner.Gid+4242))
+	err = Scan(dir, &proto.ScanResult{}, ReadableBy(owner.Uid+4242, owner.Gid+4242))
 	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "sub") {
 		t.Fatalf("a directory another user cannot search: %v", err)
 	}
@@ -119,3 +121,48 @@ func TestWriteTar(t *testing.T) {
 		t.Fatalf("past the limit: %v", err)
 	}
 }
+
+func TestChangesAgainstABaseline(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, content string) {
+		os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755)
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	write("same.txt", "same\n")
+	write("edited.txt", "new\n")
+	write("added.bin", "\x00bin")
+	write(".cache/go-build/x", "cache")
+	os.Symlink("/etc/shadow", filepath.Join(root, "link"))
+	syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644)
+	got, err := Changes(root, proto.ChangesRequest{
+		Baseline: []proto.BaselineEntry{
+			{Path: "same.txt", Type: "file", Mode: 0o644, SHA256: sum("same\n")},
+			{Path: "edited.txt", Type: "file", Mode: 0o644, SHA256: sum("old\n")},
+			{Path: "gone.txt", Type: "file", Mode: 0o644, SHA256: sum("gone\n")},
+			{Path: "link", Type: "symlink", Target: "/etc/shadow"},
+		},
+		Exclude: []string{".cache/go-build"}, MaxFileBytes: 1 << 20, MaxTotalBytes: 1 << 20,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"edited.txt": "modified", "added.bin": "added", "gone.txt": "deleted"}
+	if len(got) != len(want) {
+		t.Fatalf("changes: %+v", got)
+	}
+	for _, c := range got {
+		if want[c.Path] != c.Change {
+			t.Fatalf("change %+v, want %s", c, want[c.Path])
+		}
+		if c.Path == "edited.txt" && string(c.Content) != "new\n" {
+			t.Fatalf("edited content %q", c.Content)
+		}
+		if c.Path == "added.bin" && (!c.Binary || string(c.Content) != "\x00bin") {
+			t.Fatalf("binary file not sent as it is: %+v", c)
+		}
+	}
+}
+

@@ -1,10 +1,16 @@
-// Package patch writes changes as a unified diff in git's format, which
-// `git apply` (and `patch -p1`) applies: "a/" and "b/" prefixes, /dev/null
-// for added and deleted files, git's file modes, "\ No newline at end of
-// file" where a file ends without one. Binary files are named, never inlined.
+// Package patch writes changes as a diff in git's format, which `git apply`
+// applies: "a/" and "b/" prefixes, /dev/null for added and deleted files,
+// git's file modes (120000 for links), full "index" lines, "\ No newline at
+// end of file" where a file ends without one, paths C-quoted exactly as git
+// quotes them (so no name can write a header of its own), and binary files
+// as git's "GIT binary patch" literals (zlib, base85), forward and reverse.
 package patch
 
 import (
+	"bytes"
+	"compress/zlib"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"strings"
@@ -29,12 +35,23 @@ func (s Side) mode() string {
 	return "100644"
 }
 
+// blobID is git's object name of the side's content ("blob <size>\0" and
+// the bytes, SHA-1), or forty zeros for an absent side.
+func (s Side) blobID() string {
+	if !s.Exists {
+		return strings.Repeat("0", 40)
+	}
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", len(s.Content))
+	h.Write(s.Content)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // File is one path's change.
 type File struct {
 	Path     string
 	Old, New Side
-	// Binary: the content is not text (or was not available); the diff
-	// names the file and says so.
+	// Binary: the content is not text; it is written as a binary literal.
 	Binary bool
 }
 
@@ -52,40 +69,145 @@ func Write(w io.Writer, f File) error {
 		}
 		return Write(w, File{Path: f.Path, New: nw, Binary: f.Binary && !nw.Symlink})
 	}
-	a, b := "a/"+quote(f.Path), "b/"+quote(f.Path)
+	if old.Exists && nw.Exists && old.mode() == nw.mode() && bytes.Equal(old.Content, nw.Content) {
+		return nil // nothing git would show
+	}
+	a, b := QuoteTwo("a/", f.Path), QuoteTwo("b/", f.Path)
 	var hdr strings.Builder
 	fmt.Fprintf(&hdr, "diff --git %s %s\n", a, b)
+	index := fmt.Sprintf("index %s..%s", old.blobID(), nw.blobID())
 	switch {
 	case !old.Exists:
-		fmt.Fprintf(&hdr, "new file mode %s\n", nw.mode())
+		fmt.Fprintf(&hdr, "new file mode %s\n%s\n", nw.mode(), index)
 		a = "/dev/null"
 	case !nw.Exists:
-		fmt.Fprintf(&hdr, "deleted file mode %s\n", old.mode())
+		fmt.Fprintf(&hdr, "deleted file mode %s\n%s\n", old.mode(), index)
 		b = "/dev/null"
 	case old.mode() != nw.mode():
-		fmt.Fprintf(&hdr, "old mode %s\nnew mode %s\n", old.mode(), nw.mode())
+		fmt.Fprintf(&hdr, "old mode %s\nnew mode %s\n%s\n", old.mode(), nw.mode(), index)
+	default:
+		fmt.Fprintf(&hdr, "%s %s\n", index, old.mode())
+	}
+	if bytes.Equal(old.Content, nw.Content) {
+		_, err := io.WriteString(w, hdr.String()) // a mode change, or an empty file added or deleted
+		return err
+	}
+	// git ends a name holding a space with a tab on these lines, so that
+	// the name's end is clear.
+	tab := ""
+	if strings.ContainsRune(f.Path, ' ') {
+		tab = "\t"
 	}
 	if f.Binary {
-		fmt.Fprintf(&hdr, "Binary files %s and %s differ\n", a, b)
+		hdr.WriteString("GIT binary patch\n")
+		writeLiteral(&hdr, nw.Content)
+		writeLiteral(&hdr, old.Content)
 		_, err := io.WriteString(w, hdr.String())
 		return err
 	}
-	hunks := Hunks(lines(old.Content), lines(nw.Content))
-	if len(hunks) == 0 && old.Exists && nw.Exists && old.mode() == nw.mode() {
-		return nil // nothing git would show
-	}
-	if len(hunks) > 0 {
-		fmt.Fprintf(&hdr, "--- %s\n+++ %s\n", a, b)
-	}
+	fmt.Fprintf(&hdr, "--- %s%s\n+++ %s%s\n", a, tab, b, tab)
 	if _, err := io.WriteString(w, hdr.String()); err != nil {
 		return err
 	}
-	for _, h := range hunks {
+	for _, h := range Hunks(lines(old.Content), lines(nw.Content)) {
 		if _, err := io.WriteString(w, h); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeLiteral writes one hunk of a git binary patch: "literal SIZE", the
+// zlib-compressed content in base85 lines of up to 52 bytes each (a length
+// letter first), and an empty line.
+func writeLiteral(w *strings.Builder, content []byte) {
+	var z bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
+	zw.Write(content)
+	zw.Close()
+	fmt.Fprintf(w, "literal %d\n", len(content))
+	data := z.Bytes()
+	for len(data) > 0 {
+		n := min(len(data), 52)
+		if n <= 26 {
+			w.WriteByte(byte('A' + n - 1))
+		} else {
+			w.WriteByte(byte('a' + n - 27))
+		}
+		w.WriteString(base85(data[:n]))
+		w.WriteByte('\n')
+		data = data[n:]
+	}
+	w.WriteByte('\n')
+}
+
+// base85Alphabet is git's (base85.c), not Ascii85's.
+const base85Alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
+
+// base85 encodes b in groups of four bytes (the last one padded with
+// zeros), five characters each, most significant first.
+func base85(b []byte) string {
+	var out []byte
+	for len(b) > 0 {
+		var acc uint32
+		for i := 0; i < 4; i++ {
+			acc <<= 8
+			if i < len(b) {
+				acc |= uint32(b[i])
+			}
+		}
+		var group [5]byte
+		for i := 4; i >= 0; i-- {
+			group[i] = base85Alphabet[acc%85]
+			acc /= 85
+		}
+		out = append(out, group[:]...)
+		b = b[min(4, len(b)):]
+	}
+	return string(out)
+}
+
+// QuoteTwo is prefix+name as git writes it in a diff (quote.c's
+// quote_two): as it is when no byte needs quoting, else in double quotes
+// with C escapes.
+func QuoteTwo(prefix, name string) string {
+	if !needsQuote(prefix) && !needsQuote(name) {
+		return prefix + name
+	}
+	return `"` + cEscape(prefix) + cEscape(name) + `"`
+}
+
+// needsQuote: git (core.quotePath, its default) quotes a name holding a
+// control character, a double quote, a backslash or a byte above 0x7e.
+func needsQuote(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// cEscape escapes as git's quote_c_style: \a \b \t \n \v \f \r \" \\ by
+// name, every other byte that needs quoting as three octal digits.
+func cEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 7 && c <= 13:
+			b.WriteByte('\\')
+			b.WriteByte("abtnvfr"[c-7])
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, "\\%03o", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // lines splits content into lines that keep their "\n"; the last one lacks
@@ -304,7 +426,3 @@ func backtrack(trace [][]int, a, b []string, off, d, k int) []op {
 	}
 	return out
 }
-
-// quote leaves ordinary paths alone; git C-quotes the others, which this
-// writer does not do, so such names are written as they are.
-func quote(p string) string { return p }

@@ -93,11 +93,20 @@ func TestGitApplies(t *testing.T) {
 	}
 }
 
-func TestBinaryNamedNotInlined(t *testing.T) {
-	var b bytes.Buffer
-	Write(&b, File{Path: "img.png", New: Side{Exists: true, Content: []byte("\x00secret")}, Binary: true})
-	if strings.Contains(b.String(), "secret") || !strings.Contains(b.String(), "Binary files /dev/null and b/img.png differ") {
-		t.Fatalf("binary diff:\n%s", b.String())
+func TestQuoteTwoAsGit(t *testing.T) {
+	for _, c := range []struct{ name, want string }{
+		{"plain/name.txt", "a/plain/name.txt"},
+		{"with space", "a/with space"},
+		{"new\nline", `"a/new\nline"`},
+		{"tab\there", `"a/tab\there"`},
+		{`q"uote`, `"a/q\"uote"`},
+		{`back\slash`, `"a/back\\slash"`},
+		{"caf\xc3\xa9", `"a/caf\303\251"`},
+		{"bell\x07\x7f\x01", `"a/bell\a\177\001"`},
+	} {
+		if got := QuoteTwo("a/", c.name); got != c.want {
+			t.Errorf("QuoteTwo(%q) = %s, want %s", c.name, got, c.want)
+		}
 	}
 }
 

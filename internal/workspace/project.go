@@ -192,7 +192,9 @@ type ChangeSummary struct {
 	Change string `json:"change"` // added, modified, deleted
 	Type   string `json:"type"`   // file, symlink, dir
 	Binary bool   `json:"binary,omitempty"`
-	Note   string `json:"note,omitempty"`
+	// NotInDiff: the path is listed but the patch leaves it out (Note says why).
+	NotInDiff bool   `json:"not_in_diff,omitempty"`
+	Note      string `json:"note,omitempty"`
 }
 
 // Changes is what a workspace changed since its baseline.
@@ -257,57 +259,96 @@ func (m *Manager) Changes(ctx context.Context, name string) (*Changes, error) {
 	if got.Error != "" {
 		return nil, fmt.Errorf("workspace %q: %s", name, got.Error)
 	}
-	sort.Slice(got.Changes, func(i, j int) bool { return got.Changes[i].Path < got.Changes[j].Path })
-	old := map[string]proto.BaselineEntry{}
+	blob := func(sum string) ([]byte, error) { return m.Baselines.Blob(name, sum) }
+	var baseEntries []proto.BaselineEntry
 	if base != nil {
-		for _, e := range base.Entries {
-			old[e.Path] = e
-		}
+		baseEntries = base.Entries
 	}
-	var diff strings.Builder
-	for _, c := range got.Changes {
-		f, binary, err := m.patchFile(name, c, old[c.Path])
-		if err != nil {
-			return nil, err
-		}
-		res.Changes = append(res.Changes, ChangeSummary{Path: c.Path, Change: c.Change, Type: c.Type, Binary: binary, Note: c.Note})
-		if c.Type == "dir" {
-			continue // an unreadable directory: named, not diffed
-		}
-		if err := patch.Write(&diff, f); err != nil {
-			return nil, err
-		}
+	if res.Changes, res.Diff, err = writeChanges(got.Changes, baseEntries, blob); err != nil {
+		return nil, fmt.Errorf("workspace %q: %w", name, err)
 	}
-	res.Diff = diff.String()
 	return res, nil
 }
 
-// patchFile pairs a change with its baseline side.
-func (m *Manager) patchFile(name string, c proto.Change, old proto.BaselineEntry) (patch.File, bool, error) {
-	f := patch.File{Path: c.Path}
+// writeChanges sums up the changes the helper found against the baseline's
+// entries (whose file contents blob gives) and writes them as one patch:
+// deletions first, so that a path a deletion frees can be made again, then
+// the rest by path. A file whose content is not at hand on either side (over
+// changesMaxFile, past the helper's budget, unreadable) is listed, marked
+// not_in_diff, and left out of the patch, so the rest still applies.
+func writeChanges(found []proto.Change, base []proto.BaselineEntry, blob func(sum string) ([]byte, error)) ([]ChangeSummary, string, error) {
+	sort.SliceStable(found, func(i, j int) bool {
+		di, dj := found[i].Change == "deleted", found[j].Change == "deleted"
+		if di != dj {
+			return di
+		}
+		return found[i].Path < found[j].Path
+	})
+	old := make(map[string]proto.BaselineEntry, len(base))
+	for _, e := range base {
+		old[e.Path] = e
+	}
+	var sums []ChangeSummary
+	var diff strings.Builder
+	for _, c := range found {
+		sum := ChangeSummary{Path: c.Path, Change: c.Change, Type: c.Type, Note: c.Note}
+		f, why, err := patchFile(c, old[c.Path], blob)
+		if err != nil {
+			return nil, "", err
+		}
+		sum.Binary = f.Binary
+		switch {
+		case c.Type == "dir":
+			// an unreadable directory: named, not diffed
+		case why != "":
+			sum.NotInDiff = true
+			sum.Note = strings.TrimPrefix(sum.Note+"; not in the diff: "+why, "; ")
+		default:
+			if err := patch.Write(&diff, f); err != nil {
+				return nil, "", err
+			}
+		}
+		sums = append(sums, sum)
+	}
+	return sums, diff.String(), nil
+}
+
+// patchFile pairs a change with its baseline side; why says why it cannot
+// be part of the patch, when it cannot.
+func patchFile(c proto.Change, old proto.BaselineEntry, blob func(sum string) ([]byte, error)) (f patch.File, why string, err error) {
+	f = patch.File{Path: c.Path}
 	if c.Change != "added" && old.Path != "" {
 		f.Old = patch.Side{Exists: true, Symlink: old.Type == "symlink", Executable: old.Mode&0o100 != 0}
 		switch old.Type {
 		case "symlink":
 			f.Old.Content = []byte(old.Target)
 		case "file":
-			b, err := m.Baselines.Blob(name, old.SHA256)
+			if old.Size > changesMaxFile {
+				why = fmt.Sprintf("its baseline is over %d MiB", changesMaxFile>>20)
+				break
+			}
+			b, err := blob(old.SHA256)
 			if err != nil {
-				return f, false, fmt.Errorf("workspace %q: its baseline lacks %s: %w", name, old.Path, err)
+				return f, "", fmt.Errorf("its baseline lacks %s: %w", old.Path, err)
 			}
 			f.Old.Content = b
-			head := b[:min(len(b), 8000)]
-			f.Binary = bytes.IndexByte(head, 0) >= 0 || len(b) > changesMaxFile
+			f.Binary = isBinary(b)
 		}
 	}
 	if c.Change != "deleted" {
 		f.New = patch.Side{Exists: true, Symlink: c.Type == "symlink", Executable: c.Mode&0o100 != 0}
-		if c.Type == "symlink" {
+		switch {
+		case c.Type == "symlink":
 			f.New.Content = []byte(c.Target)
-		} else {
+		case c.Omitted:
+			why = fmt.Sprintf("its content was not read (over %d MiB, past %d MiB in all, or unreadable): copy it from the workspace", changesMaxFile>>20, changesMaxTotal>>20)
+		default:
 			f.New.Content = c.Content
-			f.Binary = f.Binary || c.Binary || c.Omitted
+			f.Binary = f.Binary || c.Binary || isBinary(c.Content)
 		}
 	}
-	return f, f.Binary, nil
+	return f, why, nil
 }
+
+// isBinary is git's test: a NUL byte in the first 8,000 bytes.
+func isBinary(b []byte) bool { return bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0 }

@@ -287,3 +287,41 @@ func TestExposePort(t *testing.T) {
 	}
 	s.checkRaces()
 }
+
+// TestPatchOfHostileNamesApplies: names holding a newline (built to forge
+// headers of their own), a quote, a backslash, bytes above 0x7f, and a
+// binary file come back as one patch whose headers name exactly the changed
+// files, and `git apply` of it makes exactly the workspace's tree (THREATS
+// 105).
+func TestPatchOfHostileNamesApplies(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	s.createWS("e2e-hostile", map[string]any{})
+	s.wsOut("e2e-hostile", `d=$(printf 'x\n--- /dev/null\n+++ b/PWNED\n@@ -0,0 +1 @@\n+pwned') && mkdir "$d" && printf 'inside\n' > "$d/f" &&
+printf 'quoted\n' > 'q"uote\back' && printf 'latin\n' > "$(printf 'caf\351')" && head -c 3000 /dev/urandom > blob.bin &&
+printf 'x\000y' >> blob.bin && ln -s '../elsewhere' link && printf '#!/bin/sh\n' > run.sh && chmod +x run.sh`)
+	diff, changes := readChanges(t, s, "e2e-hostile", 0)
+	if n := strings.Count(diff, "diff --git "); n != 6 || len(changes) != 6 {
+		t.Fatalf("%d headers and %d changes for 6 new paths:\n%s", n, len(changes), diff)
+	}
+	for _, want := range []string{`"a/x\n--- /dev/null\n+++ b/PWNED\n@@ -0,0 +1 @@\n+pwned/f"`, `"b/q\"uote\\back"`, `"b/caf\351"`, "GIT binary patch", "new file mode 120000", "new file mode 100755"} {
+		if !strings.Contains(diff, want) {
+			t.Fatalf("patch lacks %s:\n%s", want, diff)
+		}
+	}
+	dir := t.TempDir()
+	apply := exec.Command("git", "apply", "-")
+	apply.Dir, apply.Stdin = dir, strings.NewReader(diff)
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("git apply: %v\n%s\npatch:\n%s", err, out, diff)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "PWNED")); err == nil {
+		t.Fatal("the patch made PWNED, a file no change names")
+	}
+	want := s.wsOut("e2e-hostile", "find . -path ./.cache -prune -o ! -type d -print0 | sort -z | xargs -0 sha256sum 2>/dev/null; readlink link")
+	got, err := exec.Command("sh", "-c", "cd "+dir+" && find . ! -type d -print0 | sort -z | xargs -0 sha256sum 2>/dev/null; readlink link").CombinedOutput()
+	if err != nil || string(got) != want {
+		t.Fatalf("after git apply:\n%s\nthe workspace:\n%s", got, want)
+	}
+	s.checkRaces()
+}

@@ -100,7 +100,7 @@ func scanHost(dir string) (proto.ScanResult, error) {
 		return res, err
 	}
 	defer root.Close()
-	if err := hosttree.Scan(root.FS(), &res, hosttree.ReadableBy(sandboxUID, sandboxUID)); err != nil {
+	if err := hosttree.Scan(root.Name(), &res, hosttree.ReadableBy(sandboxUID, sandboxUID)); err != nil {
 		return res, fmt.Errorf("%w (the server reads the tree as uid %d would: make it readable to that user)", err, sandboxUID)
 	}
 	return res, nil
