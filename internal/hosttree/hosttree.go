@@ -339,7 +339,6 @@ func readFileChange(p string, c *proto.Change, maxFile int64, budget *int64) (st
 	return hex.EncodeToString(h.Sum(nil)), true
 }
 
-
 func rel(dir, p string) string {
 	r, err := filepath.Rel(dir, p)
 	if err != nil {

@@ -165,4 +165,3 @@ func TestChangesAgainstABaseline(t *testing.T) {
 		}
 	}
 }
-
