@@ -304,7 +304,7 @@ func serve(args []string) error {
 		}
 		ui = console.New(console.Deps{
 			Auth: tokens, Jobs: jobs, Workspaces: wsUI, AuditDir: cfg.StateDir,
-			Blocklist: blocked.Entries, Pool: poolStats(warm), Caches: cacheList(depCaches), Done: ctx.Done(),
+			Blocklist: blocked.All, Pool: poolStats(warm), Caches: cacheList(depCaches), Done: ctx.Done(),
 		})
 	}
 	mountUI := func(mux *http.ServeMux) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
 func openStore(t *testing.T, path string) *store.Store {
@@ -33,10 +34,10 @@ func TestListEditsOff(t *testing.T) {
 	if err := l.Unblock(ctx, "rm"); !errors.Is(err, ErrEditsOff) {
 		t.Fatalf("Unblock with edits off: %v", err)
 	}
-	if e := l.Entries(); len(e) != 1 || e[0].Command != "rm" || e[0].Source != SourcePolicy {
+	if e := l.Entries(ctx); len(e) != 1 || e[0].Command != "rm" || e[0].Source != SourcePolicy {
 		t.Fatalf("entries changed: %+v", e)
 	}
-	if d, _ := l.Check("/bin/rm x"); d.Allowed {
+	if d, _ := l.Check(ctx, "/bin/rm x"); d.Allowed {
 		t.Fatal("policy entry not enforced")
 	}
 }
@@ -52,7 +53,7 @@ func TestListEditsOnPersist(t *testing.T) {
 	if isNew, err := l.Block(ctx, "curl", "no downloads", "test 1.0"); err != nil || !isNew {
 		t.Fatalf("Block: %v %v", isNew, err)
 	}
-	if d, _ := l.Check("curl x"); d.Allowed || d.Rule.Source != SourceAgent || d.Rule.Reason != "no downloads" {
+	if d, _ := l.Check(ctx, "curl x"); d.Allowed || d.Rule.Source != SourceAgent || d.Rule.Reason != "no downloads" {
 		t.Fatalf("agent entry not enforced: %+v", d)
 	}
 	if err := l.Unblock(ctx, "rm"); !errors.Is(err, ErrPolicyEntry) {
@@ -79,14 +80,14 @@ func TestListEditsOnPersist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es := l2.Entries()
+	es := l2.Entries(ctx)
 	if len(es) != 2 || es[0].Command != "curl" || es[0].Source != SourceAgent || es[0].AddedBy != "test 1.0" || es[1].Source != SourcePolicy {
 		t.Fatalf("after restart: %+v", es)
 	}
 	if err := l2.Unblock(ctx, "curl"); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := l2.Check("curl x"); !d.Allowed {
+	if d, _ := l2.Check(ctx, "curl x"); !d.Allowed {
 		t.Fatal("unblocked command still refused")
 	}
 }
@@ -96,7 +97,65 @@ func TestListRejectsBadPolicyNames(t *testing.T) {
 		t.Fatal("a path was accepted as a policy entry")
 	}
 	var l *List
-	if d, err := l.Check("rm x"); err != nil || !d.Allowed {
+	if d, err := l.Check(context.Background(), "rm x"); err != nil || !d.Allowed {
 		t.Fatal("nil list must allow")
+	}
+}
+
+// TestListEntriesAreTheirTenants: an agent's entry applies to its tenant
+// only, another tenant cannot see or lift it, and an admin's entry applies
+// to every tenant and only an admin lifts it (THREATS 104).
+func TestListEntriesAreTheirTenants(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "db"))
+	l, err := New(nil, st, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := tenant.With(context.Background(), tenant.Tenant{Name: "alice"})
+	bob := tenant.With(context.Background(), tenant.Tenant{Name: "bob"})
+	admin := tenant.With(context.Background(), tenant.Tenant{Name: "ops", Admin: true})
+	if _, err := l.Block(alice, "curl", "alice's rule", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Check(alice, "curl x"); d.Allowed {
+		t.Fatal("alice's entry does not apply to alice")
+	}
+	if d, _ := l.Check(bob, "curl x"); !d.Allowed {
+		t.Fatal("alice's entry applies to bob")
+	}
+	if es := l.Entries(bob); len(es) != 0 {
+		t.Fatalf("bob sees alice's entries: %+v", es)
+	}
+	if err := l.Unblock(bob, "curl"); !errors.Is(err, ErrNotBlocked) {
+		t.Fatalf("bob's unblock of alice's entry: %v", err)
+	}
+	if d, _ := l.Check(alice, "curl x"); d.Allowed {
+		t.Fatal("bob lifted alice's entry")
+	}
+	// Bob's own entry of the same name is his, new.
+	if isNew, err := l.Block(bob, "curl", "bob's rule", "b"); err != nil || !isNew {
+		t.Fatalf("bob's own curl entry: new %v, %v", isNew, err)
+	}
+	if err := l.Unblock(bob, "curl"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Check(alice, "curl x"); d.Allowed || d.Rule.Reason != "alice's rule" {
+		t.Fatalf("bob's unblock of his own entry touched alice's: %+v", d)
+	}
+	// An admin's entry is everyone's; only an admin lifts it.
+	if _, err := l.Block(admin, "wget", "ops", "o"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Check(bob, "wget x"); d.Allowed {
+		t.Fatal("the admin's entry does not apply to bob")
+	}
+	if err := l.Unblock(bob, "wget"); !errors.Is(err, ErrAdminEntry) {
+		t.Fatalf("bob lifted an admin's entry: %v", err)
+	}
+	if err := l.Unblock(admin, "wget"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := l.Check(bob, "wget x"); !d.Allowed {
+		t.Fatal("the admin's unblock did not lift it")
 	}
 }

@@ -93,6 +93,9 @@ type liveJob struct {
 	endStatus, endReason string
 	timer                *time.Timer
 	hasSlot              bool     // counted in Manager.running
+	// owner is who submitted the job (its tenant), for whom it starts: a
+	// workspace it names is that tenant's.
+	owner tenant.Tenant
 	readCursors          [3]int64 // "new since last read", per stream selector
 	// Sessions: term is a PTY session's emulated screen (fed as output
 	// arrives); idle ends a session that got no input for its idle timeout.
@@ -182,6 +185,7 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 	}
 	now := time.Now()
 	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{}), term: newTerm(req)}
+	j.owner, _ = tenant.From(ctx)
 	if m.ext != nil {
 		m.ext.Extend(ctx, &j.req)
 	}
@@ -288,7 +292,7 @@ func (m *Manager) start(j *liveJob) error {
 	}
 	j.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(tenant.With(context.Background(), j.owner), startTimeout)
 	defer cancel()
 	spec := SandboxSpec(m.pol, j.req)
 	spec.JobID = j.id

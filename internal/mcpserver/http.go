@@ -272,12 +272,13 @@ func (s *Server) preview() http.Handler {
 		if t, ok := ctx.Value(requestTenant{}).(tenant.Tenant); ok {
 			ctx = tenant.With(ctx, t)
 		}
-		if _, err := ws.Get(ctx, name); err != nil {
+		rec, err := ws.Get(ctx, name)
+		if err != nil {
 			http.Error(w, "no such workspace or port", http.StatusNotFound)
 			return
 		}
 		open := false
-		for _, p := range ws.Ports(name) {
+		for _, p := range ws.Ports(rec.ID) {
 			open = open || p.Port == port
 		}
 		if !open {

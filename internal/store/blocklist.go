@@ -10,15 +10,19 @@ import (
 // BlockedCommand is a block-list entry an agent added (the operator's own
 // entries live in the policy file, not here).
 type BlockedCommand struct {
+	// Tenant is whose entry it is, and whom it applies to: "" for every
+	// tenant (an admin's), else the tenant that added it.
+	Tenant  string
 	Command string
 	Reason  string
 	AddedBy string // who added it, e.g. the MCP client's name
 	AddedAt time.Time
 }
 
-// BlockedCommands returns every stored entry, by command name.
+// BlockedCommands returns every stored entry of every tenant, by tenant and
+// command name (the block list keeps them all and applies each tenant's).
 func (s *Store) BlockedCommands(ctx context.Context) ([]BlockedCommand, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT command, reason, added_by, added_at FROM blocked_commands ORDER BY command`)
+	rows, err := s.db.QueryContext(ctx, `SELECT tenant, command, reason, added_by, added_at FROM blocked_commands ORDER BY tenant, command`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list blocked commands: %w", err)
 	}
@@ -27,7 +31,7 @@ func (s *Store) BlockedCommands(ctx context.Context) ([]BlockedCommand, error) {
 	for rows.Next() {
 		var b BlockedCommand
 		var at sql.NullInt64
-		if err := rows.Scan(&b.Command, &b.Reason, &b.AddedBy, &at); err != nil {
+		if err := rows.Scan(&b.Tenant, &b.Command, &b.Reason, &b.AddedBy, &at); err != nil {
 			return nil, fmt.Errorf("store: list blocked commands: %w", err)
 		}
 		b.AddedAt = timeFromDB(at)
@@ -39,8 +43,8 @@ func (s *Store) BlockedCommands(ctx context.Context) ([]BlockedCommand, error) {
 	return out, nil
 }
 
-// PutBlockedCommand adds an entry, or replaces the reason and author of an
-// existing one. It reports whether the command was new.
+// PutBlockedCommand adds b.Tenant's entry, or replaces the reason and author
+// of that tenant's existing one. It reports whether the entry was new.
 func (s *Store) PutBlockedCommand(ctx context.Context, b BlockedCommand) (bool, error) {
 	if b.AddedAt.IsZero() {
 		b.AddedAt = time.Now()
@@ -51,12 +55,12 @@ func (s *Store) PutBlockedCommand(ctx context.Context, b BlockedCommand) (bool, 
 	}
 	defer tx.Rollback()
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM blocked_commands WHERE command = ?`, b.Command).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM blocked_commands WHERE tenant = ? AND command = ?`, b.Tenant, b.Command).Scan(&n); err != nil {
 		return false, fmt.Errorf("store: block command: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO blocked_commands (command, reason, added_by, added_at) VALUES (?, ?, ?, ?)
-		ON CONFLICT(command) DO UPDATE SET reason = excluded.reason, added_by = excluded.added_by, added_at = excluded.added_at`,
-		b.Command, b.Reason, b.AddedBy, timeToDB(b.AddedAt)); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO blocked_commands (tenant, command, reason, added_by, added_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT(tenant, command) DO UPDATE SET reason = excluded.reason, added_by = excluded.added_by, added_at = excluded.added_at`,
+		b.Tenant, b.Command, b.Reason, b.AddedBy, timeToDB(b.AddedAt)); err != nil {
 		return false, fmt.Errorf("store: block command: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -65,9 +69,10 @@ func (s *Store) PutBlockedCommand(ctx context.Context, b BlockedCommand) (bool, 
 	return n == 0, nil
 }
 
-// DeleteBlockedCommand removes an entry and reports whether it existed.
-func (s *Store) DeleteBlockedCommand(ctx context.Context, command string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM blocked_commands WHERE command = ?`, command)
+// DeleteBlockedCommand removes tenant's entry ("" the one for every tenant)
+// and reports whether it existed.
+func (s *Store) DeleteBlockedCommand(ctx context.Context, tenant, command string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM blocked_commands WHERE tenant = ? AND command = ?`, tenant, command)
 	if err != nil {
 		return false, fmt.Errorf("store: unblock command: %w", err)
 	}

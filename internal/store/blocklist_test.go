@@ -32,10 +32,10 @@ func TestBlockedCommandsCRUD(t *testing.T) {
 	if got[0].AddedAt.IsZero() {
 		t.Fatalf("curl entry has no time: %+v", got[0])
 	}
-	if ok, err := s.DeleteBlockedCommand(ctx, "rm"); err != nil || !ok {
+	if ok, err := s.DeleteBlockedCommand(ctx, "", "rm"); err != nil || !ok {
 		t.Fatalf("delete rm: %v, %v", ok, err)
 	}
-	if ok, err := s.DeleteBlockedCommand(ctx, "rm"); err != nil || ok {
+	if ok, err := s.DeleteBlockedCommand(ctx, "", "rm"); err != nil || ok {
 		t.Fatalf("delete rm twice: %v, %v", ok, err)
 	}
 	// Entries survive a reopen.

@@ -241,11 +241,50 @@ var migrations = []string{
 	`ALTER TABLE jobs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'local';
 	ALTER TABLE workspaces ADD COLUMN tenant TEXT NOT NULL DEFAULT 'local';
 	CREATE INDEX jobs_tenant ON jobs (tenant, created_at);`,
+	// 6: the tenant is part of every key. A workspace is unique per tenant
+	// and has an identity of its own (id: what baselines, caches and cursors
+	// key by, so a new workspace under an old name starts clean; a workspace
+	// made before keeps its name as its id, which its baseline's directory
+	// already is). A block-list entry belongs to the tenant that added it
+	// ("" = every tenant: the operator's, or an admin's; older entries were
+	// global, so they stay so).
+	`CREATE TABLE workspaces6 (
+		id            TEXT NOT NULL UNIQUE,
+		tenant        TEXT NOT NULL DEFAULT 'local',
+		name          TEXT NOT NULL,
+		language      TEXT NOT NULL DEFAULT '',
+		image         TEXT NOT NULL DEFAULT '',
+		container_id  TEXT NOT NULL DEFAULT '',
+		volume        TEXT NOT NULL DEFAULT '',
+		state         TEXT NOT NULL DEFAULT '',
+		limits        TEXT NOT NULL DEFAULT '{}',
+		server_id     TEXT NOT NULL DEFAULT '',
+		created_at    INTEGER NOT NULL,
+		last_used_at  INTEGER,
+		details       TEXT NOT NULL DEFAULT '{}',
+		PRIMARY KEY (tenant, name)
+	) STRICT;
+	INSERT INTO workspaces6 (id, tenant, name, language, image, container_id, volume, state, limits, server_id, created_at, last_used_at, details)
+		SELECT name, tenant, name, language, image, container_id, volume, state, limits, server_id, created_at, last_used_at, details FROM workspaces;
+	DROP TABLE workspaces;
+	ALTER TABLE workspaces6 RENAME TO workspaces;
+	CREATE TABLE blocked_commands6 (
+		tenant    TEXT NOT NULL DEFAULT '',
+		command   TEXT NOT NULL,
+		reason    TEXT NOT NULL DEFAULT '',
+		added_by  TEXT NOT NULL DEFAULT '',
+		added_at  INTEGER NOT NULL,
+		PRIMARY KEY (tenant, command)
+	) STRICT;
+	INSERT INTO blocked_commands6 (tenant, command, reason, added_by, added_at)
+		SELECT '', command, reason, added_by, added_at FROM blocked_commands;
+	DROP TABLE blocked_commands;
+	ALTER TABLE blocked_commands6 RENAME TO blocked_commands;`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build
 // creates and understands; it equals len(migrations).
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 func init() {
 	if len(migrations) != SchemaVersion {
@@ -719,7 +758,8 @@ func (s *Store) CreateJob(ctx context.Context, j *Job) error {
 
 // UpdateJob overwrites every stored field of the job with ID j.ID, including
 // CreatedAt unless j.CreatedAt is zero (then the stored value is kept). A
-// missing job yields an error wrapping ErrNotFound.
+// missing job (or another tenant's, under ctx's) yields an error wrapping
+// ErrNotFound.
 func (s *Store) UpdateJob(ctx context.Context, j *Job) error {
 	if j == nil {
 		return errors.New("store: UpdateJob: nil job")
@@ -728,13 +768,14 @@ func (s *Store) UpdateJob(ctx context.Context, j *Job) error {
 	if err != nil {
 		return err
 	}
+	where, whereArgs := tenantScope(ctx, `id = ?`, j.ID)
 	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET
 		kind = ?, status = ?, reason = ?, exit_code = ?, signal = ?, command = ?, language = ?,
 		image = ?, workspace = ?, cwd = ?, env = ?, limits = ?, container_id = ?, stdin_open = ?,
 		created_at = COALESCE(?, created_at), started_at = ?, ended_at = ?, stdout_bytes = ?, stderr_bytes = ?,
 		dropped_bytes = ?, read_cursor = ?, error = ?, stdout_read_cursor = ?, stderr_read_cursor = ?,
 		server_id = ?, usage = ?, details = ?
-		WHERE id = ?`, append(args[1:], args[0])...)
+		WHERE `+where, append(args[1:], whereArgs...)...)
 	if err != nil {
 		return fmt.Errorf("store: update job %s: %w", j.ID, err)
 	}
@@ -772,8 +813,9 @@ func (s *Store) ClaimJob(ctx context.Context, id, from, to string) (bool, error)
 // SetReadCursors updates only the read cursors of job id (combined, stdout,
 // stderr). A missing job yields an error wrapping ErrNotFound.
 func (s *Store) SetReadCursors(ctx context.Context, id string, combined, stdout, stderr int64) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET read_cursor = ?, stdout_read_cursor = ?, stderr_read_cursor = ? WHERE id = ?`,
-		combined, stdout, stderr, id)
+	where, args := tenantScope(ctx, `id = ?`, id)
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET read_cursor = ?, stdout_read_cursor = ?, stderr_read_cursor = ? WHERE `+where,
+		append([]any{combined, stdout, stderr}, args...)...)
 	if err != nil {
 		return fmt.Errorf("store: set read cursor of %s: %w", id, err)
 	}
@@ -856,6 +898,11 @@ func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]*Job, string, err
 		args = append(args, f.Kind)
 	}
 	if f.Workspace != "" {
+		// An admin names another tenant's workspace as TENANT/NAME.
+		if owner, name, ok := strings.Cut(f.Workspace, "/"); ok && owner != "" && name != "" && tenant.Scope(ctx) == "" {
+			where, args = append(where, `tenant = ?`), append(args, owner)
+			f.Workspace = name
+		}
 		where = append(where, `workspace = ?`)
 		args = append(args, f.Workspace)
 	}

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
@@ -35,8 +38,12 @@ type WorkspaceDetails struct {
 	Egress []string `json:"egress,omitempty"`
 }
 
-// Workspace is one persisted workspace record.
+// Workspace is one persisted workspace record. Its name is unique within
+// its tenant; its ID is unique for ever (a new workspace under an old name
+// gets a new one).
 type Workspace struct {
+	ID          string // set by CreateWorkspace
+	Tenant      string // the owner (ctx's at CreateWorkspace)
 	Name        string
 	Language    string
 	Image       string
@@ -50,7 +57,7 @@ type Workspace struct {
 	Details     WorkspaceDetails
 }
 
-const workspaceColumns = `name, language, image, container_id, volume, state, limits, server_id, created_at, last_used_at, details`
+const workspaceColumns = `name, language, image, container_id, volume, state, limits, server_id, created_at, last_used_at, details, id, tenant`
 
 func workspaceArgs(w *Workspace) ([]any, error) {
 	limits, err := json.Marshal(w.Limits)
@@ -62,7 +69,7 @@ func workspaceArgs(w *Workspace) ([]any, error) {
 		return nil, err
 	}
 	return []any{w.Name, w.Language, w.Image, w.ContainerID, w.Volume, w.State, string(limits),
-		w.ServerID, w.CreatedAt.UnixNano(), timeToDB(w.LastUsedAt), string(details)}, nil
+		w.ServerID, w.CreatedAt.UnixNano(), timeToDB(w.LastUsedAt), string(details), w.ID, w.Tenant}, nil
 }
 
 func scanWorkspace(sc scanner) (*Workspace, error) {
@@ -71,7 +78,7 @@ func scanWorkspace(sc scanner) (*Workspace, error) {
 	var used sql.NullInt64
 	var limits, details string
 	if err := sc.Scan(&w.Name, &w.Language, &w.Image, &w.ContainerID, &w.Volume, &w.State, &limits,
-		&w.ServerID, &created, &used, &details); err != nil {
+		&w.ServerID, &created, &used, &details, &w.ID, &w.Tenant); err != nil {
 		return nil, err
 	}
 	w.CreatedAt = time.Unix(0, created).UTC()
@@ -85,7 +92,8 @@ func scanWorkspace(sc scanner) (*Workspace, error) {
 	return &w, nil
 }
 
-// CreateWorkspace stores a new workspace; ErrWorkspaceExists when the name is taken.
+// CreateWorkspace stores a new workspace of ctx's tenant, giving it its ID
+// and Tenant; ErrWorkspaceExists when the tenant has one of that name.
 func (s *Store) CreateWorkspace(ctx context.Context, w *Workspace) error {
 	if w == nil || w.Name == "" {
 		return errors.New("store: CreateWorkspace: name is required")
@@ -93,12 +101,12 @@ func (s *Store) CreateWorkspace(ctx context.Context, w *Workspace) error {
 	if w.CreatedAt.IsZero() {
 		w.CreatedAt = time.Now()
 	}
+	w.ID, w.Tenant = uuid.NewString(), tenant.Owner(ctx)
 	args, err := workspaceArgs(w)
 	if err != nil {
 		return err
 	}
-	args = append(args, tenant.Owner(ctx))
-	_, err = s.db.ExecContext(ctx, `INSERT INTO workspaces (`+workspaceColumns+`, tenant) VALUES (`+placeholders(len(args))+`)`, args...)
+	_, err = s.db.ExecContext(ctx, `INSERT INTO workspaces (`+workspaceColumns+`) VALUES (`+placeholders(len(args))+`)`, args...)
 	if err != nil {
 		if code, ok := sqliteCode(err); ok && code == sqliteConstraintPrimaryKey {
 			return fmt.Errorf("%w: %s", ErrWorkspaceExists, w.Name)
@@ -108,7 +116,13 @@ func (s *Store) CreateWorkspace(ctx context.Context, w *Workspace) error {
 	return nil
 }
 
-// UpdateWorkspace overwrites every field of the workspace named w.Name.
+// workspaceByID scopes a statement to workspace id, within ctx's tenant.
+func workspaceByID(ctx context.Context, id string) (string, []any) {
+	return tenantScope(ctx, `id = ?`, id)
+}
+
+// UpdateWorkspace overwrites every field but ID and Tenant of workspace
+// w.ID; ErrWorkspaceNotFound when ctx's tenant has none such.
 func (s *Store) UpdateWorkspace(ctx context.Context, w *Workspace) error {
 	if w == nil {
 		return errors.New("store: UpdateWorkspace: nil workspace")
@@ -117,39 +131,62 @@ func (s *Store) UpdateWorkspace(ctx context.Context, w *Workspace) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE workspaces SET language = ?, image = ?, container_id = ?, volume = ?,
-		state = ?, limits = ?, server_id = ?, created_at = ?, last_used_at = ?, details = ? WHERE name = ?`,
-		append(args[1:], args[0])...)
+	where, whereArgs := workspaceByID(ctx, w.ID)
+	res, err := s.db.ExecContext(ctx, `UPDATE workspaces SET name = ?, language = ?, image = ?, container_id = ?, volume = ?,
+		state = ?, limits = ?, server_id = ?, created_at = ?, last_used_at = ?, details = ? WHERE `+where,
+		append(args[:11:11], whereArgs...)...)
 	if err != nil {
 		return fmt.Errorf("store: update workspace %s: %w", w.Name, err)
 	}
+	return workspaceAffected(res, w.Name)
+}
+
+func workspaceAffected(res sql.Result, name string) error {
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("store: update workspace %s: %w", w.Name, err)
+		return fmt.Errorf("store: workspace %s: %w", name, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s", ErrWorkspaceNotFound, w.Name)
+		return fmt.Errorf("%w: %s", ErrWorkspaceNotFound, name)
 	}
 	return nil
 }
 
-// GetWorkspace returns the workspace with that name, or an error wrapping ErrWorkspaceNotFound.
+// GetWorkspace returns ctx's tenant's workspace of that name. Where ctx may
+// see every tenant's (an admin, the server's own work), "TENANT/NAME" names
+// another tenant's. ErrWorkspaceNotFound when there is none.
 func (s *Store) GetWorkspace(ctx context.Context, name string) (*Workspace, error) {
-	where, args := tenantScope(ctx, `name = ?`, name)
+	owner, plain := tenant.Owner(ctx), name
+	if t, n, ok := strings.Cut(name, "/"); ok {
+		if tenant.Scope(ctx) != "" {
+			return nil, fmt.Errorf("%w: %s", ErrWorkspaceNotFound, name)
+		}
+		owner, plain = t, n
+	}
+	return s.getWorkspace(ctx, name, `tenant = ? AND name = ?`, owner, plain)
+}
+
+// GetWorkspaceByID returns the workspace with that ID (within ctx's tenant).
+func (s *Store) GetWorkspaceByID(ctx context.Context, id string) (*Workspace, error) {
+	where, args := workspaceByID(ctx, id)
+	return s.getWorkspace(ctx, id, where, args...)
+}
+
+func (s *Store) getWorkspace(ctx context.Context, what, where string, args ...any) (*Workspace, error) {
 	w, err := scanWorkspace(s.db.QueryRowContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE `+where, args...))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %s", ErrWorkspaceNotFound, name)
+		return nil, fmt.Errorf("%w: %s", ErrWorkspaceNotFound, what)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("store: get workspace %s: %w", name, err)
+		return nil, fmt.Errorf("store: get workspace %s: %w", what, err)
 	}
 	return w, nil
 }
 
-// ListWorkspaces returns every workspace (of ctx's tenant), by name.
+// ListWorkspaces returns every workspace (of ctx's tenant), by tenant and name.
 func (s *Store) ListWorkspaces(ctx context.Context) ([]*Workspace, error) {
 	where, args := tenantScope(ctx, `1 = 1`)
-	rows, err := s.db.QueryContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE `+where+` ORDER BY name`, args...)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE `+where+` ORDER BY tenant, name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: list workspaces: %w", err)
 	}
@@ -175,26 +212,23 @@ func (s *Store) CountWorkspaces(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// TouchWorkspace sets a workspace's last use time.
-func (s *Store) TouchWorkspace(ctx context.Context, name string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE workspaces SET last_used_at = ? WHERE name = ?`, timeToDB(at), name)
+// TouchWorkspace sets workspace id's last use.
+func (s *Store) TouchWorkspace(ctx context.Context, id string, at time.Time) error {
+	where, args := workspaceByID(ctx, id)
+	res, err := s.db.ExecContext(ctx, `UPDATE workspaces SET last_used_at = ? WHERE `+where, append([]any{timeToDB(at)}, args...)...)
 	if err != nil {
-		return fmt.Errorf("store: touch workspace %s: %w", name, err)
+		return fmt.Errorf("store: touch workspace %s: %w", id, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%w: %s", ErrWorkspaceNotFound, name)
-	}
-	return nil
+	return workspaceAffected(res, id)
 }
 
-// DeleteWorkspace removes the record; ErrWorkspaceNotFound when there is none.
-func (s *Store) DeleteWorkspace(ctx context.Context, name string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM workspaces WHERE name = ?`, name)
+// DeleteWorkspace removes workspace id's record; ErrWorkspaceNotFound when
+// ctx's tenant has none such.
+func (s *Store) DeleteWorkspace(ctx context.Context, id string) error {
+	where, args := workspaceByID(ctx, id)
+	res, err := s.db.ExecContext(ctx, `DELETE FROM workspaces WHERE `+where, args...)
 	if err != nil {
-		return fmt.Errorf("store: delete workspace %s: %w", name, err)
+		return fmt.Errorf("store: delete workspace %s: %w", id, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%w: %s", ErrWorkspaceNotFound, name)
-	}
-	return nil
+	return workspaceAffected(res, id)
 }

@@ -33,7 +33,7 @@ func TestWorkspaceCRUD(t *testing.T) {
 	if err := s.UpdateWorkspace(ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.TouchWorkspace(ctx, "proj-1", used); err != nil {
+	if err := s.TouchWorkspace(ctx, got.ID, used); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CreateWorkspace(ctx, &Workspace{Name: "a-first", Language: "bash"}); err != nil {
@@ -62,13 +62,13 @@ func TestWorkspaceCRUD(t *testing.T) {
 	if n, err := s2.CountWorkspaces(ctx); err != nil || n != 2 {
 		t.Fatalf("count = %d, %v", n, err)
 	}
-	if err := s2.DeleteWorkspace(ctx, "proj-1"); err != nil {
+	if err := s2.DeleteWorkspace(ctx, got.ID); err != nil {
 		t.Fatal(err)
 	}
 	for name, err := range map[string]error{
 		"get":    func() error { _, err := s2.GetWorkspace(ctx, "proj-1"); return err }(),
-		"delete": s2.DeleteWorkspace(ctx, "proj-1"),
-		"touch":  s2.TouchWorkspace(ctx, "proj-1", used),
+		"delete": s2.DeleteWorkspace(ctx, got.ID),
+		"touch":  s2.TouchWorkspace(ctx, got.ID, used),
 		"update": s2.UpdateWorkspace(ctx, &Workspace{Name: "proj-1"}),
 	} {
 		if !errors.Is(err, ErrWorkspaceNotFound) {

@@ -53,9 +53,9 @@ type UnblockCommandArgs struct {
 const blockListNote = "The block list is checked on the parsed shell of every command (also in $(...), pipelines, sh -c strings, eval, after env/sudo/xargs/find -exec, through paths and quoting); " +
 	"it is advisory: code run by another interpreter, decoded at run time or named by a variable gets past it, and the container stays the boundary."
 
-func (d Deps) blockListResult(changed bool) BlockListResult {
+func (d Deps) blockListResult(ctx context.Context, changed bool) BlockListResult {
 	res := BlockListResult{Commands: []BlockedCommand{}, AgentEdits: d.Blocklist.EditsAllowed(), Changed: changed}
-	for _, e := range d.Blocklist.Entries() {
+	for _, e := range d.Blocklist.Entries(ctx) {
 		bc := BlockedCommand{Command: e.Command, Source: e.Source, Reason: e.Reason, AddedBy: e.AddedBy}
 		if !e.AddedAt.IsZero() {
 			bc.AddedAt = e.AddedAt.UTC().Format(time.RFC3339)
@@ -91,7 +91,7 @@ func ListBlockedCommands(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		res := d.blockListResult(false)
+		res := d.blockListResult(ctx, false)
 		return structured(res, blockListText(res, "")), nil
 	}}
 }
@@ -114,7 +114,7 @@ func BlockCommand(d Deps) Tool {
 		if err != nil {
 			return blockFailure(err), nil
 		}
-		res := d.blockListResult(true)
+		res := d.blockListResult(ctx, true)
 		head := fmt.Sprintf("blocked %s; ", args.Command)
 		if !isNew {
 			head = fmt.Sprintf("%s was already blocked (reason updated); ", args.Command)
@@ -140,7 +140,7 @@ func UnblockCommand(d Deps) Tool {
 		if err := d.Blocklist.Unblock(ctx, args.Command); err != nil {
 			return blockFailure(err), nil
 		}
-		res := d.blockListResult(true)
+		res := d.blockListResult(ctx, true)
 		return structured(res, blockListText(res, fmt.Sprintf("unblocked %s; ", args.Command))), nil
 	}}
 }
@@ -150,7 +150,7 @@ func blockFailure(err error) *mcp.CallToolResult {
 	case errors.Is(err, blocklist.ErrEditsOff):
 		return errorResult("refused: %v", err)
 	case errors.Is(err, blocklist.ErrBadName), errors.Is(err, blocklist.ErrBadReason),
-		errors.Is(err, blocklist.ErrPolicyEntry), errors.Is(err, blocklist.ErrNotBlocked):
+		errors.Is(err, blocklist.ErrPolicyEntry), errors.Is(err, blocklist.ErrNotBlocked), errors.Is(err, blocklist.ErrAdminEntry):
 		return errorResult("%s", truncate(err.Error(), 400))
 	}
 	return failure(err)
@@ -163,9 +163,9 @@ func (d Deps) checkBlocked(ctx context.Context, script string, stdin *string, wh
 	var dec blocklist.Decision
 	var err error
 	if stdin != nil {
-		dec, err = d.Blocklist.CheckStdin(script, *stdin)
+		dec, err = d.Blocklist.CheckStdin(ctx, script, *stdin)
 	} else {
-		dec, err = d.Blocklist.Check(script)
+		dec, err = d.Blocklist.Check(ctx, script)
 	}
 	if err != nil {
 		audit.NoteBlocked(ctx, "unparseable")
@@ -187,7 +187,7 @@ func (d Deps) checkInput(ctx context.Context, text string) *mcp.CallToolResult {
 	if text == "" {
 		return nil
 	}
-	dec, err := d.Blocklist.Check(text)
+	dec, err := d.Blocklist.Check(ctx, text)
 	if err != nil || dec.Allowed {
 		return nil
 	}

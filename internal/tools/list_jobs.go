@@ -90,7 +90,7 @@ func ListJobs(d Deps) Tool {
 			return errorResult("kind %q is not one of %s", truncate(args.Kind, 32), strings.Join(knownKinds, ", ")), nil
 		}
 		if args.Workspace != "" {
-			if err := workspace.CheckName(args.Workspace); err != nil {
+			if err := workspace.CheckRef(args.Workspace); err != nil {
 				return errorResult("workspace: %v", err), nil
 			}
 		}

@@ -8,10 +8,46 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
 const defaultDiffPage = 64 << 10
+
+// changesPagesKept bounds the patches kept for paging (the oldest go).
+const changesPagesKept = 32
+
+// pageCache keeps the last values put, at most max, by key.
+type pageCache[V any] struct {
+	mu    sync.Mutex
+	max   int
+	order []string
+	vals  map[string]V
+}
+
+func newPageCache[V any](max int) *pageCache[V] {
+	return &pageCache[V]{max: max, vals: map[string]V{}}
+}
+
+func (c *pageCache[V]) get(key string) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.vals[key]
+	return v, ok
+}
+
+func (c *pageCache[V]) put(key string, v V) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.vals[key]; !ok {
+		c.order = append(c.order, key)
+	}
+	c.vals[key] = v
+	for len(c.order) > c.max {
+		delete(c.vals, c.order[0])
+		c.order = c.order[1:]
+	}
+}
 
 // WorkspaceChangesArgs are workspace_changes' arguments.
 type WorkspaceChangesArgs struct {
@@ -46,15 +82,17 @@ func WorkspaceChanges(d Deps) Tool {
 		withOutput[WorkspaceChangesResult](),
 	)
 	// Pages after the first come from the diff the first page made, so a
-	// patch read in pages is one consistent patch.
-	var mu sync.Mutex
-	last := map[string]*workspace.Changes{}
+	// patch read in pages is one consistent patch. They are kept by tenant
+	// and by the workspace's identity, never its reusable name: a new
+	// workspace under an old name starts clean.
+	last := newPageCache[*workspace.Changes](changesPagesKept)
 	return Tool{Toolset: ToolsetWorkspaces, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		var args WorkspaceChangesArgs
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		if _, problem := d.workspaceFor(ctx, args.Workspace, ""); problem != nil {
+		w, problem := d.workspaceFor(ctx, args.Workspace, "")
+		if problem != nil {
 			return problem, nil
 		}
 		if args.Cursor < 0 {
@@ -67,17 +105,14 @@ func WorkspaceChanges(d Deps) Tool {
 		if max < 1 || max > maxReadBytes {
 			return errorResult("max_bytes must be between 1 and %d, got %d", maxReadBytes, args.MaxBytes), nil
 		}
-		mu.Lock()
-		ch := last[args.Workspace]
-		mu.Unlock()
-		if args.Cursor == 0 || ch == nil {
+		key := tenant.Owner(ctx) + "\x00" + w.ID
+		ch, ok := last.get(key)
+		if args.Cursor == 0 || !ok {
 			var err error
 			if ch, err = d.Workspaces.Changes(ctx, args.Workspace); err != nil {
 				return workspaceFailure(err), nil
 			}
-			mu.Lock()
-			last[args.Workspace] = ch
-			mu.Unlock()
+			last.put(key, ch)
 		}
 		total := int64(len(ch.Diff))
 		if args.Cursor > total {
@@ -138,7 +173,8 @@ func ExposePort(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		if _, problem := d.workspaceFor(ctx, args.Workspace, ""); problem != nil {
+		w, problem := d.workspaceFor(ctx, args.Workspace, "")
+		if problem != nil {
 			return problem, nil
 		}
 		if args.Port < 1 || args.Port > 65535 {
@@ -167,7 +203,7 @@ func ExposePort(d Deps) Tool {
 				text += " (nothing listens there yet: connections are refused until a job serves the port)"
 			}
 		}
-		res.Ports = ws.Ports(args.Workspace)
+		res.Ports = ws.Ports(w.ID)
 		if res.Ports == nil {
 			res.Ports = []workspace.PortInfo{}
 		}

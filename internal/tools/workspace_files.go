@@ -314,7 +314,7 @@ func (d Deps) workspaceFile(name, p string) (*workspace.Manager, string, *mcp.Ca
 	if problem != nil {
 		return nil, "", problem
 	}
-	if err := workspace.CheckName(name); err != nil {
+	if err := workspace.CheckRef(name); err != nil {
 		return nil, "", errorResult("workspace: %v", err)
 	}
 	rel, err := workspace.CleanPath("path", p)

@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
@@ -35,13 +36,24 @@ type WorkspaceInfo struct {
 	Egress     []string             `json:"egress,omitempty" jsonschema:"hosts its jobs reach through the proxy (create_workspace's egress); none: no network"`
 }
 
-func workspaceInfo(ws *workspace.Manager, w *store.Workspace) WorkspaceInfo {
-	return WorkspaceInfo{Ports: ws.Ports(w.Name),
-		Name: w.Name, Language: w.Language, Image: w.Image, State: w.State,
+// workspaceInfo shows w to ctx's caller: another tenant's workspace (only
+// an admin sees one) is named TENANT/NAME, as the admin names it back.
+func workspaceInfo(ctx context.Context, ws *workspace.Manager, w *store.Workspace) WorkspaceInfo {
+	return WorkspaceInfo{Ports: ws.Ports(w.ID),
+		Name: workspaceRef(ctx, w), Language: w.Language, Image: w.Image, State: w.State,
 		CreatedAt: stamp(w.CreatedAt), LastUsedAt: stamp(w.LastUsedAt),
 		MemoryMB: w.Limits.MemoryBytes >> 20, CPUs: float64(w.Limits.NanoCPUs) / 1e9, Pids: w.Limits.Pids,
 		DiskMB: w.Limits.DiskBytes >> 20, Egress: w.Details.Egress,
 	}
+}
+
+// workspaceRef is how ctx's caller names w: its name, or TENANT/NAME for
+// another tenant's.
+func workspaceRef(ctx context.Context, w *store.Workspace) string {
+	if w.Tenant != "" && w.Tenant != tenant.Owner(ctx) {
+		return w.Tenant + "/" + w.Name
+	}
+	return w.Name
 }
 
 // workspaces returns the manager, or a tool error when workspaces are off.
@@ -163,7 +175,7 @@ func CreateWorkspace(d Deps) Tool {
 		if err != nil {
 			return workspaceFailure(err), nil
 		}
-		info := workspaceInfo(ws, w)
+		info := workspaceInfo(ctx, ws, w)
 		text := fmt.Sprintf("workspace %s created (%s, %s)", info.Name, info.Language, info.State)
 		switch {
 		case origin != nil && origin.Import != "":
@@ -213,8 +225,9 @@ func ListWorkspaces(d Deps) Tool {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%d workspaces (at most %d)", len(list), res.Max)
 		for _, w := range list {
-			res.Workspaces = append(res.Workspaces, workspaceInfo(ws, w))
-			fmt.Fprintf(&b, "\n%s %s %s", w.Name, w.Language, w.State)
+			info := workspaceInfo(ctx, ws, w)
+			res.Workspaces = append(res.Workspaces, info)
+			fmt.Fprintf(&b, "\n%s %s %s", info.Name, w.Language, w.State)
 		}
 		return structured(res, b.String()), nil
 	}}
@@ -263,7 +276,7 @@ func (d Deps) workspaceFor(ctx context.Context, name, language string) (*store.W
 	if problem != nil {
 		return nil, problem
 	}
-	if err := workspace.CheckName(name); err != nil {
+	if err := workspace.CheckRef(name); err != nil {
 		return nil, errorResult("workspace: %v", err)
 	}
 	w, err := ws.Get(ctx, name)

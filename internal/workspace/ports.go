@@ -42,11 +42,12 @@ const probeTimeout = 15 * time.Second
 // (an open port is returned as it is). listening says whether something
 // accepted a connection there just now.
 func (m *Manager) ExposePort(ctx context.Context, name string, port int) (info PortInfo, listening bool, err error) {
-	if _, err := m.Get(ctx, name); err != nil {
+	w, err := m.Get(ctx, name)
+	if err != nil {
 		return PortInfo{}, false, err
 	}
 	m.mu.Lock()
-	open := m.ports[name]
+	open := m.ports[w.ID]
 	e := open[port]
 	if e == nil && len(open) >= m.pol.Workspaces.MaxPorts {
 		m.mu.Unlock()
@@ -58,15 +59,15 @@ func (m *Manager) ExposePort(ctx context.Context, name string, port int) (info P
 			m.mu.Unlock()
 			return PortInfo{}, false, fmt.Errorf("listen on loopback: %w", lerr)
 		}
-		rctx, cancel := context.WithCancel(context.Background())
+		rctx, cancel := context.WithCancel(ownerCtx(context.Background(), w))
 		e = &exposure{ln: ln, ctx: rctx, cancel: cancel, info: PortInfo{Port: port,
 			URL: "http://" + ln.Addr().String() + "/", OpenedAt: time.Now().UTC().Format(time.RFC3339)}}
 		if open == nil {
 			open = map[int]*exposure{}
-			m.ports[name] = open
+			m.ports[w.ID] = open
 		}
 		open[port] = e
-		go m.accept(rctx, name, e)
+		go m.accept(rctx, w.Name, e)
 		m.log.Info().Str("workspace", name).Int("port", port).Str("url", e.info.URL).Msg("port exposed")
 	}
 	m.mu.Unlock()
@@ -83,11 +84,12 @@ var ErrPortNotOpen = errors.New("port not open")
 // relay as the port's URL (the HTTP listener's /preview uses it). The
 // caller's ctx must carry its tenant: another tenant's workspace is unknown.
 func (m *Manager) DialPort(ctx context.Context, name string, port int) (net.Conn, error) {
-	if _, err := m.Get(ctx, name); err != nil {
+	w, err := m.Get(ctx, name)
+	if err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
-	e := m.ports[name][port]
+	e := m.ports[w.ID][port]
 	m.mu.Unlock()
 	if e == nil {
 		return nil, fmt.Errorf("%w: %d of workspace %q (expose_port opens it)", ErrPortNotOpen, port, name)
@@ -99,7 +101,7 @@ func (m *Manager) DialPort(ctx context.Context, name string, port int) (net.Conn
 		defer inside.Close()
 		stop := context.AfterFunc(e.ctx, func() { inside.Close() })
 		defer stop()
-		_, _ = m.Exec(e.ctx, name, sandbox.ExecOptions{Cmd: relayCmd(port), Stdin: inside, Stdout: inside})
+		_, _ = m.Exec(e.ctx, w.Name, sandbox.ExecOptions{Cmd: relayCmd(port), Stdin: inside, Stdout: inside})
 	}()
 	return client, nil
 }
@@ -111,12 +113,13 @@ func relayCmd(port int) []string {
 
 // ClosePort closes an open port; false when it was not open.
 func (m *Manager) ClosePort(ctx context.Context, name string, port int) (bool, error) {
-	if _, err := m.Get(ctx, name); err != nil {
+	w, err := m.Get(ctx, name)
+	if err != nil {
 		return false, err
 	}
 	m.mu.Lock()
-	e := m.ports[name][port]
-	delete(m.ports[name], port)
+	e := m.ports[w.ID][port]
+	delete(m.ports[w.ID], port)
 	m.mu.Unlock()
 	if e == nil {
 		return false, nil
@@ -126,27 +129,27 @@ func (m *Manager) ClosePort(ctx context.Context, name string, port int) (bool, e
 	return true, nil
 }
 
-// Ports lists a workspace's open ports, by port.
-func (m *Manager) Ports(name string) []PortInfo {
+// Ports lists the open ports of workspace id (its record's ID), by port.
+func (m *Manager) Ports(id string) []PortInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []PortInfo
-	for _, e := range m.ports[name] {
+	for _, e := range m.ports[id] {
 		out = append(out, e.info)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
 	return out
 }
 
-// closePorts closes every port of a workspace (it is being deleted).
-func (m *Manager) closePorts(name string) {
+// closePorts closes every port of workspace id (it is being deleted).
+func (m *Manager) closePorts(id string) {
 	m.mu.Lock()
-	open := m.ports[name]
-	delete(m.ports, name)
+	open := m.ports[id]
+	delete(m.ports, id)
 	m.mu.Unlock()
 	for port, e := range open {
 		e.stop()
-		m.log.Info().Str("workspace", name).Int("port", port).Msg("port closed with its workspace")
+		m.log.Info().Str("workspace_id", id).Int("port", port).Msg("port closed with its workspace")
 	}
 }
 

@@ -143,7 +143,7 @@ func (m *Manager) fillImport(ctx context.Context, w *store.Workspace, im *import
 		return nil, fmt.Errorf("import into %q: %w", w.Name, err)
 	}
 	im.origin.Bytes = b.p.Manifest.Bytes
-	return im.origin, b.p.Commit(w.Name)
+	return im.origin, b.p.Commit(w.ID)
 }
 
 // fillFork copies workspace src's files (caches and user installs
@@ -162,7 +162,7 @@ func (m *Manager) fillFork(ctx context.Context, w, src *store.Workspace) (*Origi
 		return nil, fmt.Errorf("fork %q: %w", src.Name, err)
 	}
 	if m.Baselines != nil {
-		if err := m.Baselines.Copy(src.Name, w.Name); err != nil {
+		if err := m.Baselines.Copy(src.ID, w.ID); err != nil {
 			return nil, fmt.Errorf("fork %q: its baseline: %w", src.Name, err)
 		}
 	}
@@ -222,13 +222,13 @@ func excludedFromChanges() []string {
 // Changes compares a workspace's files with its baseline, inside its
 // container (no link is followed there), and writes the patch here.
 func (m *Manager) Changes(ctx context.Context, name string) (*Changes, error) {
-	if _, err := m.Get(ctx, name); err != nil {
+	w, err := m.Get(ctx, name)
+	if err != nil {
 		return nil, err
 	}
 	var base *baseline.Manifest
 	if m.Baselines != nil {
-		var err error
-		if base, err = m.Baselines.Load(name); err != nil {
+		if base, err = m.Baselines.Load(w.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -259,7 +259,7 @@ func (m *Manager) Changes(ctx context.Context, name string) (*Changes, error) {
 	if got.Error != "" {
 		return nil, fmt.Errorf("workspace %q: %s", name, got.Error)
 	}
-	blob := func(sum string) ([]byte, error) { return m.Baselines.Blob(name, sum) }
+	blob := func(sum string) ([]byte, error) { return m.Baselines.Blob(w.ID, sum) }
 	var baseEntries []proto.BaselineEntry
 	if base != nil {
 		baseEntries = base.Entries

@@ -53,14 +53,14 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		release()
 		return nil, err
 	}
-	return r.track(spec.Workspace, inner, release), nil
+	return r.track(w.ID, inner, release), nil
 }
 
 // track counts a job of a workspace until it ends: the workspace is busy
 // (never stopped for idleness) and its quota can stop the job.
-func (r *Runtime) track(name string, inner sandbox.Handle, release func()) *handle {
+func (r *Runtime) track(id string, inner sandbox.Handle, release func()) *handle {
 	h := &handle{Handle: inner}
-	s := r.ws.ws(name)
+	s := r.ws.ws(id)
 	r.ws.mu.Lock()
 	s.jobs[h] = struct{}{}
 	r.ws.mu.Unlock()
@@ -85,11 +85,11 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	if !ok {
 		return inner, nil
 	}
-	name, err := r.ws.byContainer(ctx, cid)
-	if err != nil || name == "" {
+	id, err := r.ws.byContainer(ctx, cid)
+	if err != nil || id == "" {
 		return inner, nil // deleted meanwhile: the job ends with its container
 	}
-	return r.track(name, inner, r.ws.hold(name)), nil
+	return r.track(id, inner, r.ws.hold(id)), nil
 }
 
 // List leaves workspace containers out: they are no job's, and restart

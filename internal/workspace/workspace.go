@@ -104,8 +104,8 @@ type Manager struct {
 	log    zerolog.Logger
 
 	mu    sync.Mutex
-	state map[string]*wsState
-	ports map[string]map[int]*exposure // open ports by workspace
+	state map[string]*wsState          // by workspace ID
+	ports map[string]map[int]*exposure // open ports by workspace ID
 	stop  chan struct{}
 	once  sync.Once
 	// diskUsage measures a workspace's /workspace in bytes (tests replace it).
@@ -134,23 +134,45 @@ func New(rt sandbox.WorkspaceRuntime, st *store.Store, pol *policy.Policy, serve
 	return m
 }
 
-func (m *Manager) ws(name string) *wsState {
+// ws is this server's state of workspace id.
+func (m *Manager) ws(id string) *wsState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.state[name]
+	s := m.state[id]
 	if s == nil {
 		s = &wsState{jobs: map[*handle]struct{}{}}
-		m.state[name] = s
+		m.state[id] = s
 	}
 	return s
 }
 
-// CheckName says what is wrong with a workspace name, if anything.
+// CheckName says what is wrong with a new workspace's name, if anything.
 func CheckName(name string) error {
 	if !NamePattern.MatchString(name) {
 		return fmt.Errorf("workspace name %q is not valid: 1 to 63 characters, lowercase letters, digits, '_', '.' and '-', starting with a letter or digit", truncate(name, 80))
 	}
 	return nil
+}
+
+// tenantPattern is a tenant's name in an admin's TENANT/NAME.
+var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$`)
+
+// CheckRef says what is wrong with a name that refers to a workspace: a
+// workspace name, or (for an admin) TENANT/NAME.
+func CheckRef(ref string) error {
+	if owner, name, ok := strings.Cut(ref, "/"); ok {
+		if !tenantPattern.MatchString(owner) {
+			return fmt.Errorf("workspace %q is not valid: an admin names another tenant's workspace as TENANT/NAME", truncate(ref, 80))
+		}
+		return CheckName(name)
+	}
+	return CheckName(ref)
+}
+
+// ownerCtx is ctx acting for w's tenant: work the server does later on a
+// workspace's behalf (relays of its ports) finds it as its owner would.
+func ownerCtx(ctx context.Context, w *store.Workspace) context.Context {
+	return tenant.With(ctx, tenant.Tenant{Name: w.Tenant})
 }
 
 // Enabled says whether the policy allows workspaces.
@@ -224,7 +246,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspa
 		return nil, nil, err
 	}
 	if m.Baselines != nil {
-		_ = m.Baselines.Remove(w.Name) // left by a server that died mid-delete
+		_ = m.Baselines.Remove(w.ID) // a legacy workspace's, left by a server that died mid-delete
 	}
 	var origin *Origin
 	switch {
@@ -236,7 +258,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspa
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
-		if derr := m.Delete(cctx, w.Name); derr != nil {
+		if derr := m.delete(cctx, w); derr != nil {
 			m.log.Warn().Err(derr).Str("workspace", w.Name).Msg("remove a workspace whose copy failed")
 		}
 		return nil, nil, err
@@ -246,9 +268,6 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspa
 
 // create makes the workspace's records, volume and container, and starts it.
 func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspace, error) {
-	s := m.ws(req.Name)
-	s.lock.Lock()
-	defer s.lock.Unlock()
 	l := req.Limits
 	rec := &store.Workspace{
 		Name: req.Name, Language: req.Language, Image: req.Image, State: StateCreating, ServerID: m.server,
@@ -269,6 +288,11 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspa
 		}
 		return nil, err
 	}
+	// The record (its tenant and name its key) is this workspace's claim:
+	// no other create of it gets here.
+	s := m.ws(rec.ID)
+	s.lock.Lock()
+	defer s.lock.Unlock()
 	refs, err := m.rt.CreateWorkspace(ctx, sandbox.WorkspaceSpec{
 		Name: req.Name, Image: req.Image, Runtime: m.pol.Runtime, Env: CacheEnv, Mounts: req.Mounts, Network: network,
 		Limits: sandbox.Limits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
@@ -282,7 +306,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspa
 		cctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
 		_ = m.rt.RemoveWorkspace(cctx, refs)
-		_ = m.st.DeleteWorkspace(cctx, req.Name)
+		_ = m.st.DeleteWorkspace(cctx, rec.ID)
 		return nil, err
 	}
 	rec.State = StateRunning
@@ -293,9 +317,10 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspa
 	return rec, nil
 }
 
-// Get returns a workspace's record.
+// Get returns the record of ctx's tenant's workspace name (for an admin,
+// TENANT/NAME names another tenant's).
 func (m *Manager) Get(ctx context.Context, name string) (*store.Workspace, error) {
-	if err := CheckName(name); err != nil {
+	if err := CheckRef(name); err != nil {
 		return nil, err
 	}
 	w, err := m.st.GetWorkspace(ctx, name)
@@ -317,24 +342,31 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	return m.delete(ctx, w)
+}
+
+func (m *Manager) delete(ctx context.Context, w *store.Workspace) error {
 	// Ports first, before the workspace's lock: closing waits for their
 	// relays, and a relay just accepted may be waiting for that lock.
-	m.closePorts(name)
-	s := m.ws(name)
+	m.closePorts(w.ID)
+	s := m.ws(w.ID)
 	s.lock.Lock()
 	defer s.lock.Unlock()
 	if err := m.rt.RemoveWorkspace(ctx, sandbox.WorkspaceRefs{ContainerID: w.ContainerID, Volume: w.Volume}); err != nil {
 		return err
 	}
-	if err := m.st.DeleteWorkspace(ctx, name); err != nil && !errors.Is(err, store.ErrWorkspaceNotFound) {
+	if err := m.st.DeleteWorkspace(ctx, w.ID); err != nil && !errors.Is(err, store.ErrWorkspaceNotFound) {
 		return err
 	}
 	if m.Baselines != nil {
-		if err := m.Baselines.Remove(name); err != nil {
-			m.log.Warn().Err(err).Str("workspace", name).Msg("remove the workspace's baseline")
+		if err := m.Baselines.Remove(w.ID); err != nil {
+			m.log.Warn().Err(err).Str("workspace", w.Name).Msg("remove the workspace's baseline")
 		}
 	}
-	m.log.Info().Str("workspace", name).Msg("workspace deleted")
+	m.mu.Lock()
+	delete(m.state, w.ID)
+	m.mu.Unlock()
+	m.log.Info().Str("workspace", w.Name).Str("tenant", w.Tenant).Msg("workspace deleted")
 	return nil
 }
 
@@ -348,7 +380,7 @@ func (m *Manager) Acquire(ctx context.Context, name string) (w *store.Workspace,
 	if w, err = m.Get(ctx, name); err != nil {
 		return nil, nil, err
 	}
-	s := m.ws(name)
+	s := m.ws(w.ID)
 	s.lock.Lock()
 	defer s.lock.Unlock()
 	running, err := m.rt.WorkspaceRunning(ctx, w.ContainerID)
@@ -371,15 +403,15 @@ func (m *Manager) Acquire(ctx context.Context, name string) (w *store.Workspace,
 		if err := m.st.UpdateWorkspace(ctx, w); err != nil {
 			return nil, nil, err
 		}
-	} else if err := m.touch(ctx, name, now); err != nil {
+	} else if err := m.touch(ctx, w.ID, now); err != nil {
 		return nil, nil, err
 	}
-	return w, m.hold(name), nil
+	return w, m.hold(w.ID), nil
 }
 
-// hold counts a use of a running workspace until release is called.
-func (m *Manager) hold(name string) (release func()) {
-	s := m.ws(name)
+// hold counts a use of running workspace id until release is called.
+func (m *Manager) hold(id string) (release func()) {
+	s := m.ws(id)
 	m.mu.Lock()
 	s.busy++
 	m.mu.Unlock()
@@ -391,15 +423,15 @@ func (m *Manager) hold(name string) (release func()) {
 			m.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			defer cancel()
-			_ = m.touch(ctx, name, time.Now())
+			_ = m.touch(ctx, id, time.Now())
 		})
 	}
 }
 
-// touch writes a workspace's last use, unless this server wrote it less
+// touch writes workspace id's last use, unless this server wrote it less
 // than touchEvery ago.
-func (m *Manager) touch(ctx context.Context, name string, now time.Time) error {
-	s := m.ws(name)
+func (m *Manager) touch(ctx context.Context, id string, now time.Time) error {
+	s := m.ws(id)
 	m.mu.Lock()
 	recent := now.Sub(s.touched) < touchEvery && !now.Before(s.touched)
 	if !recent {
@@ -409,10 +441,10 @@ func (m *Manager) touch(ctx context.Context, name string, now time.Time) error {
 	if recent {
 		return nil
 	}
-	return m.st.TouchWorkspace(ctx, name, now)
+	return m.st.TouchWorkspace(ctx, id, now)
 }
 
-// byContainer names the workspace whose container has this id ("" if none).
+// byContainer is the ID of the workspace whose container has this id ("" if none).
 func (m *Manager) byContainer(ctx context.Context, containerID string) (string, error) {
 	all, err := m.st.ListWorkspaces(ctx)
 	if err != nil {
@@ -420,7 +452,7 @@ func (m *Manager) byContainer(ctx context.Context, containerID string) (string, 
 	}
 	for _, w := range all {
 		if w.ContainerID == containerID {
-			return w.Name, nil
+			return w.ID, nil
 		}
 	}
 	return "", nil
@@ -454,34 +486,36 @@ func (m *Manager) poll() {
 	}
 	idle := time.Duration(m.pol.Workspaces.IdleStopS) * time.Second
 	for _, w := range list {
-		s := m.ws(w.Name)
+		s := m.ws(w.ID)
 		m.mu.Lock()
 		busy, jobs := s.busy, len(s.jobs)
 		m.mu.Unlock()
 		switch {
 		case busy > 0:
-			_ = m.st.TouchWorkspace(ctx, w.Name, time.Now())
+			_ = m.st.TouchWorkspace(ctx, w.ID, time.Now())
 			if jobs > 0 {
 				m.checkQuota(ctx, w, s)
 			}
 		case w.State == StateRunning && idle > 0 && time.Since(w.LastUsedAt) >= idle:
-			m.stopIdle(ctx, w.Name, idle)
+			m.stopIdle(ctx, w.ID, idle)
 		}
 	}
 }
 
-// stopIdle stops a workspace nobody used for idle, re-checking under its lock.
-func (m *Manager) stopIdle(ctx context.Context, name string, idle time.Duration) {
-	s := m.ws(name)
+// stopIdle stops workspace id when nobody used it for idle, re-checking
+// under its lock.
+func (m *Manager) stopIdle(ctx context.Context, id string, idle time.Duration) {
+	s := m.ws(id)
 	s.lock.Lock()
 	defer s.lock.Unlock()
 	m.mu.Lock()
 	busy := s.busy
 	m.mu.Unlock()
-	w, err := m.st.GetWorkspace(ctx, name)
+	w, err := m.st.GetWorkspaceByID(ctx, id)
 	if err != nil || busy > 0 || w.State != StateRunning || time.Since(w.LastUsedAt) < idle {
 		return
 	}
+	name := w.Name
 	if err := m.rt.StopWorkspace(ctx, w.ContainerID); err != nil {
 		m.log.Warn().Err(err).Str("workspace", name).Msg("stop idle workspace")
 		return
@@ -496,10 +530,11 @@ func (m *Manager) stopIdle(ctx context.Context, name string, idle time.Duration)
 // StopNow stops a workspace's container if nothing runs in it (tests and
 // operators; the idle loop does the same after idle_stop_s).
 func (m *Manager) StopNow(ctx context.Context, name string) error {
-	if _, err := m.Get(ctx, name); err != nil {
+	w, err := m.Get(ctx, name)
+	if err != nil {
 		return err
 	}
-	m.stopIdle(ctx, name, 0)
+	m.stopIdle(ctx, w.ID, 0)
 	return nil
 }
 
