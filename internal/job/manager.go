@@ -92,11 +92,11 @@ type liveJob struct {
 	// (timeout, kill, cancel, shutdown) before the container goes.
 	endStatus, endReason string
 	timer                *time.Timer
-	hasSlot              bool     // counted in Manager.running
+	hasSlot              bool // counted in Manager.running
 	// owner is who submitted the job (its tenant), for whom it starts: a
 	// workspace it names is that tenant's.
-	owner tenant.Tenant
-	readCursors          [3]int64 // "new since last read", per stream selector
+	owner       tenant.Tenant
+	readCursors [3]int64 // "new since last read", per stream selector
 	// Sessions: term is a PTY session's emulated screen (fed as output
 	// arrives); idle ends a session that got no input for its idle timeout.
 	term *terminal.Terminal
