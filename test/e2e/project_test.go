@@ -297,7 +297,7 @@ func TestPatchOfHostileNamesApplies(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
 	s.createWS("e2e-hostile", map[string]any{})
-	s.wsOut("e2e-hostile", `d=$(printf 'x\n--- /dev/null\n+++ b/PWNED\n@@ -0,0 +1 @@\n+pwned') && mkdir "$d" && printf 'inside\n' > "$d/f" &&
+	s.wsOut("e2e-hostile", `d=$(printf 'x\n--- /dev/null\n+++ b/PWNED\n@@ -0,0 +1 @@\n+pwned') && mkdir -p "$d" && printf 'inside\n' > "$d/f" &&
 printf 'quoted\n' > 'q"uote\back' && printf 'latin\n' > "$(printf 'caf\351')" && head -c 3000 /dev/urandom > blob.bin &&
 printf 'x\000y' >> blob.bin && ln -s '../elsewhere' link && printf '#!/bin/sh\n' > run.sh && chmod +x run.sh`)
 	diff, changes := readChanges(t, s, "e2e-hostile", 0)
@@ -318,8 +318,10 @@ printf 'x\000y' >> blob.bin && ln -s '../elsewhere' link && printf '#!/bin/sh\n'
 	if _, err := os.Stat(filepath.Join(dir, "PWNED")); err == nil {
 		t.Fatal("the patch made PWNED, a file no change names")
 	}
-	want := s.wsOut("e2e-hostile", "find . -path ./.cache -prune -o ! -type d -print0 | sort -z | xargs -0 sha256sum 2>/dev/null; readlink link")
-	got, err := exec.Command("sh", "-c", "cd "+dir+" && find . ! -type d -print0 | sort -z | xargs -0 sha256sum 2>/dev/null; readlink link").CombinedOutput()
+	// In base64: a name that is not UTF-8 would not survive JSON as it is.
+	const list = "{ find . -path ./.cache -prune -o ! -type d -print0 | sort -z | xargs -0 sha256sum 2>/dev/null; readlink link; } | base64 -w0"
+	want := s.wsOut("e2e-hostile", list)
+	got, err := exec.Command("sh", "-c", "cd "+dir+" && "+list).CombinedOutput()
 	if err != nil || string(got) != want {
 		t.Fatalf("after git apply:\n%s\nthe workspace:\n%s", got, want)
 	}
