@@ -159,13 +159,32 @@ func (c *Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	c.Policy.ServerPaths = serverPaths(c.StateDir, getenvOS("DOCKER_HOST"))
 	for i, m := range c.Policy.Mounts {
-		if c.StateDir == m.Source || strings.HasPrefix(c.StateDir, m.Source+"/") {
-			errs = append(errs, fmt.Errorf("policy: mounts[%d].source: %q holds the server's state dir %s, which no sandbox may see", i, m.Source, c.StateDir))
+		// (The policy's own check named what it finds without these paths.)
+		if problem := policy.MountSourceProblem(m.Source, c.Policy.ServerPaths); problem != "" && policy.MountSourceProblem(m.Source, nil) == "" {
+			errs = append(errs, fmt.Errorf("policy: mounts[%d].source: %s", i, problem))
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// serverPaths are the server's own places no granted mount may reach: its
+// state directory, its binary, and its engine's socket (a unix DOCKER_HOST)
+// with the directory holding it.
+func serverPaths(stateDir, dockerHost string) []string {
+	paths := []string{stateDir}
+	if exe, err := os.Executable(); err == nil {
+		paths = append(paths, exe)
+	}
+	if sock, ok := strings.CutPrefix(dockerHost, "unix://"); ok && filepath.IsAbs(sock) {
+		paths = append(paths, sock, filepath.Dir(sock))
+	}
+	return paths
+}
+
+// getenvOS is os.Getenv (a name the tests can look for).
+var getenvOS = os.Getenv
 
 // Instance names this server's containers: one per state directory, so two
 // servers with different state never adopt or remove each other's sandboxes.

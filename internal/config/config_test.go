@@ -87,3 +87,33 @@ func TestTokenFileFromPolicyOrFlag(t *testing.T) {
 		t.Fatal("--tls-cert without --tls-key and --http was accepted")
 	}
 }
+
+// TestMountsNeverReachTheServer: a mount whose source is, holds, or lies
+// inside the server's state directory is refused, named by its key, also
+// through a link to the state directory's parent (THREATS 106).
+func TestMountsNeverReachTheServer(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "srv", "state")
+	if err := os.MkdirAll(filepath.Join(state, "jobs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "innocent")
+	if err := os.Symlink(filepath.Join(dir, "srv"), link); err != nil {
+		t.Fatal(err)
+	}
+	for source, want := range map[string]string{
+		link:                          "(it resolves to " + filepath.Join(dir, "srv") + ") holds " + state,
+		filepath.Join(state, "jobs"):  "lies inside " + state,
+		filepath.Join(link, "state"):  "is " + state,
+		filepath.Join(dir, "nothing"): "no such file",
+	} {
+		pol := filepath.Join(dir, "p.yaml")
+		if err := os.WriteFile(pol, []byte("mounts:\n  - {name: proj, source: "+source+"}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := load(t, []string{"--policy", pol, "--state-dir", state}, nil)
+		if err == nil || !strings.Contains(err.Error(), "mounts[0].source") || !strings.Contains(err.Error(), want) {
+			t.Errorf("mount %s: %v, want an error naming mounts[0].source with %q", source, err, want)
+		}
+	}
+}

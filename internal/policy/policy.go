@@ -15,7 +15,10 @@
 // a test keeps it identical to Default().
 package policy
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Policy is the whole operator policy. The zero value is not useful: start from
 // Default() or Load().
@@ -54,6 +57,11 @@ type Policy struct {
 	Mounts []Mount `yaml:"mounts"`
 	// HTTP configures serve --http (docs/http.md).
 	HTTP HTTP `yaml:"http"`
+
+	// ServerPaths are the server's own places that no mount may reach (its
+	// state directory, its binary, its engine's socket): set by the server's
+	// configuration, not by the file.
+	ServerPaths []string `yaml:"-"`
 }
 
 // Backends a policy may name.
@@ -87,6 +95,21 @@ type Mount struct {
 
 // MountTarget is where a granted mount appears inside a sandbox.
 func MountTarget(name string) string { return "/mnt/" + name }
+
+// ResolveMount resolves granted mount name's source now (ResolveMountSource,
+// with the server's own places): what to mount, or an error naming the key.
+func (p *Policy) ResolveMount(name string) (string, error) {
+	for i, m := range p.Mounts {
+		if m.Name == name {
+			real, problem := ResolveMountSource(m.Source, p.ServerPaths)
+			if problem != "" {
+				return "", fmt.Errorf("policy key mounts[%d].source: %s", i, problem)
+			}
+			return real, nil
+		}
+	}
+	return "", fmt.Errorf("mount %q is not granted (policy key mounts)", name)
+}
 
 // MountNames are the granted mounts' names, in the policy's order.
 func (p *Policy) MountNames() []string {

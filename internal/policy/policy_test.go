@@ -725,6 +725,14 @@ func TestMountsValidate(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Links to the host's places, and a parent that is one (THREATS 106).
+	linkToRun, linkParent := filepath.Join(dir, "run-link"), filepath.Join(dir, "root-link")
+	if err := os.Symlink("/run", linkToRun); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/", linkParent); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		mounts []Mount
 		want   string
@@ -735,8 +743,13 @@ func TestMountsValidate(t *testing.T) {
 		{[]Mount{{"p", "relative/dir"}}, "mounts[0].source"},
 		{[]Mount{{"p", dir + "/missing"}}, "mounts[0].source"},
 		{[]Mount{{"p", file}}, "is not a directory"},
-		{[]Mount{{"p", "/"}}, "mounts[0].source: / cannot be granted"},
-		{[]Mount{{"p", "/var/run"}}, "holds /var/run/docker.sock"},
+		{[]Mount{{"p", "/"}}, `mounts[0].source: "/" is the host's root`},
+		{[]Mount{{"p", "/var/run"}}, `"/var/run" (it resolves to /run) is /run`},
+		{[]Mount{{"p", "/etc/ssl"}}, "lies inside /etc"},
+		{[]Mount{{"p", "/var/lib"}}, "holds /var/lib/docker"},
+		{[]Mount{{"p", "/proc/self"}}, "lies inside /proc"},
+		{[]Mount{{"p", linkToRun}}, "(it resolves to /run) is /run"},
+		{[]Mount{{"p", linkParent + "/etc"}}, "(it resolves to /etc) is /etc"},
 		{[]Mount{{"p", dir + "/../" + filepath.Base(dir)}}, "clean absolute path"},
 	}
 	for _, c := range cases {

@@ -278,11 +278,18 @@ func (p *Policy) Validate() error {
 // mountNamePattern is a granted mount's name (mounts[i].name).
 var mountNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
-// engineSockets are the engine sockets no granted mount may hold.
-var engineSockets = []string{"/var/run/docker.sock", "/run/docker.sock", "/run/podman/podman.sock", "/var/run/containerd/containerd.sock", "/run/containerd/containerd.sock"}
+// hostOnly are the places no granted mount may be, lie inside or hold:
+// the kernel's and the system's (/proc, /sys, /dev, /run with the engines'
+// sockets, /etc) and the engines' own data. The server adds its state
+// directory, its binary and its engine's socket (MountSourceProblem's
+// forbidden). "/" is refused too (it holds them all).
+var hostOnly = []string{"/proc", "/sys", "/dev", "/run", "/var/run", "/etc",
+	"/var/lib/docker", "/var/lib/containers", "/var/lib/containerd", "/var/lib/kubelet", "/var/lib/etcd",
+	"/var/run/docker.sock", "/run/docker.sock", "/run/podman/podman.sock", "/run/containerd/containerd.sock"}
 
 // validateMounts: each grant names a clean absolute directory that exists,
-// is not /, and holds no engine socket; names are unique.
+// that resolves (through every link) to none of the host's own places
+// (hostOnly); names are unique.
 func (p *Policy) validateMounts(ps *problems) {
 	seen := map[string]bool{}
 	for i, m := range p.Mounts {
@@ -293,35 +300,71 @@ func (p *Policy) validateMounts(ps *problems) {
 			ps.add(key+".name", "%q is granted twice", m.Name)
 		}
 		seen[m.Name] = true
-		if problem := MountSourceProblem(m.Source, nil); problem != "" {
+		if _, problem := ResolveMountSource(m.Source, nil); problem != "" {
 			ps.add(key+".source", "%s", problem)
 		}
 	}
 }
 
-// MountSourceProblem says what is wrong with a mount's source, if anything:
-// it must be a clean absolute directory that exists, other than /, holding no
-// engine socket and none of the paths in forbidden (e.g. the state dir).
+// MountSourceProblem says what is wrong with a mount's source, if anything
+// (ResolveMountSource's problem).
 func MountSourceProblem(source string, forbidden []string) string {
+	_, problem := ResolveMountSource(source, forbidden)
+	return problem
+}
+
+// ResolveMountSource resolves a mount's source through every link (of the
+// path and of each of its parents) and says what is wrong with it, if
+// anything: it must be a clean absolute path to a directory, and neither
+// it nor what it resolves to may be "/", or be, lie inside or hold one of
+// the host's own places (hostOnly) or of forbidden (the server's state
+// directory, binary and engine socket; each resolved too). It runs when the
+// policy loads and again at each use, so a link swapped in between is
+// caught; the resolved path is what is then mounted.
+func ResolveMountSource(source string, forbidden []string) (string, string) {
 	if !filepath.IsAbs(source) || filepath.Clean(source) != source || strings.ContainsAny(source, "\x00\n:") {
-		return fmt.Sprintf("%q must be a clean absolute path (no ':')", source)
+		return "", fmt.Sprintf("%q must be a clean absolute path (no ':')", source)
 	}
-	if source == "/" {
-		return "/ cannot be granted: grant the project's own directory"
-	}
-	st, err := os.Stat(source)
+	real, err := filepath.EvalSymlinks(source)
 	if err != nil {
-		return fmt.Sprintf("%q: %v", source, err)
+		return "", fmt.Sprintf("%q: %v", source, err)
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Sprintf("%q: %v", source, err)
 	}
 	if !st.IsDir() {
-		return fmt.Sprintf("%q is not a directory", source)
+		return "", fmt.Sprintf("%q is not a directory", source)
 	}
-	for _, f := range append(append([]string{}, engineSockets...), forbidden...) {
-		if f == source || strings.HasPrefix(f, source+"/") {
-			return fmt.Sprintf("%q holds %s, which no sandbox may see", source, f)
+	via := ""
+	if real != source {
+		via = fmt.Sprintf(" (it resolves to %s)", real)
+	}
+	if real == "/" || source == "/" {
+		return "", fmt.Sprintf("%q%s is the host's root: grant the project's own directory", source, via)
+	}
+	for _, f := range append(append([]string{}, hostOnly...), forbidden...) {
+		if f == "" {
+			continue
+		}
+		places := []string{f}
+		if r, err := filepath.EvalSymlinks(f); err == nil && r != f {
+			places = append(places, r)
+		}
+		for _, place := range places {
+			for _, p := range []string{source, real} {
+				switch {
+				case p == place:
+					return "", fmt.Sprintf("%q%s is %s, which no sandbox may see", source, via, f)
+				case strings.HasPrefix(p, place+"/"):
+					return "", fmt.Sprintf("%q%s lies inside %s, which no sandbox may see", source, via, f)
+				case strings.HasPrefix(place, p+"/"):
+					return "", fmt.Sprintf("%q%s holds %s, which no sandbox may see", source, via, f)
+				}
+			}
 		}
 	}
-	return ""
+	return real, ""
 }
 
 // namespacePattern is a Kubernetes namespace name (an RFC 1123 label).

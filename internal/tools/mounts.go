@@ -47,7 +47,13 @@ func (d Deps) grantedMounts(field string, names []string) ([]sandbox.Mount, *mcp
 			continue
 		}
 		seen[n] = true
-		out = append(out, sandbox.Mount{Source: d.Policy.Mounts[i].Source, Target: policy.MountTarget(n), ReadOnly: true})
+		// Resolved again now, through every link: a link swapped since the
+		// policy loaded is caught, and what is mounted is what was checked.
+		source, err := d.Policy.ResolveMount(granted[i])
+		if err != nil {
+			return nil, errorResult("%s: %q cannot be mounted: %v; the operator must fix the policy", field, n, err)
+		}
+		out = append(out, sandbox.Mount{Source: source, Target: policy.MountTarget(n), ReadOnly: true})
 	}
 	return out, nil
 }

@@ -162,7 +162,7 @@ var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$`)
 func CheckRef(ref string) error {
 	if owner, name, ok := strings.Cut(ref, "/"); ok {
 		if !tenantPattern.MatchString(owner) {
-			return fmt.Errorf("workspace %q is not valid: an admin names another tenant's workspace as TENANT/NAME", truncate(ref, 80))
+			return fmt.Errorf("workspace name %q is not valid: a name has no '/' (an admin names another tenant's workspace TENANT/NAME)", truncate(ref, 80))
 		}
 		return CheckName(name)
 	}

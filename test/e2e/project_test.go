@@ -327,3 +327,66 @@ printf 'x\000y' >> blob.bin && ln -s '../elsewhere' link && printf '#!/bin/sh\n'
 	}
 	s.checkRaces()
 }
+
+// TestMountLinkSwappedAfterLoad: a granted source that is a link to the
+// project loads and mounts the project; once the link is swapped to /run
+// (the engine's socket directory), the next use is refused naming the
+// policy key, and no job sees /run (THREATS 106).
+func TestMountLinkSwappedAfterLoad(t *testing.T) {
+	t.Parallel()
+	src, _ := calcFixture(t)
+	link := filepath.Join(t.TempDir(), "project")
+	if err := os.Symlink(src, link); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, policyEnv(t, "mounts:\n  - {name: proj, source: "+link+"}\n"))
+	if out := str(s.ok("run_command", map[string]any{"mounts": []any{"proj"}, "command": "ls /mnt/proj"}), "stdout"); !strings.Contains(out, "calc.go") {
+		t.Fatalf("the mount through its link: %q", out)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/run", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"run_command", map[string]any{"mounts": []any{"proj"}, "command": "ls -la /mnt/proj"}},
+		{"create_workspace", map[string]any{"name": "e2e-swapped", "import": "proj"}},
+		{"create_workspace", map[string]any{"name": "e2e-swapped", "mounts": []any{"proj"}}},
+	} {
+		msg := s.toolErr(c.tool, c.args)
+		if !strings.Contains(msg, "mounts[0].source") || !strings.Contains(msg, "/run") {
+			t.Fatalf("%s with the swapped link: %q", c.tool, msg)
+		}
+	}
+	s.checkRaces()
+}
+
+// TestMountSetuidAndDevicesDoNothing: Docker cannot put nosuid,nodev on a
+// bind (runc's read-only remount drops them: docs/security.md), so this
+// shows what holds instead: a setuid-root program in a granted tree runs as
+// the sandbox's user (no_new_privs), and a device node there cannot be
+// opened (the engine's device cgroup, no CAP_MKNOD).
+func TestMountSetuidAndDevicesDoNothing(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a setuid-root program and a device node")
+	}
+	src := t.TempDir()
+	os.Chmod(src, 0o755)
+	if out, err := exec.Command("sh", "-c", "cp /usr/bin/id "+src+"/suid-id && chown 0:0 "+src+"/suid-id && chmod 4755 "+src+"/suid-id && mknod "+src+"/mem c 1 1 && chmod 666 "+src+"/mem").CombinedOutput(); err != nil {
+		t.Fatalf("fixture: %v %s", err, out)
+	}
+	s := startServer(t, policyEnv(t, "mounts:\n  - {name: dev, source: "+src+"}\n"))
+	out := str(s.ok("run_command", map[string]any{"mounts": []any{"dev"},
+		"command": "stat -c '%A %u' /mnt/dev/suid-id; /mnt/dev/suid-id -u; head -c 1 /mnt/dev/mem >/dev/null 2>&1 && echo DEVICE-READ || echo DEVICE-REFUSED; grep ' /mnt/dev ' /proc/self/mountinfo"}), "stdout")
+	lines := strings.Split(out, "\n")
+	if len(lines) < 3 || !strings.HasPrefix(lines[0], "-rwsr-xr-x 0") || lines[1] != "1000" || lines[2] != "DEVICE-REFUSED" {
+		t.Fatalf("setuid and device in a granted mount: %q", out)
+	}
+	t.Logf("the mount as the sandbox sees it: %s", strings.TrimSpace(strings.Join(lines[3:], " ")))
+	s.checkRaces()
+}
