@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
+	"github.com/sandboxer/sandboxer/internal/mcpserver"
 	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
 	"github.com/sandboxer/sandboxer/internal/workspace"
@@ -32,7 +33,7 @@ func loopbackAddr(addr string) string {
 // serveHTTP serves /metrics (and what else mux holds) on addr until ctx
 // ends. The listener is bound before it returns, so a bad address fails the
 // start; it returns a stop function that waits for the server to end.
-func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, m *metrics.Metrics, mount func(*http.ServeMux), log zerolog.Logger) (func(), error) {
+func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, door *auth.Door, m *metrics.Metrics, mount func(*http.ServeMux), log zerolog.Logger) (func(), error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Scrape(tokens))
 	mount(mux)
@@ -41,7 +42,7 @@ func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, m *metrics
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           m.CountRequests(tokens, mux),
+		Handler:           door.Wrap(m.CountRequests(tokens, mux), mcpserver.IsLoopback(ln.Addr().String())),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}

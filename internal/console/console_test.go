@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/auth"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/tenant"
@@ -279,17 +280,19 @@ func TestANSI(t *testing.T) {
 	}
 }
 
-// TestSignInGuessingLimited (THREATS 46): a source that fails to sign in
-// ten times in a minute is refused even with a good token until the minute ends.
+// TestSignInGuessingLimited (THREATS 46, 109): behind the listener's door,
+// a source that fails to sign in ten times in a minute is refused even with
+// a good token until the minute ends.
 func TestSignInGuessingLimited(t *testing.T) {
-	c, _ := newTestConsole(t)
-	for i := 0; i < maxFailedSignIns; i++ {
+	console, _ := newTestConsole(t)
+	c := auth.NewDoor().Wrap(console, false)
+	for i := 0; i < auth.MaxFailedCredentials; i++ {
 		if w := do(t, c, "POST", "/ui/login", url.Values{"token": {"guess-0123456789abcdef"}}, nil); w.Code != http.StatusUnauthorized {
 			t.Fatalf("guess %d: %d", i, w.Code)
 		}
 	}
 	if w := do(t, c, "POST", "/ui/login", url.Values{"token": {adminTok}}, nil); w.Code != http.StatusTooManyRequests {
-		t.Fatalf("after %d failures: %d, want 429", maxFailedSignIns, w.Code)
+		t.Fatalf("after %d failures: %d, want 429", auth.MaxFailedCredentials, w.Code)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -89,64 +88,6 @@ func (s *sessions) remove(id string) {
 	s.mu.Lock()
 	delete(s.m, id)
 	s.mu.Unlock()
-}
-
-// Failed sign-ins (THREATS 46): a source that fails this often within the
-// window waits for the window's end, so tokens cannot be guessed by the form.
-const (
-	maxFailedSignIns = 10
-	signInWindow     = time.Minute
-	maxSources       = 10000
-)
-
-// failures counts failed sign-ins per source address.
-type failures struct {
-	mu sync.Mutex
-	m  map[string]*failCount
-}
-
-type failCount struct {
-	n     int
-	since time.Time
-}
-
-// blocked says whether source has failed too often lately.
-func (f *failures) blocked(source string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.m[source]
-	return c != nil && time.Since(c.since) < signInWindow && c.n >= maxFailedSignIns
-}
-
-func (f *failures) add(source string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := time.Now()
-	if len(f.m) >= maxSources {
-		for k, c := range f.m {
-			if now.Sub(c.since) >= signInWindow {
-				delete(f.m, k)
-			}
-		}
-		if len(f.m) >= maxSources {
-			return // under a flood from many sources the per-source count is dropped, not memory
-		}
-	}
-	c := f.m[source]
-	if c == nil || now.Sub(c.since) >= signInWindow {
-		c = &failCount{since: now}
-		f.m[source] = c
-	}
-	c.n++
-}
-
-// sourceOf is a request's remote address without its port.
-func sourceOf(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 // who is the client of a request: its sign-in cookie's session, or a bearer

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +50,9 @@ type HTTPOptions struct {
 	TLSCert, TLSKey string
 	// Ready, when set, is told the address once the listener is bound.
 	Ready func(addr string)
+	// Door is the server's front door, shared by its listeners (nil: one
+	// of this listener's own).
+	Door *auth.Door
 }
 
 // IsLoopback says whether addr (host:port) is bound to loopback only.
@@ -96,8 +98,14 @@ func (s *Server) ServeHTTP(ctx context.Context, addr string, o HTTPOptions) erro
 	if err != nil {
 		return fmt.Errorf("--http: %w", err)
 	}
+	door := o.Door
+	if door == nil {
+		door = auth.NewDoor()
+	}
 	srv := &http.Server{
-		Handler:           mux,
+		// Every path behind one door: Host on loopback, Origin, and bad
+		// credentials limited per source address (auth.Door).
+		Handler:           door.Wrap(mux, IsLoopback(ln.Addr().String())),
 		ReadHeaderTimeout: httpHeaderTimeout,
 		IdleTimeout:       httpIdleTimeout,
 		MaxHeaderBytes:    httpMaxHeaderBytes,
@@ -141,9 +149,10 @@ func CheckToolsets(names []string) error {
 	return err
 }
 
-// guard checks a request before any MCP processing: its token (401 with
-// WWW-Authenticate), its Origin (403), its size (413) and its tenant's rate
-// (429 with Retry-After).
+// guard checks a request before any MCP processing (after the listener's
+// door: Host, Origin, bad-credential limits): its token (401 with
+// WWW-Authenticate), its size (413) and its tenant's rate (429 with
+// Retry-After).
 func (s *Server) guard(o HTTPOptions, next http.Handler) http.Handler {
 	limits := &rateLimits{rate: o.RatePerTenant, buckets: map[string]*bucket{}}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -164,10 +173,6 @@ func (s *Server) guard(o HTTPOptions, next http.Handler) http.Handler {
 				t.MaxJobs, t.MaxWorkspaces, t.Toolsets = l.Limits(name)
 			}
 		}
-		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r.Host) {
-			http.Error(w, "cross-origin request refused (Origin "+truncate(origin, 100)+")", http.StatusForbidden)
-			return
-		}
 		if v := r.Header.Get("MCP-Protocol-Version"); v != "" && !mcp.IsValidProtocolVersion(v) {
 			http.Error(w, "unsupported MCP-Protocol-Version "+truncate(v, 40)+" (supported: "+strings.Join(mcp.ValidProtocolVersions, ", ")+")", http.StatusBadRequest)
 			return
@@ -184,16 +189,6 @@ func (s *Server) guard(o HTTPOptions, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestTenant{}, t)))
 	})
-}
-
-// sameOrigin says whether a browser's Origin names the host it asks: a page
-// of another site (DNS rebinding, a hostile tab) is refused.
-func sameOrigin(origin, host string) bool {
-	u, err := url.Parse(origin)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return false
-	}
-	return strings.EqualFold(u.Host, host)
 }
 
 // rateLimits are token buckets, one per tenant.

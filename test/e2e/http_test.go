@@ -492,3 +492,76 @@ func TestHTTPTenantsHaveTheirOwnGoBuildCache(t *testing.T) {
 		t.Fatalf("bob's fresh sandbox found alice's module built: %q", out)
 	}
 }
+
+// TestHTTPDoorOnEveryPath (THREATS 109): the same guards on /mcp,
+// /preview, /ui and /metrics: a foreign Host on a loopback listener is
+// refused, without a token file too (DNS rebinding of /preview); bad tokens
+// from one address, spread over every path, end in 429 with Retry-After on
+// every path, a good token included.
+func TestHTTPDoorOnEveryPath(t *testing.T) {
+	t.Parallel()
+	do := func(base, method, path, host, token string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader("{}"))
+		if host != "" {
+			req.Host = host
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := (&http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	// No token file: /preview answers 404 (no such port) to loopback, 403 to a rebound name.
+	plain := startServerHTTPNoTokens(t)
+	for _, method := range []string{"GET", "POST"} {
+		if r := do(plain, method, "/preview/ws/8000/", "", ""); r.StatusCode != 404 {
+			t.Fatalf("%s /preview on loopback: %s", method, r.Status)
+		}
+		if r := do(plain, method, "/preview/ws/8000/", "rebound.example:80", ""); r.StatusCode != 403 {
+			t.Fatalf("%s /preview with a foreign Host and no token file: %s, want 403", method, r.Status)
+		}
+	}
+	h := startHTTPServer(t, "--metrics-addr", "127.0.0.1:0")
+	paths := []string{"/mcp", "/preview/ws/8000/", "/ui/jobs", "/metrics"}
+	for _, p := range paths {
+		if r := do(h.base, "GET", p, "rebound.example", opsToken); r.StatusCode != 403 {
+			t.Fatalf("GET %s with a foreign Host: %s, want 403", p, r.Status)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		if r := do(h.base, "GET", paths[i%len(paths)], "", "guess-"+fmt.Sprint(i)+"-0123456789abcdef"); r.StatusCode != 401 {
+			t.Fatalf("bad token %d on %s: %s", i, paths[i%len(paths)], r.Status)
+		}
+	}
+	for _, p := range paths {
+		if r := do(h.base, "GET", p, "", opsToken); r.StatusCode != 429 || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("GET %s after 10 bad tokens: %s (Retry-After %q), want 429 with Retry-After", p, r.Status, r.Header.Get("Retry-After"))
+		}
+	}
+}
+
+// startServerHTTPNoTokens serves HTTP on loopback without a token file
+// and returns its base URL.
+func startServerHTTPNoTokens(t *testing.T) string {
+	t.Helper()
+	testutil.RequireDocker(t)
+	stderr := &syncBuffer{}
+	cmd := exec.Command(binPath, "serve", "--state-dir", t.TempDir(), "--http", "127.0.0.1:0")
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := httpLine.FindStringSubmatch(stderr.String()); m != nil {
+			return "http://" + m[1] + m[2]
+		}
+	}
+	t.Fatalf("no 'serving MCP on http' line:\n%s", stderr.String())
+	return ""
+}
