@@ -303,7 +303,7 @@ func serve(args []string) error {
 			wsUI = workspaces
 		}
 		ui = console.New(console.Deps{
-			Auth: tokens, Jobs: jobs, Workspaces: wsUI, AuditDir: cfg.StateDir,
+			Auth: tokens, Jobs: jobs, Workspaces: wsUI, AuditDir: cfg.StateDir, Audit: auditLog,
 			Blocklist: blocked.All, Pool: poolStats(warm), Caches: cacheList(depCaches), Done: ctx.Done(),
 		})
 	}

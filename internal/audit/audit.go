@@ -32,6 +32,7 @@ type Entry struct {
 	Time         time.Time `json:"time"`
 	Client       string    `json:"client,omitempty"`
 	Tenant       string    `json:"tenant,omitempty"` // the token's client ("local" for stdio); absent in older lines
+	Source       string    `json:"source,omitempty"` // the remote address of a console action
 	Server       string    `json:"server,omitempty"`
 	Tool         string    `json:"tool"`
 	JobID        string    `json:"job_id,omitempty"`
@@ -226,6 +227,9 @@ type Note struct {
 	Decision string
 	Rule     string
 	JobID    string
+	// Ran: the call got past its checks and did its work, so an error
+	// result is its work failing ("failed"), not a refusal.
+	Ran bool
 }
 
 type noteKey struct{}
@@ -254,9 +258,26 @@ func NoteJob(ctx context.Context, id string) {
 	}
 }
 
+// NoteRan records that the call passed its checks and ran (an install
+// that then fails is failed, not refused).
+func NoteRan(ctx context.Context) {
+	if n, ok := ctx.Value(noteKey{}).(*Note); ok {
+		n.mu.Lock()
+		n.Ran = true
+		n.mu.Unlock()
+	}
+}
+
 // Get returns the note's fields.
 func (n *Note) Get() (decision, rule, jobID string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.Decision, n.Rule, n.JobID
+}
+
+// HasRun says whether NoteRan was called.
+func (n *Note) HasRun() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.Ran
 }

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/auth"
 	"github.com/sandboxer/sandboxer/internal/blocklist"
 	"github.com/sandboxer/sandboxer/internal/deps"
@@ -63,7 +64,10 @@ type Deps struct {
 	Jobs       Jobs
 	Workspaces Workspaces
 	// AuditDir is the state directory holding the audit log.
-	AuditDir  string
+	AuditDir string
+	// Audit, when set, gets a line for each console action: sign-ins (good
+	// and bad), kills and deletes, with the tenant and source address.
+	Audit     *audit.Log
 	Blocklist func() []blocklist.Listed
 	Pool      func() []pool.Stat
 	Caches    func(ctx context.Context) ([]deps.Cache, error)
@@ -193,6 +197,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	// A failed sign-in answers 401, which the listener's door (auth.Door)
 	// counts against the source address, as a bad token on any path.
 	name, role, ok := c.auth.Authenticate(r.PostFormValue("token"))
+	c.audited(r, "console.sign_in", name, "", map[bool]string{true: "ok", false: "error"}[ok && role != auth.RoleMetrics], nil)
 	if !ok || role == auth.RoleMetrics {
 		msg := "That token is not valid."
 		if ok {
@@ -204,6 +209,23 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	id, _ := c.sessions.add(name, role)
 	c.setCookie(w, r, id, int(SessionTTL.Seconds()))
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// audited writes a console action's audit line: tool is "console.<action>",
+// tenant the signed-in one ("" for a failed sign-in), err the failure.
+func (c *Console) audited(r *http.Request, tool, tenant, jobID, outcome string, err error) {
+	if c.Audit == nil {
+		return
+	}
+	e := audit.Entry{Tool: tool, Client: "console", Tenant: tenant, Source: auth.SourceOf(r), JobID: jobID,
+		Decision: audit.Allowed, Outcome: outcome}
+	if outcome == "error" && tenant == "" {
+		e.Decision = audit.Refused // a bad sign-in
+	}
+	if err != nil {
+		e.Outcome, e.Error = "error", trim(err.Error(), 1000)
+	}
+	_ = c.Audit.Write(e)
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, sess *session) {

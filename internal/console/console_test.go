@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/auth"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/store"
@@ -343,5 +344,58 @@ func TestStreamsBounded(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("a closed stream's place was not freed")
 		}
+	}
+}
+
+// TestConsoleActionsAudited (THREATS 109): sign-ins, good and bad, and an
+// admin's kill are each an audit line with the tenant and source address;
+// the jobs list shows an admin whose each job is, and a tenant not.
+func TestConsoleActionsAudited(t *testing.T) {
+	c, jobs := newTestConsole(t)
+	dir := t.TempDir()
+	log, err := audit.Open(dir, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	c.Audit = log
+	jobs.jobs[0].Tenant = "alice"
+	if w := do(t, c, "POST", "/ui/login", url.Values{"token": {"guess-0123456789abcdef"}}, nil); w.Code != http.StatusUnauthorized {
+		t.Fatalf("bad sign-in: %d", w.Code)
+	}
+	admin := signIn(t, c, adminTok).String()
+	var csrf string
+	for _, s := range c.sessions.m {
+		if s.role == "admin" {
+			csrf = s.csrf
+		}
+	}
+	if w := do(t, c, "POST", "/ui/jobs/job-1/kill", url.Values{"csrf": {csrf}}, map[string]string{"Cookie": admin, "Origin": "http://example.com"}); w.Code != http.StatusSeeOther {
+		t.Fatalf("kill: %d", w.Code)
+	}
+	var lines []audit.Entry
+	if err := audit.Read(dir, audit.Filter{}, func(e audit.Entry, _ []byte) error { lines = append(lines, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ tool, tenant, outcome, decision, job string }{
+		{"console.sign_in", "", "error", audit.Refused, ""},
+		{"console.sign_in", "ops", "ok", audit.Allowed, ""},
+		{"console.kill_job", "ops", "ok", audit.Allowed, "job-1"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("audit lines: %+v", lines)
+	}
+	for i, w := range want {
+		e := lines[i]
+		if e.Tool != w.tool || e.Tenant != w.tenant || e.Outcome != w.outcome || e.Decision != w.decision || e.JobID != w.job || e.Source != "192.0.2.1" {
+			t.Errorf("line %d: %+v, want %+v from 192.0.2.1", i, e, w)
+		}
+	}
+	if body := do(t, c, "GET", "/ui/jobs", nil, map[string]string{"Cookie": admin}).Body.String(); !strings.Contains(body, "<th>Tenant</th>") || !strings.Contains(body, "<td>alice</td>") {
+		t.Fatalf("the admin's jobs list does not say whose the job is:\n%s", body)
+	}
+	user := signIn(t, c, userTok).String()
+	if body := do(t, c, "GET", "/ui/jobs", nil, map[string]string{"Cookie": user}).Body.String(); strings.Contains(body, "<th>Tenant</th>") {
+		t.Fatalf("a tenant's jobs list has a tenant column:\n%s", body)
 	}
 }

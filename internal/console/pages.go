@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"path"
 	"slices"
 	"sort"
@@ -134,6 +135,8 @@ type jobRow struct {
 	Command   string `json:"command"`
 	Created   string `json:"created"`
 	Took      string `json:"took"`
+	// Tenant owns the job: shown to admins only (who see every tenant's).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 func rowOf(j *store.Job, now time.Time) jobRow {
@@ -165,9 +168,14 @@ func (c *Console) jobRows(ctx context.Context, f jobFilter) ([]jobRow, error) {
 		return nil, err
 	}
 	now := time.Now()
+	admin := tenant.Scope(ctx) == ""
 	rows := make([]jobRow, 0, len(jobs))
 	for _, j := range jobs {
-		rows = append(rows, rowOf(j, now))
+		r := rowOf(j, now)
+		if admin {
+			r.Tenant = j.Tenant
+		}
+		rows = append(rows, r)
 	}
 	return rows, nil
 }
@@ -288,7 +296,9 @@ func (c *Console) jobPage(w http.ResponseWriter, r *http.Request, sess *session)
 
 func (c *Console) killJob(w http.ResponseWriter, r *http.Request, sess *session) {
 	id := r.PathValue("id")
-	if _, err := c.Jobs.Kill(r.Context(), id, "TERM", 5*time.Second, job.ReasonRequested); err != nil {
+	_, err := c.Jobs.Kill(r.Context(), id, "TERM", 5*time.Second, job.ReasonRequested)
+	c.audited(r, "console.kill_job", sess.tenant, id, "ok", err)
+	if err != nil {
 		c.problem(w, sess, http.StatusConflict, "jobs", "Kill "+trim(id, 80)+": "+err.Error())
 		return
 	}
@@ -300,6 +310,18 @@ type wsRow struct {
 	*store.Workspace
 	Packages int
 	Limit    string
+	// Ref is how the viewer names it in a URL: its name, or (an admin, for
+	// another tenant's) TENANT/NAME, path-escaped.
+	Ref string
+}
+
+// wsRef is w's name as ctx's viewer names it (TENANT/NAME for another
+// tenant's), escaped for a URL path segment.
+func wsRef(ctx context.Context, w *store.Workspace) string {
+	if w.Tenant != "" && w.Tenant != tenant.Owner(ctx) {
+		return url.PathEscape(w.Tenant + "/" + w.Name)
+	}
+	return url.PathEscape(w.Name)
 }
 
 func (c *Console) workspacesPage(w http.ResponseWriter, r *http.Request, sess *session) {
@@ -318,7 +340,7 @@ func (c *Console) workspacesPage(w http.ResponseWriter, r *http.Request, sess *s
 		for _, p := range ws.Details.Installed {
 			n += len(p)
 		}
-		row := wsRow{Workspace: ws, Packages: n}
+		row := wsRow{Workspace: ws, Packages: n, Ref: wsRef(r.Context(), ws)}
 		if ws.Limits.DiskBytes > 0 {
 			row.Limit = humanBytes(ws.Limits.DiskBytes)
 		}
@@ -329,6 +351,7 @@ func (c *Console) workspacesPage(w http.ResponseWriter, r *http.Request, sess *s
 
 type wsData struct {
 	W        *store.Workspace
+	Ref      string // as wsRow's
 	Size     string
 	Managers []field // manager → packages
 	Path     string  // the directory listed, relative to /workspace
@@ -354,7 +377,7 @@ func (c *Console) workspacePage(w http.ResponseWriter, r *http.Request, sess *se
 		c.problem(w, sess, http.StatusNotFound, "workspaces", "No workspace "+trim(name, 80)+" here.")
 		return
 	}
-	d := wsData{W: ws, Path: cleanRel(r.URL.Query().Get("path")), File: cleanRel(r.URL.Query().Get("file"))}
+	d := wsData{W: ws, Ref: wsRef(r.Context(), ws), Path: cleanRel(r.URL.Query().Get("path")), File: cleanRel(r.URL.Query().Get("file"))}
 	for _, m := range sortedKeys(ws.Details.Installed) {
 		d.Managers = append(d.Managers, field{m, strings.Join(ws.Details.Installed[m], " ")})
 	}
@@ -420,7 +443,9 @@ func (c *Console) deleteWorkspace(w http.ResponseWriter, r *http.Request, sess *
 		c.problem(w, sess, http.StatusNotFound, "workspaces", "Workspaces are off.")
 		return
 	}
-	if err := c.Workspaces.Delete(r.Context(), name); err != nil {
+	err := c.Workspaces.Delete(r.Context(), name)
+	c.audited(r, "console.delete_workspace", sess.tenant, "", "ok", err)
+	if err != nil {
 		c.problem(w, sess, http.StatusConflict, "workspaces", "Delete "+trim(name, 80)+": "+err.Error())
 		return
 	}

@@ -130,6 +130,9 @@ func (s *Server) auditMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 		default:
 			e.Outcome = "ok"
 		}
+		if e.Outcome == "error" && note.HasRun() {
+			e.Outcome = "failed" // it ran, and its work failed (an install)
+		}
 		switch {
 		case decision != "":
 			e.Decision, e.Rule = decision, rule

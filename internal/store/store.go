@@ -127,7 +127,10 @@ type Job struct {
 	// ServerID is the server process that runs the job (its serverlock
 	// identity); only that server writes the job while it lives.
 	ServerID string
-	Usage    Usage // stored as JSON
+	// Tenant owns the job: set from the context at CreateJob, read back by
+	// every lookup (UpdateJob never changes it).
+	Tenant string
+	Usage  Usage // stored as JSON
 	// Details holds what only some kinds of job have; stored as JSON.
 	Details Details
 
@@ -296,6 +299,9 @@ const jobColumns = `id, kind, status, reason, exit_code, signal, command, langua
 	workspace, cwd, env, limits, container_id, stdin_open, created_at, started_at, ended_at,
 	stdout_bytes, stderr_bytes, dropped_bytes, read_cursor, error, stdout_read_cursor, stderr_read_cursor, server_id, usage, details`
 
+// jobSelect is what a job's SELECT reads: its columns and its tenant.
+const jobSelect = jobColumns + `, tenant`
+
 // Open opens or creates the job database at path, creating the parent
 // directory (mode 0700) if needed.
 //
@@ -429,7 +435,7 @@ func (s *Store) init(ctx context.Context) error {
 		return err
 	}
 	// Validate the table shape whatever user_version claimed.
-	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs LIMIT 0`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+jobSelect+` FROM jobs LIMIT 0`)
 	if err != nil {
 		return &corruptError{fmt.Errorf("store: jobs table unusable: %w", err)}
 	}
@@ -673,7 +679,7 @@ func scanJob(sc scanner) (*Job, error) {
 	err := sc.Scan(&j.ID, &j.Kind, &j.Status, &j.Reason, &exit, &j.Signal, &j.Command, &j.Language,
 		&j.Image, &j.Workspace, &j.Cwd, &env, &lim, &j.ContainerID, &stdin, &created, &started, &ended,
 		&j.StdoutBytes, &j.StderrBytes, &j.DroppedBytes, &j.ReadCursor, &j.Error,
-		&j.StdoutReadCursor, &j.StderrReadCursor, &j.ServerID, &use, &details)
+		&j.StdoutReadCursor, &j.StderrReadCursor, &j.ServerID, &use, &details, &j.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -745,7 +751,8 @@ func (s *Store) CreateJob(ctx context.Context, j *Job) error {
 	if err != nil {
 		return err
 	}
-	args = append(args, tenant.Owner(ctx))
+	j.Tenant = tenant.Owner(ctx)
+	args = append(args, j.Tenant)
 	_, err = s.db.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`, tenant) VALUES (`+placeholders(len(args))+`)`, args...)
 	if err != nil {
 		if code, ok := sqliteCode(err); ok && code == sqliteConstraintPrimaryKey {
@@ -825,7 +832,7 @@ func (s *Store) SetReadCursors(ctx context.Context, id string, combined, stdout,
 // GetJob returns the job with that ID, or an error wrapping ErrNotFound.
 func (s *Store) GetJob(ctx context.Context, id string) (*Job, error) {
 	where, args := tenantScope(ctx, `id = ?`, id)
-	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+where, args...))
+	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobSelect+` FROM jobs WHERE `+where, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
@@ -918,7 +925,7 @@ func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]*Job, string, err
 		where = append(where, `(created_at < ? OR (created_at = ? AND id < ?))`)
 		args = append(args, ns, ns, id)
 	}
-	q := `SELECT ` + jobColumns + ` FROM jobs`
+	q := `SELECT ` + jobSelect + ` FROM jobs`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
@@ -947,7 +954,7 @@ func (s *Store) JobsWithStatus(ctx context.Context, statuses ...string) ([]*Job,
 	if len(statuses) == 0 {
 		return nil, nil
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE status IN (`+
+	rows, err := s.db.QueryContext(ctx, `SELECT `+jobSelect+` FROM jobs WHERE status IN (`+
 		placeholders(len(statuses))+`) ORDER BY created_at ASC, id ASC`, stringArgs(statuses)...)
 	if err != nil {
 		return nil, fmt.Errorf("store: jobs with status: %w", err)

@@ -121,7 +121,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		u := fullJob("upd")
-		u.CreatedAt = base.Add(time.Hour)
+		u.CreatedAt, u.Tenant = base.Add(time.Hour), j.Tenant // an update never changes the owner
 		if err := s.UpdateJob(ctx, u); err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestRoundTrip(t *testing.T) {
 		equalJobs(t, got, u)
 
 		// Back to unset: nil exit code, zero times, nil env.
-		back := &Job{ID: "upd", Kind: "session", Status: "running", CreatedAt: base}
+		back := &Job{ID: "upd", Kind: "session", Status: "running", CreatedAt: base, Tenant: j.Tenant}
 		if err := s.UpdateJob(ctx, back); err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fullJob("full")
-		want.ReadCursor, want.StdoutReadCursor, want.StderrReadCursor = 12345, 7, 8
+		want.ReadCursor, want.StdoutReadCursor, want.StderrReadCursor, want.Tenant = 12345, 7, 8, "local"
 		equalJobs(t, got, want)
 	})
 

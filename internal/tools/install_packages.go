@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"fmt"
+	"github.com/sandboxer/sandboxer/internal/audit"
 	"strings"
 	"sync"
 	"time"
@@ -140,6 +141,7 @@ func InstallPackages(d Deps) Tool {
 		if err != nil {
 			return workspaceFailure(err), nil
 		}
+		audit.NoteRan(ctx) // its managers ran: a package not installed is a failure, not a refusal
 		out := InstallPackagesResult{Workspace: args.Workspace, Installed: true, Packages: []InstalledPackage{}, Managers: []ManagerRun{}}
 		var b strings.Builder
 		for _, r := range results {

@@ -140,6 +140,10 @@ func TestWorkspaceInstallPackages(t *testing.T) {
 	if nets := wsNetworks(t, name); nets != "" {
 		t.Fatalf("after a failed install the workspace is still on %q", nets)
 	}
+	// The install ran and failed: the audit log says failed, not refused.
+	if log, err := os.ReadFile(filepath.Join(s.stateDir, "audit.log")); err != nil || !strings.Contains(string(log), `"decision":"allowed","outcome":"failed"`) {
+		t.Fatalf("the failed install's audit line (want decision allowed, outcome failed): %v\n%s", err, log)
+	}
 
 	// Idle stop, then start: the packages are still there.
 	deadline := time.Now().Add(20 * time.Second)

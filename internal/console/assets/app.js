@@ -47,12 +47,13 @@ function jobsList(table) {
       a.href = "/ui/jobs/" + encodeURIComponent(j.id);
       const idCell = el("td"); idCell.append(a);
       const st = el("td"); st.append(el("span", j.status, "status s-" + j.status), " ", el("span", j.reason, "muted"));
+      if (table.dataset.admin === "1") tr.append(el("td", j.tenant || ""));
       tr.append(idCell, st, el("td", j.kind), el("td", j.language), el("td", j.workspace),
         el("td", j.command, "cmd mono"), el("td", j.created, "muted"), el("td", j.took, "muted"));
       frag.append(tr);
     }
     if (rows.length === 0) {
-      const tr = el("tr", null, "empty"); const td = el("td", "No jobs yet."); td.colSpan = 8; tr.append(td); frag.append(tr);
+      const tr = el("tr", null, "empty"); const td = el("td", "No jobs yet."); td.colSpan = 9; tr.append(td); frag.append(tr);
     }
     body.replaceChildren(frag);
     rows.forEach((j) => seen.add(j.id));
