@@ -229,6 +229,10 @@ func serve(args []string) error {
 		}
 		jobOpts = append(jobOpts, job.WithExtension(goBuilds))
 	}
+	if cfg.HTTPAddr != "" && tokens != nil {
+		// Each token that may run jobs has its share of the job slots.
+		jobOpts = append(jobOpts, job.WithShares(tokens.ShareWeights()))
+	}
 	jobs, err = job.New(rt, st, cfg.Policy, cfg.StateDir, log, jobOpts...)
 	if err != nil {
 		return err

@@ -2,7 +2,8 @@
 // and console): one client per line, `NAME TOKEN [ROLE] [LIMIT...]`. TOKEN is
 // the token itself or `sha256:HEX` of it; ROLE is user (the default),
 // readonly, metrics or admin; a LIMIT is jobs=N (concurrent jobs),
-// workspaces=N or toolsets=a,b (the toolsets and presets it may call).
+// workspaces=N, toolsets=a,b (the toolsets and presets it may call) or
+// weight=N (its weight in the shares of the job slots, default 1).
 // Blank lines and lines starting with # are skipped.
 //
 // Tokens are kept only as SHA-256 digests and compared in constant time.
@@ -36,6 +37,8 @@ type Entry struct {
 	// Limits of the token (0 or empty: none beyond the policy's).
 	Jobs, Workspaces int
 	Toolsets         []string
+	// Weight is its weight in the shares of jobs.max_concurrent (default 1).
+	Weight int
 
 	digest [sha256.Size]byte
 }
@@ -75,7 +78,7 @@ func Parse(r io.Reader) (*Tokens, error) {
 		if len(f) < 2 {
 			return nil, fmt.Errorf("line %d: want NAME TOKEN [ROLE] [jobs=N] [workspaces=N] [toolsets=a,b]", n)
 		}
-		e := Entry{Name: f[0], Role: RoleUser}
+		e := Entry{Name: f[0], Role: RoleUser, Weight: 1}
 		for i, field := range f[2:] {
 			k, v, isLimit := strings.Cut(field, "=")
 			if !isLimit {
@@ -133,6 +136,12 @@ func (e *Entry) setLimit(k, v string) error {
 		} else {
 			e.Workspaces = n
 		}
+	case "weight":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1000 {
+			return fmt.Errorf("weight=%q: want a number from 0 (no share of its own) to 1000", v)
+		}
+		e.Weight = n
 	case "toolsets":
 		for _, s := range strings.Split(v, ",") {
 			if s = strings.TrimSpace(s); s != "" {
@@ -143,7 +152,7 @@ func (e *Entry) setLimit(k, v string) error {
 			return fmt.Errorf("toolsets= names no toolset")
 		}
 	default:
-		return fmt.Errorf("unknown limit %q (jobs, workspaces, toolsets)", k)
+		return fmt.Errorf("unknown limit %q (jobs, workspaces, toolsets, weight)", k)
 	}
 	return nil
 }
@@ -152,7 +161,19 @@ func (e *Entry) setLimit(k, v string) error {
 func (t *Tokens) Entries() []Entry {
 	out := make([]Entry, len(t.entries))
 	for i, e := range t.entries {
-		out[i] = Entry{Name: e.Name, Role: e.Role, Jobs: e.Jobs, Workspaces: e.Workspaces, Toolsets: e.Toolsets}
+		out[i] = Entry{Name: e.Name, Role: e.Role, Jobs: e.Jobs, Workspaces: e.Workspaces, Toolsets: e.Toolsets, Weight: e.Weight}
+	}
+	return out
+}
+
+// ShareWeights are the weights of the clients that may run jobs (users and
+// admins), for the shares of the job slots.
+func (t *Tokens) ShareWeights() map[string]int {
+	out := map[string]int{}
+	for _, e := range t.entries {
+		if e.Role == RoleUser || e.Role == RoleAdmin {
+			out[e.Name] = e.Weight
+		}
 	}
 	return out
 }

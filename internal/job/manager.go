@@ -56,7 +56,8 @@ type Manager struct {
 
 	mu        sync.Mutex
 	live      map[string]*liveJob // queued and running jobs
-	running   int
+	slots     *slots              // jobs.max_concurrent, shared by tenants
+	weights   map[string]int      // tenants' weights (WithShares); nil: one pool
 	queue     []*liveJob
 	closed    bool
 	recovered bool // restart recovery has run against a reachable engine
@@ -92,10 +93,12 @@ type liveJob struct {
 	// (timeout, kill, cancel, shutdown) before the container goes.
 	endStatus, endReason string
 	timer                *time.Timer
-	hasSlot              bool // counted in Manager.running
+	hasSlot              bool // holds one of Manager.slots
 	// owner is who submitted the job (its tenant), for whom it starts: a
-	// workspace it names is that tenant's.
-	owner       tenant.Tenant
+	// workspace it names is that tenant's; its slot counts in its share.
+	owner tenant.Tenant
+	// queueWhy says why a queued job waits (under Manager.mu).
+	queueWhy    string
 	readCursors [3]int64 // "new since last read", per stream selector
 	// Sessions: term is a PTY session's emulated screen (fed as output
 	// arrives); idle ends a session that got no input for its idle timeout.
@@ -125,6 +128,10 @@ func WithServer(id string, peers Peers) Option {
 // WithExtension has ext extend every request and learn every end.
 func WithExtension(ext Extension) Option { return func(m *Manager) { m.ext = ext } }
 
+// WithShares shares the job slots among the tenants named, by weight
+// (slots.go); without it every job takes from one pool.
+func WithShares(weights map[string]int) Option { return func(m *Manager) { m.weights = weights } }
+
 // WithMetrics counts jobs' starts and ends, and times their waits.
 func WithMetrics(mt *metrics.Metrics) Option { return func(m *Manager) { m.metrics = mt } }
 
@@ -143,6 +150,7 @@ func New(rt sandbox.Runtime, st *store.Store, pol *policy.Policy, stateDir strin
 	for _, o := range opts {
 		o(m)
 	}
+	m.slots = newSlots(pol.Jobs.MaxConcurrent, m.weights)
 	return m, nil
 }
 
@@ -206,22 +214,23 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 		capture.Close()
 		os.RemoveAll(m.jobDir(id))
 		return nil, ErrShuttingDown
-	case m.running >= m.pol.Jobs.MaxConcurrent && len(m.queue) >= m.pol.Jobs.MaxQueued:
-		running, queued := m.running, len(m.queue)
+	case !m.slots.canTake(j.owner.Name) && len(m.queue) >= m.pol.Jobs.MaxQueued:
+		running, queued := m.slots.running, len(m.queue)
 		m.mu.Unlock()
 		capture.Close()
 		os.RemoveAll(m.jobDir(id))
 		return nil, fmt.Errorf("%w: %d jobs running and %d queued (policy jobs.max_concurrent=%d, jobs.max_queued=%d); wait for a job to finish or kill one",
 			ErrQueueFull, running, queued, m.pol.Jobs.MaxConcurrent, m.pol.Jobs.MaxQueued)
 	}
-	startNow := m.running < m.pol.Jobs.MaxConcurrent
+	startNow := m.slots.canTake(j.owner.Name)
 	if startNow {
 		// Holding a slot is running, from the caller's view, while the sandbox starts.
-		m.running++
+		m.slots.take(j.owner.Name)
 		j.hasSlot = true
 		j.rec.Status = StatusRunning
 	} else {
 		m.queue = append(m.queue, j)
+		j.queueWhy = m.slots.why(j.owner.Name)
 	}
 	m.live[id] = j
 	m.mu.Unlock()
@@ -230,7 +239,7 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 		m.mu.Lock()
 		delete(m.live, id)
 		if startNow {
-			m.running--
+			m.slots.give(j.owner.Name)
 		} else {
 			m.removeQueued(j)
 		}
@@ -391,6 +400,22 @@ func (m *Manager) end(j *liveJob, status, reason string) {
 	}
 }
 
+// QueueReason says why job id waits for a slot ("" when it does not wait,
+// or is not ctx's tenant's).
+func (m *Manager) QueueReason(ctx context.Context, id string) string {
+	if _, err := m.st.GetJob(ctx, id); err != nil {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, q := range m.queue {
+		if q.id == id {
+			return q.queueWhy
+		}
+	}
+	return ""
+}
+
 func (m *Manager) removeQueued(j *liveJob) bool {
 	for i, q := range m.queue {
 		if q == j {
@@ -417,6 +442,9 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	hadSlot := j.hasSlot
 	rec := &j.rec
 	now := time.Now()
+	if !hadSlot { // ended while it waited: all its life was queue time
+		rec.QueuedMS = now.Sub(rec.CreatedAt).Milliseconds()
+	}
 	// A timeout removes the sandbox, which leaves its exit code unknown or
 	// SIGKILL's; any other known code means the process exited on its own
 	// before the removal reached it, and that exit is the job's end.
@@ -502,15 +530,19 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	delete(m.live, j.id)
 	var next *liveJob
 	if hadSlot {
-		m.running--
-		if !m.closed && len(m.queue) > 0 {
-			next = m.queue[0]
-			m.queue = m.queue[1:]
-			m.running++
+		m.slots.give(j.owner.Name)
+		if i := m.slots.next(m.queue); !m.closed && i >= 0 {
+			next = m.queue[i]
+			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			m.slots.take(next.owner.Name)
 			next.mu.Lock()
 			next.hasSlot = true
 			next.rec.Status = StatusRunning
+			next.rec.QueuedMS = time.Since(next.rec.CreatedAt).Milliseconds()
 			next.mu.Unlock()
+		}
+		for _, q := range m.queue { // the reasons of those still waiting
+			q.queueWhy = m.slots.why(q.owner.Name)
 		}
 	}
 	m.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/terminal"
 )
 
@@ -159,7 +160,8 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 		return err
 	}
 	sz := capture.Sizes()
-	j := &liveJob{id: rec.ID, capture: capture, done: make(chan struct{}), started: make(chan struct{}), rec: *rec, hasSlot: true}
+	j := &liveJob{id: rec.ID, capture: capture, done: make(chan struct{}), started: make(chan struct{}), rec: *rec, hasSlot: true,
+		owner: tenant.Tenant{Name: rec.Tenant}}
 	close(j.started)
 	j.req = Request{Kind: rec.Kind, Command: rec.Command, Language: rec.Language, Image: rec.Image,
 		Workspace: rec.Workspace, Cwd: rec.Cwd, Limits: policy.Resolved{Timeout: time.Duration(rec.Limits.TimeoutMS) * time.Millisecond}}
@@ -193,7 +195,7 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 	}
 	m.mu.Lock()
 	m.live[rec.ID] = j
-	m.running++
+	m.slots.take(j.owner.Name)
 	m.mu.Unlock()
 	j.mu.Lock()
 	j.timer = time.AfterFunc(remaining, func() { m.end(j, StatusTimedOut, ReasonTimeout) })

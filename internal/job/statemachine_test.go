@@ -112,7 +112,7 @@ func (e *fakeEnv) wait(id string) *Job {
 func (e *fakeEnv) running() (running, queued int) {
 	e.m.mu.Lock()
 	defer e.m.mu.Unlock()
-	return e.m.running, len(e.m.queue)
+	return e.m.slots.running, len(e.m.queue)
 }
 
 // endDecided says whether the live job's end has been decided (kill, timeout, shutdown).

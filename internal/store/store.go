@@ -136,6 +136,10 @@ type Job struct {
 
 	CreatedAt, StartedAt, EndedAt time.Time // zero = not set (stored as NULL, except CreatedAt)
 
+	// QueuedMS is how long the job waited for a slot (its run time is
+	// counted from StartedAt, apart from it).
+	QueuedMS int64
+
 	StdoutBytes, StderrBytes, DroppedBytes int64 // output sizes
 	ReadCursor                             int64 // where "new since last read" continues (combined stream)
 	StdoutReadCursor, StderrReadCursor     int64 // the same, per stream
@@ -283,11 +287,13 @@ var migrations = []string{
 		SELECT '', command, reason, added_by, added_at FROM blocked_commands;
 	DROP TABLE blocked_commands;
 	ALTER TABLE blocked_commands6 RENAME TO blocked_commands;`,
+	// 7: how long a job waited for a slot, apart from how long it ran.
+	`ALTER TABLE jobs ADD COLUMN queued_ms INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build
 // creates and understands; it equals len(migrations).
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 func init() {
 	if len(migrations) != SchemaVersion {
@@ -297,7 +303,8 @@ func init() {
 
 const jobColumns = `id, kind, status, reason, exit_code, signal, command, language, image,
 	workspace, cwd, env, limits, container_id, stdin_open, created_at, started_at, ended_at,
-	stdout_bytes, stderr_bytes, dropped_bytes, read_cursor, error, stdout_read_cursor, stderr_read_cursor, server_id, usage, details`
+	stdout_bytes, stderr_bytes, dropped_bytes, read_cursor, error, stdout_read_cursor, stderr_read_cursor, server_id, usage, details,
+	queued_ms`
 
 // jobSelect is what a job's SELECT reads: its columns and its tenant.
 const jobSelect = jobColumns + `, tenant`
@@ -661,6 +668,7 @@ func jobArgs(j *Job) ([]any, error) {
 		timeToDB(j.StartedAt), timeToDB(j.EndedAt),
 		j.StdoutBytes, j.StderrBytes, j.DroppedBytes, j.ReadCursor, j.Error,
 		j.StdoutReadCursor, j.StderrReadCursor, j.ServerID, string(usage), string(details),
+		j.QueuedMS,
 	}, nil
 }
 
@@ -679,7 +687,7 @@ func scanJob(sc scanner) (*Job, error) {
 	err := sc.Scan(&j.ID, &j.Kind, &j.Status, &j.Reason, &exit, &j.Signal, &j.Command, &j.Language,
 		&j.Image, &j.Workspace, &j.Cwd, &env, &lim, &j.ContainerID, &stdin, &created, &started, &ended,
 		&j.StdoutBytes, &j.StderrBytes, &j.DroppedBytes, &j.ReadCursor, &j.Error,
-		&j.StdoutReadCursor, &j.StderrReadCursor, &j.ServerID, &use, &details, &j.Tenant)
+		&j.StdoutReadCursor, &j.StderrReadCursor, &j.ServerID, &use, &details, &j.QueuedMS, &j.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -781,7 +789,7 @@ func (s *Store) UpdateJob(ctx context.Context, j *Job) error {
 		image = ?, workspace = ?, cwd = ?, env = ?, limits = ?, container_id = ?, stdin_open = ?,
 		created_at = COALESCE(?, created_at), started_at = ?, ended_at = ?, stdout_bytes = ?, stderr_bytes = ?,
 		dropped_bytes = ?, read_cursor = ?, error = ?, stdout_read_cursor = ?, stderr_read_cursor = ?,
-		server_id = ?, usage = ?, details = ?
+		server_id = ?, usage = ?, details = ?, queued_ms = ?
 		WHERE `+where, append(args[1:], whereArgs...)...)
 	if err != nil {
 		return fmt.Errorf("store: update job %s: %w", j.ID, err)

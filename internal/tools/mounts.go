@@ -16,7 +16,7 @@ import (
 func (d Deps) mountsParam() param {
 	names := d.policyOrDefault().MountNames()
 	if len(names) == 0 {
-		return param{desc: "granted host dirs, read-only at /mnt/NAME (none granted)"}
+		return param{desc: "read-only host dirs at /mnt/NAME (none granted)"}
 	}
 	return oneOf(names...).checkedByHandler().describe("granted host dirs, read-only at /mnt/NAME")
 }

@@ -27,6 +27,7 @@ type JobRecord struct {
 	StartedAt      string      `json:"started_at,omitempty" jsonschema:"when its sandbox started"`
 	EndedAt        string      `json:"ended_at,omitempty" jsonschema:"when it ended"`
 	DurationMS     int64       `json:"duration_ms" jsonschema:"run time so far, or in all once it ended, in milliseconds"`
+	QueuedMS       int64       `json:"queued_ms,omitempty" jsonschema:"ms it waited for a job slot"`
 	TimeoutMS      int64       `json:"timeout_ms" jsonschema:"its timeout in milliseconds"`
 	MemoryBytes    int64       `json:"memory_bytes" jsonschema:"its memory limit in bytes"`
 	CPUs           float64     `json:"cpus" jsonschema:"its CPU quota in cores"`
@@ -121,6 +122,14 @@ func durationOf(rec *job.Job) int64 {
 	return end.Sub(rec.StartedAt).Milliseconds()
 }
 
+// queuedOf is how long a job waited for a slot: so far while it is queued.
+func queuedOf(rec *job.Job) int64 {
+	if rec.Status == job.StatusQueued {
+		return time.Since(rec.CreatedAt).Milliseconds()
+	}
+	return rec.QueuedMS
+}
+
 // RecordOf presents a job record.
 func RecordOf(rec *job.Job) JobRecord {
 	return JobRecord{
@@ -128,7 +137,7 @@ func RecordOf(rec *job.Job) JobRecord {
 		Signal: rec.Signal, Error: rec.Error, Command: rec.Command, Language: rec.Language, Image: rec.Image,
 		Cwd: rec.Cwd, EnvKeys: rec.Env, StdinOpen: rec.StdinOpen,
 		CreatedAt: stamp(rec.CreatedAt), StartedAt: stamp(rec.StartedAt), EndedAt: stamp(rec.EndedAt),
-		DurationMS: durationOf(rec), TimeoutMS: rec.Limits.TimeoutMS, MemoryBytes: rec.Limits.MemoryBytes,
+		DurationMS: durationOf(rec), QueuedMS: queuedOf(rec), TimeoutMS: rec.Limits.TimeoutMS, MemoryBytes: rec.Limits.MemoryBytes,
 		CPUs: float64(rec.Limits.NanoCPUs) / 1e9, Pids: rec.Limits.Pids,
 		StdoutBytes: rec.StdoutBytes, StderrBytes: rec.StderrBytes, DroppedBytes: rec.DroppedBytes,
 		ContainerID: rec.ContainerID, OutputResource: "job://" + rec.ID + "/output",
@@ -148,6 +157,9 @@ func statusLine(rec *job.Job) string {
 	}
 	if d := durationOf(rec); d > 0 {
 		fmt.Fprintf(&b, ", %d ms", d)
+	}
+	if q := queuedOf(rec); q > 0 {
+		fmt.Fprintf(&b, " after %d ms queued for a job slot", q)
 	}
 	if u := usageOf(rec); u != nil {
 		fmt.Fprintf(&b, ", cpu %d ms, peak memory %.1f MiB", u.CPUMS, float64(u.PeakMemoryBytes)/(1<<20))

@@ -50,12 +50,14 @@ type RunResult struct {
 	Stderr        string         `json:"stderr" jsonschema:"standard error so far (head and tail when truncated)"`
 	Truncated     bool           `json:"truncated" jsonschema:"inline output was cut to head and tail; the rest is readable with read_output"`
 	Omitted       int64          `json:"omitted_bytes,omitempty" jsonschema:"bytes left out of the inline output"`
-	OmittedRanges []OmittedRange `json:"omitted,omitempty" jsonschema:"what was left out of each stream: read_output with that stream and cursor = start returns it"`
+	OmittedRanges []OmittedRange `json:"omitted,omitempty" jsonschema:"left out, per stream: read_output from that stream at cursor = start"`
 	Dropped       int64          `json:"dropped_bytes,omitempty" jsonschema:"bytes past the per-job output cap, not stored"`
 	Lossy         bool           `json:"lossy,omitempty" jsonschema:"output held invalid UTF-8 or NUL bytes, replaced"`
-	NextCursor    int64          `json:"next_cursor" jsonschema:"cursor for read_output (combined stream) after what this result covers"`
+	NextCursor    int64          `json:"next_cursor" jsonschema:"read_output cursor (combined stream) after this result"`
 	Usage         *Usage         `json:"usage,omitempty" jsonschema:"what the job's whole process tree used, once it ended"`
 	DurationMS    int64          `json:"duration_ms" jsonschema:"run time so far, or in all once the job ended, in milliseconds"`
+	QueuedMS      int64          `json:"queued_ms,omitempty" jsonschema:"ms it waited for a job slot (the text says why)"`
+	queue         string         // why it waits, while queued (in the text)
 }
 
 // OmittedRange is a byte range of one stream left out of inline output.
@@ -73,7 +75,7 @@ func RunCommand(d Deps) Tool {
 			"default %s", lang.DefaultLanguage),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
 			"seconds until killed; default %d", l.TimeoutS.Default),
-		"wait_s": waitParam(pol, "seconds to wait before returning", float64(pol.Jobs.DefaultWaitS)),
+		"wait_s": waitParam(pol, "seconds to wait for the end", float64(pol.Jobs.DefaultWaitS)),
 		"output": oneOf("both", "stdout", "stderr").describe("inline streams; default both"),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
 			"memory MiB; default %d", l.MemoryMB.Default),
@@ -214,7 +216,10 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunResult, string, error) {
 	res := RunResult{
 		JobID: rec.ID, Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode, Error: rec.Error,
-		Dropped: rec.DroppedBytes, DurationMS: durationOf(rec), Usage: usageOf(rec),
+		Dropped: rec.DroppedBytes, DurationMS: durationOf(rec), QueuedMS: queuedOf(rec), Usage: usageOf(rec),
+	}
+	if rec.Status == job.StatusQueued {
+		res.queue = d.Jobs.QueueReason(ctx, rec.ID)
 	}
 	// What is returned counts as read: read_output continues after it.
 	in, err := d.Jobs.InlineOutput(ctx, rec.ID, int(d.Policy.Output.InlineBytes))
@@ -252,6 +257,9 @@ func runText(rec *job.Job, res RunResult) string {
 		if s.text != "" {
 			fmt.Fprintf(&b, "\n--- %s ---\n%s", s.name, s.text)
 		}
+	}
+	if res.queue != "" {
+		fmt.Fprintf(&b, "\n(queued: %s)", res.queue)
 	}
 	if !job.Finished(rec.Status) {
 		fmt.Fprintf(&b, "\n(still %s: read_output, get_job or kill_job with job_id %s)", rec.Status, rec.ID)

@@ -334,8 +334,8 @@ func RunScript(d Deps) Tool {
 		"language": oneOf(scriptLanguageNames()...).describe("language"),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
 			"seconds until killed; default %d", l.TimeoutS.Default),
-		"wait_s": waitParam(pol, "seconds to wait before returning", float64(pol.Jobs.DefaultWaitS)),
-		"output": oneOf("both", "stdout", "stderr").describe("inline streams; default both"),
+		"wait_s": waitParam(pol, "seconds to wait for the end", float64(pol.Jobs.DefaultWaitS)),
+		"output": oneOf("both", "stdout", "stderr").describe("streams inline; default both"),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
 			"memory MiB; default %d", l.MemoryMB.Default),
 		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
@@ -346,7 +346,7 @@ func RunScript(d Deps) Tool {
 		"egress": d.egressParam(),
 	})
 	def := mcp.NewTool("run_script",
-		mcp.WithDescription("Run source code in a fresh sandbox, compiled if needed, cached dependencies; waits like run_command. Docs: sandboxer://docs/run_script"),
+		mcp.WithDescription("Run code in a fresh sandbox, compiled if needed, dependencies cached; waits as run_command. Docs: sandboxer://docs/run_script"),
 		mcp.WithToolTitle("Run a script in a sandbox"),
 		annotations("Run a script in a sandbox", false, true, false, false),
 		withInput(in),

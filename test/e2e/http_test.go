@@ -47,11 +47,17 @@ type httpServer struct {
 
 func startHTTPServer(t *testing.T, extra ...string) *httpServer {
 	t.Helper()
+	body := fmt.Sprintf("# name token role limits\nalice %s\nbob %s user\nops %s admin\nreader %s readonly\ncarol %s user jobs=1 toolsets=core\ndave %s workspaces=1\n",
+		aliceToken, bobToken, opsToken, readerToken, carolToken, daveToken)
+	return startHTTPServerTokens(t, body, extra...)
+}
+
+// startHTTPServerTokens serves HTTP with the token file body.
+func startHTTPServerTokens(t *testing.T, body string, extra ...string) *httpServer {
+	t.Helper()
 	testutil.RequireDocker(t)
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
-	body := fmt.Sprintf("# name token role limits\nalice %s\nbob %s user\nops %s admin\nreader %s readonly\ncarol %s user jobs=1 toolsets=core\ndave %s workspaces=1\n",
-		aliceToken, bobToken, opsToken, readerToken, carolToken, daveToken)
 	if err := os.WriteFile(tokens, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -564,4 +570,37 @@ func startServerHTTPNoTokens(t *testing.T) string {
 	}
 	t.Fatalf("no 'serving MCP on http' line:\n%s", stderr.String())
 	return ""
+}
+
+// TestHTTPFairShares (THREATS 108): alice and bob share 4 job slots, 2
+// each. Alice's idle sessions fill her share; her next job waits only
+// behind her own, and its result says why and for how long; bob's jobs
+// start at once within his share; once a session of alice's ends, her job
+// runs, its queue time kept apart from its run time.
+func TestHTTPFairShares(t *testing.T) {
+	t.Parallel()
+	h := startHTTPServerTokens(t, fmt.Sprintf("alice %s\nbob %s\n", aliceToken, bobToken))
+	alice, bob := h.client(aliceToken), h.client(bobToken)
+	var sessions []string
+	for i := 0; i < 2; i++ {
+		sessions = append(sessions, str(okHTTP(t, alice, "start_session", map[string]any{"command": "bash"}), "job_id"))
+	}
+	res := callHTTP(t, alice, "run_command", map[string]any{"command": "echo alice-done", "wait_s": 2})
+	got := structured(t, res)
+	if str(got, "status") != "queued" || !strings.Contains(text(res), "its share is 2 of 4") || got["queued_ms"] == nil {
+		t.Fatalf("alice's job past her share: %v\n%s", got, text(res))
+	}
+	queued := str(got, "job_id")
+	for i := 0; i < 2; i++ {
+		b := okHTTP(t, bob, "run_command", map[string]any{"command": "echo bob-" + fmt.Sprint(i), "wait_s": 20})
+		if str(b, "status") != "completed" || b["queued_ms"] != nil {
+			t.Fatalf("bob's job %d while alice fills her share: %v", i, b)
+		}
+	}
+	okHTTP(t, alice, "kill_job", map[string]any{"job_id": sessions[0], "grace_s": 0})
+	done := okHTTP(t, alice, "get_job", map[string]any{"job_id": queued, "wait_s": 30})
+	if str(done, "status") != "completed" || num(t, done, "queued_ms") < 2000 {
+		t.Fatalf("alice's queued job once her session ended: %v", done)
+	}
+	okHTTP(t, alice, "kill_job", map[string]any{"job_id": sessions[1], "grace_s": 0})
 }
