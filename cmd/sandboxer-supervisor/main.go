@@ -77,6 +77,10 @@ func main() {
 		switch os.Args[1] {
 		case proto.ScanCommand:
 			os.Exit(scanMain(os.Args[2:], os.Stdout))
+		case proto.TarCommand:
+			os.Exit(tarMain(os.Args[2:], os.Stdout, os.Stderr))
+		case proto.UntarCommand:
+			os.Exit(untarMain(os.Args[2:], os.Stdin, os.Stdout))
 		case proto.ChangesCommand:
 			os.Exit(changesMain(os.Stdin, os.Stdout))
 		case proto.RelayCommand:

@@ -25,22 +25,32 @@ import (
 )
 
 // Scan walks dir without following links and sums up its tree in res:
-// directories, links, regular files and their sizes, and the special files
-// (sockets, FIFOs, devices) a copy leaves out. check, when not nil, sees
-// every entry first (by its slash-separated path under dir, "." for dir);
-// its error ends the scan.
+// directories, links, regular files and their sizes, and what a copy
+// leaves out (sockets, FIFOs, devices, and what the reader may not read),
+// each with its reason. check, when not nil, sees every entry first (by its
+// slash-separated path under dir, "." for dir); an error wrapping
+// fs.ErrPermission skips the entry (and all below it) as unreadable, any
+// other error ends the scan.
 func Scan(dir string, res *proto.ScanResult, check func(p string, d fs.DirEntry) error) error {
+	skip := func(f proto.SpecialFile) {
+		res.SpecialCount++
+		if len(res.Special) < proto.MaxScanSpecial {
+			res.Special = append(res.Special, f)
+		}
+	}
 	return walk(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && check != nil {
+			err = check(p, d)
+		}
 		if err != nil {
+			if errors.Is(err, fs.ErrPermission) && p != "." {
+				skip(Unreadable(p))
+				return skipDir(d)
+			}
 			if u := errors.Unwrap(err); u != nil {
 				err = u
 			}
 			return fmt.Errorf("%s: %w", p, err)
-		}
-		if check != nil {
-			if err := check(p, d); err != nil {
-				return err
-			}
 		}
 		switch t := d.Type(); {
 		case t.IsDir():
@@ -55,13 +65,46 @@ func Scan(dir string, res *proto.ScanResult, check func(p string, d fs.DirEntry)
 			res.Files++
 			res.Bytes += info.Size()
 		default:
-			res.SpecialCount++
-			if len(res.Special) < proto.MaxScanSpecial {
-				res.Special = append(res.Special, proto.SpecialFile{Path: p, Type: specialType(t)})
-			}
+			skip(Special(p, t))
 		}
 		return nil
 	})
+}
+
+// skipDir is what a walk returns to leave out entry d: all below it too
+// when it is a directory.
+func skipDir(d fs.DirEntry) error {
+	if d != nil && d.IsDir() {
+		return fs.SkipDir
+	}
+	return nil
+}
+
+// Unreadable is a path a copy leaves out because its reader may not read it.
+func Unreadable(p string) proto.SpecialFile {
+	return proto.SpecialFile{Path: p, Type: "unreadable", Reason: "not readable by the sandbox user (uid 1000): left out, never read"}
+}
+
+// Special is a socket, FIFO or device a copy leaves out.
+func Special(p string, t fs.FileMode) proto.SpecialFile {
+	kind := specialType(t)
+	return proto.SpecialFile{Path: p, Type: kind, Reason: "a " + kind + " is no file content: left out"}
+}
+
+// Openable is a Scan check for a reader that runs with the sandbox user's
+// own rights (the supervisor in a helper): a regular file it cannot open,
+// or a directory it cannot list, is unreadable.
+func Openable(root string) func(p string, d fs.DirEntry) error {
+	return func(p string, d fs.DirEntry) error {
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.OpenFile(filepath.Join(root, filepath.FromSlash(p)), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}
 }
 
 func specialType(t fs.FileMode) string {
@@ -132,19 +175,35 @@ var ErrTooLarge = errors.New("the tree holds more than it may")
 // WriteTar writes the tree of root to tw under prefix ("" for the tree's
 // own entries, "name" to put them under name/): directories, regular files
 // and symbolic links (as links, never followed), with their permission bits
-// and modification times, every one owned by uid:gid. Special files are
-// left out (Scan lists them). Every open stays inside root (os.Root: no
-// path, link or ".." leaves it), a file is copied only while it is still a
-// regular file of the size first seen, and past maxBytes of files (> 0)
-// the copy fails with ErrTooLarge. It does not close tw.
-func WriteTar(tw *tar.Writer, root *os.Root, prefix string, uid, gid int, maxBytes int64) error {
+// and modification times, every one owned by uid:gid. Special files, and
+// what the reader may not read (readable's fs.ErrPermission, or an open or
+// a listing refused), are left out and told to skipped (which may be nil).
+// Every open stays inside root (os.Root: no path, link or ".." leaves it),
+// a file is copied only while it is still a regular file of the size first
+// seen, and past maxBytes of files (> 0) the copy fails with ErrTooLarge.
+// It does not close tw.
+func WriteTar(tw *tar.Writer, root *os.Root, prefix string, uid, gid int, maxBytes int64,
+	readable func(p string, d fs.DirEntry) error, skipped func(proto.SpecialFile)) error {
 	var total int64
+	skip := func(f proto.SpecialFile) {
+		if skipped != nil {
+			skipped(f)
+		}
+	}
 	return walk(root.Name(), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && readable != nil {
+			err = readable(p, d)
+		}
 		if err != nil {
+			if errors.Is(err, fs.ErrPermission) && p != "." {
+				skip(Unreadable(p))
+				return skipDir(d)
+			}
 			return err
 		}
 		t := d.Type()
 		if !t.IsDir() && !t.IsRegular() && t&fs.ModeSymlink == 0 {
+			skip(Special(p, t))
 			return nil
 		}
 		info, err := d.Info()
@@ -174,7 +233,12 @@ func WriteTar(tw *tar.Writer, root *os.Root, prefix string, uid, gid int, maxByt
 		if total += h.Size; maxBytes > 0 && total > maxBytes {
 			return fmt.Errorf("%w: its files hold over %d MiB", ErrTooLarge, maxBytes>>20)
 		}
-		return copyFile(tw, root, p, h)
+		err = copyFile(tw, root, p, h)
+		if errors.Is(err, fs.ErrPermission) {
+			skip(Unreadable(p)) // nothing was written: the open came first
+			return nil
+		}
+		return err
 	})
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -45,13 +44,15 @@ func TestScan(t *testing.T) {
 	var res proto.ScanResult
 	must(t, Scan(dir, &res, nil))
 	if res.Files != 1 || res.Dirs != 2 || res.Links != 1 || res.Bytes != 6 || res.SpecialCount != 1 ||
-		len(res.Special) != 1 || res.Special[0] != (proto.SpecialFile{Path: "pipe", Type: "fifo"}) {
+		len(res.Special) != 1 || res.Special[0].Path != "pipe" || res.Special[0].Type != "fifo" || res.Special[0].Reason == "" {
 		t.Fatalf("scan: %+v", res)
 	}
 }
 
-// ReadableBy refuses what the sandbox user could not read: a file of
-// another owner without read bits for others, a directory it cannot search.
+// ReadableBy finds what the sandbox user could not read: a file of another
+// owner without read bits for others, a directory it cannot search; the
+// scan lists each as unreadable, and WriteTar leaves its bytes out
+// (THREATS 107).
 func TestReadableBy(t *testing.T) {
 	dir, _ := tree(t)
 	st, err := os.Stat(filepath.Join(dir, "sub", "a.txt"))
@@ -60,17 +61,38 @@ func TestReadableBy(t *testing.T) {
 	var res proto.ScanResult
 	// The owner (whoever runs the test) may read its 0640 file.
 	must(t, Scan(dir, &res, ReadableBy(owner.Uid, owner.Gid)))
-	// Another user may not (0640, other bits empty).
-	err = Scan(dir, &proto.ScanResult{}, ReadableBy(owner.Uid+4242, owner.Gid+4242))
-	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "sub/a.txt") {
-		t.Fatalf("another user's scan: %v", err)
+	// Another user may not (0640, other bits empty): listed, not read.
+	other := ReadableBy(owner.Uid+4242, owner.Gid+4242)
+	res = proto.ScanResult{}
+	must(t, Scan(dir, &res, other))
+	if !hasSkipped(res.Special, "sub/a.txt", "unreadable") || res.Files != 0 {
+		t.Fatalf("another user's scan: %+v", res)
+	}
+	root, err := os.OpenRoot(dir)
+	must(t, err)
+	defer root.Close()
+	var buf bytes.Buffer
+	var skipped []proto.SpecialFile
+	must(t, WriteTar(tar.NewWriter(&buf), root, "", 1000, 1000, 0, other, func(f proto.SpecialFile) { skipped = append(skipped, f) }))
+	if strings.Contains(buf.String(), "a.txt") || !hasSkipped(skipped, "sub/a.txt", "unreadable") {
+		t.Fatalf("the copy for another user holds the file it may not read, or does not list it: %+v", skipped)
 	}
 	must(t, os.Chmod(filepath.Join(dir, "sub", "a.txt"), 0o644))
 	must(t, os.Chmod(filepath.Join(dir, "sub"), 0o700))
-	err = Scan(dir, &proto.ScanResult{}, ReadableBy(owner.Uid+4242, owner.Gid+4242))
-	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "sub") {
-		t.Fatalf("a directory another user cannot search: %v", err)
+	res = proto.ScanResult{}
+	must(t, Scan(dir, &res, other))
+	if !hasSkipped(res.Special, "sub", "unreadable") {
+		t.Fatalf("a directory another user cannot search: %+v", res)
 	}
+}
+
+func hasSkipped(list []proto.SpecialFile, p, kind string) bool {
+	for _, f := range list {
+		if f.Path == p && f.Type == kind && f.Reason != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // WriteTar copies links as links (never what they point at), leaves the
@@ -83,7 +105,7 @@ func TestWriteTar(t *testing.T) {
 	defer root.Close()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	must(t, WriteTar(tw, root, "proj", 1000, 1000, 0))
+	must(t, WriteTar(tw, root, "proj", 1000, 1000, 0, nil, nil))
 	must(t, tw.Close())
 	tr := tar.NewReader(&buf)
 	var names []string
@@ -116,7 +138,7 @@ func TestWriteTar(t *testing.T) {
 	if strings.Contains(buf.String(), "SECRET") {
 		t.Fatal("the link was followed")
 	}
-	err = WriteTar(tar.NewWriter(io.Discard), root, "", 1000, 1000, 3)
+	err = WriteTar(tar.NewWriter(io.Discard), root, "", 1000, 1000, 3, nil, nil)
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("past the limit: %v", err)
 	}

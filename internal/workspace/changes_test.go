@@ -290,7 +290,7 @@ func buildBaseline(tb testing.TB, dir string) testBaseline {
 	defer root.Close()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	if err := hosttree.WriteTar(tw, root, ".", 1000, 1000, 0); err != nil {
+	if err := hosttree.WriteTar(tw, root, ".", 1000, 1000, 0, nil, nil); err != nil {
 		tb.Fatal(err)
 	}
 	tw.Close()

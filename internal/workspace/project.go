@@ -37,7 +37,8 @@ type Origin struct {
 	From   string `json:"from,omitempty"`   // the workspace forked
 	Files  int    `json:"files,omitempty"`
 	Bytes  int64  `json:"bytes,omitempty"`
-	// Skipped are sockets, FIFOs and devices an import left out (the first
+	// Skipped are what an import left out, each with its reason: sockets,
+	// FIFOs, devices, and what the sandbox user may not read (the first
 	// ones; SkippedCount counts them all).
 	Skipped      []proto.SpecialFile `json:"skipped,omitempty"`
 	SkippedCount int                 `json:"skipped_count,omitempty"`
@@ -109,15 +110,28 @@ func (m *Manager) prepareImport(ctx context.Context, image string, imp *Import) 
 		origin: &Origin{Import: imp.Name, Files: scan.Files, Skipped: scan.Special, SkippedCount: scan.SpecialCount}}, remove, nil
 }
 
-// fillImport streams the mount's tree from the helper into the new
-// workspace's /workspace (owned by the sandbox user) and, as it passes,
-// into the baseline kept for Changes.
+// fillImport copies the mount's tree into the new workspace, and keeps it
+// as the baseline for Changes as it passes. Both ends are the supervisor,
+// never the engine's archive API: in the helper, its tar reads the tree as
+// the sandbox user, so a file that user may not read is left out and
+// listed (its bytes reach neither the workspace nor the baseline); in the
+// workspace, its untar writes as that user, links as links (one leaving
+// the tree too, which the engine's extraction refuses), nothing outside
+// /workspace.
 func (m *Manager) fillImport(ctx context.Context, w *store.Workspace, im *importer) (*Origin, error) {
-	tree, err := m.rt.CopyFrom(ctx, im.helper, importMountPoint+"/.")
-	if err != nil {
-		return nil, fmt.Errorf("import %q: %w", im.imp.Name, err)
-	}
-	defer tree.Close()
+	tree, tw := io.Pipe()
+	var tarErr capped
+	tarErr.max = 1 << 20
+	tarDone := make(chan error, 1)
+	go func() {
+		code, err := m.rt.Exec(ctx, im.helper, sandbox.ExecOptions{
+			Cmd: []string{supervisorPath, proto.TarCommand, importMountPoint}, Stdout: tw, Stderr: &tarErr})
+		if err == nil && code != 0 {
+			err = fmt.Errorf("tar exited %d", code)
+		}
+		tw.CloseWithError(err)
+		tarDone <- err
+	}()
 	pr, pw := io.Pipe()
 	type built struct {
 		p   *baseline.Pending
@@ -127,23 +141,68 @@ func (m *Manager) fillImport(ctx context.Context, w *store.Workspace, im *import
 	go func() {
 		p, err := m.Baselines.Build(tree, im.imp.Name, m.quota(), &baseline.TarCopy{W: pw, UID: 1000, GID: 1000})
 		pw.CloseWithError(err)
+		tree.CloseWithError(errors.New("baseline ended"))
 		done <- built{p, err}
 	}()
-	err = m.rt.CopyTo(ctx, w.ContainerID, Root, pr)
+	var out, errb capped
+	out.max, errb.max = 1<<16, 4096
+	code, err := m.Exec(ctx, w.Name, sandbox.ExecOptions{
+		Cmd: []string{supervisorPath, proto.UntarCommand, Root}, Stdin: pr, Stdout: &out, Stderr: &errb})
 	pr.CloseWithError(errors.New("copy ended"))
 	b := <-done
-	if b.err != nil {
-		if errors.Is(b.err, baseline.ErrTooLarge) {
-			return nil, fmt.Errorf("import: mount %q grew past the quota while it was copied (policy workspaces.disk_mb=%d): nothing was kept", im.imp.Name, m.pol.Workspaces.DiskMB)
-		}
+	terr := <-tarDone
+	if b.p != nil {
+		defer b.p.Discard() // a no-op once committed
+	}
+	var tres proto.TarResult
+	_ = json.Unmarshal(lastLine(tarErr.buf.Bytes()), &tres)
+	var ures proto.UntarResult
+	if err == nil && (json.Unmarshal(out.buf.Bytes(), &ures) != nil || code != 0 || ures.Error != "") {
+		err = fmt.Errorf("untar exited %d: %s %s (an image built before this server lacks it: run `sandboxer images build`)",
+			code, ures.Error, strings.TrimSpace(errb.buf.String()))
+	}
+	switch {
+	case errors.Is(b.err, baseline.ErrTooLarge):
+		return nil, fmt.Errorf("import: mount %q grew past the quota while it was copied (policy workspaces.disk_mb=%d): nothing was kept", im.imp.Name, m.pol.Workspaces.DiskMB)
+	case terr != nil:
+		return nil, fmt.Errorf("import %q: reading the tree: %v %s", im.imp.Name, terr, tres.Error)
+	case err != nil:
+		return nil, fmt.Errorf("import into %q: %w", w.Name, err)
+	case b.err != nil:
 		return nil, fmt.Errorf("import %q: %w", im.imp.Name, b.err)
 	}
-	defer b.p.Discard() // a no-op once committed
-	if err != nil {
-		return nil, fmt.Errorf("import into %q: %w", w.Name, err)
-	}
 	im.origin.Bytes = b.p.Manifest.Bytes
+	im.origin.addSkipped(tres.Skipped, tres.SkippedCount)
 	return im.origin, b.p.Commit(w.ID)
+}
+
+// addSkipped adds what the copy left out beyond what the scan listed (a
+// file that changed in between).
+func (o *Origin) addSkipped(more []proto.SpecialFile, count int) {
+	seen := map[string]bool{}
+	for _, f := range o.Skipped {
+		seen[f.Path] = true
+	}
+	for _, f := range more {
+		if !seen[f.Path] {
+			o.SkippedCount++
+			if len(o.Skipped) < proto.MaxScanSpecial {
+				o.Skipped = append(o.Skipped, f)
+			}
+		}
+	}
+	if count > o.SkippedCount {
+		o.SkippedCount = count
+	}
+}
+
+// lastLine is b's last non-empty line.
+func lastLine(b []byte) []byte {
+	b = bytes.TrimRight(b, "\n")
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		return b[i+1:]
+	}
+	return b
 }
 
 // fillFork copies workspace src's files (caches and user installs

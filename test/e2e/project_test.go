@@ -390,3 +390,75 @@ func TestMountSetuidAndDevicesDoNothing(t *testing.T) {
 	t.Logf("the mount as the sandbox sees it: %s", strings.TrimSpace(strings.Join(lines[3:], " ")))
 	s.checkRaces()
 }
+
+// TestImportTakesRealTrees (THREATS 107): a tree with a root-only file and
+// directory, links leaving it (relative and absolute), a FIFO, a socket and
+// a device imports: the links come as links, never followed; everything
+// else is left out and listed in origin.skipped with its reason; the
+// root-only bytes reach neither the workspace nor its changes' baseline.
+func TestImportTakesRealTrees(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make root-only files and a device node")
+	}
+	const rootOnly = "ROOT-ONLY-never-in-a-workspace"
+	base := t.TempDir()
+	src := filepath.Join(base, "project")
+	for _, d := range []string{src, filepath.Join(src, "lib"), filepath.Join(base, "shared")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, 0o755)
+	}
+	os.Chmod(base, 0o755)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n"), 0o644))
+	must(os.WriteFile(filepath.Join(base, "shared", "x"), []byte("shared\n"), 0o644))
+	must(os.WriteFile(filepath.Join(src, "secret.key"), []byte(rootOnly), 0o000))
+	must(os.Mkdir(filepath.Join(src, "private"), 0o700))
+	must(os.WriteFile(filepath.Join(src, "private", "inner"), []byte(rootOnly), 0o600))
+	must(os.Symlink("../shared/x", filepath.Join(src, "lib", "shared-link")))
+	must(os.Symlink("/etc/shadow", filepath.Join(src, "abs-link")))
+	must(syscall.Mkfifo(filepath.Join(src, "pipe"), 0o644))
+	must(exec.Command("mknod", filepath.Join(src, "null-dev"), "c", "1", "3").Run())
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(src, "sock"), Net: "unix"})
+	must(err)
+	l.SetUnlinkOnClose(false)
+	l.Close()
+
+	s := startServer(t, policyEnv(t, "mounts:\n  - {name: proj, source: "+src+"}\n"))
+	created := s.createWS("e2e-realtree", map[string]any{"import": "proj"})
+	origin, _ := created["origin"].(map[string]any)
+	skipped := map[string]string{}
+	list, _ := origin["skipped"].([]any)
+	for _, e := range list {
+		f := e.(map[string]any)
+		if str(f, "reason") == "" {
+			t.Fatalf("a skipped entry without a reason: %v", f)
+		}
+		skipped[str(f, "path")] = str(f, "type")
+	}
+	for path, kind := range map[string]string{"secret.key": "unreadable", "private": "unreadable", "pipe": "fifo", "sock": "socket", "null-dev": "device"} {
+		if skipped[path] != kind {
+			t.Fatalf("origin.skipped: %s is %q, want %s: %v", path, skipped[path], kind, list)
+		}
+	}
+	out := s.wsOut("e2e-realtree", "readlink lib/shared-link abs-link; ls -A | sort | tr '\\n' ' '; cat secret.key private/inner 2>&1; grep -r "+rootOnly+" . 2>/dev/null | head -1")
+	if !strings.HasPrefix(out, "../shared/x\n/etc/shadow\n") || strings.Contains(out, rootOnly) || strings.Contains(out, "pipe") || !strings.Contains(out, "main.go") {
+		t.Fatalf("the imported tree: %q", out)
+	}
+	diff, changes := readChanges(t, s, "e2e-realtree", 0)
+	if len(changes) != 0 || strings.Contains(diff, rootOnly) {
+		t.Fatalf("an unchanged import has changes: %v\n%s", changes, diff)
+	}
+	s.wsOut("e2e-realtree", "rm -f main.go")
+	if diff, _ := readChanges(t, s, "e2e-realtree", 0); !strings.Contains(diff, "deleted file mode 100644") || strings.Contains(diff, rootOnly) {
+		t.Fatalf("the changes after a deletion: %s", diff)
+	}
+	s.checkRaces()
+}

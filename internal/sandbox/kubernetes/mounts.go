@@ -157,7 +157,7 @@ func writeHostTree(tw *tar.Writer, dir, prefix string, maxBytes int64) error {
 		return err
 	}
 	defer root.Close()
-	return hosttree.WriteTar(tw, root, prefix, sandboxUID, sandboxUID, maxBytes)
+	return hosttree.WriteTar(tw, root, prefix, sandboxUID, sandboxUID, maxBytes, hosttree.ReadableBy(sandboxUID, sandboxUID), nil)
 }
 
 // StartHelper makes a helper of the server's own for an import: granted
@@ -209,14 +209,19 @@ func helperSource(ms []sandbox.Mount, id, p string) (dir string, err error) {
 	return "", fmt.Errorf("%w: %s in helper %s", sandbox.ErrNotFound, p, id)
 }
 
-// helperExec runs the supervisor's scan of a helper's mount in the server.
+// helperExec runs the supervisor's scan or tar of a helper's mount in the
+// server, with the sandbox user's rights checked (what it may not read is
+// listed, never copied), as the supervisor in a helper would.
 func (r *Runtime) helperExec(id string, ms []sandbox.Mount, o sandbox.ExecOptions) (int, error) {
-	if len(o.Cmd) != 3 || o.Cmd[0] != supervisorPath || o.Cmd[1] != proto.ScanCommand {
-		return -1, fmt.Errorf("helper %s runs only the supervisor's %s", id, proto.ScanCommand)
+	if len(o.Cmd) != 3 || o.Cmd[0] != supervisorPath || (o.Cmd[1] != proto.ScanCommand && o.Cmd[1] != proto.TarCommand) {
+		return -1, fmt.Errorf("helper %s runs only the supervisor's %s and %s", id, proto.ScanCommand, proto.TarCommand)
 	}
 	dir, err := helperSource(ms, id, o.Cmd[2])
 	if err != nil {
 		return -1, err
+	}
+	if o.Cmd[1] == proto.TarCommand {
+		return helperTar(dir, o)
 	}
 	res, err := scanHost(dir)
 	if err != nil {
@@ -224,6 +229,39 @@ func (r *Runtime) helperExec(id string, ms []sandbox.Mount, o sandbox.ExecOption
 	}
 	if o.Stdout != nil {
 		_ = json.NewEncoder(o.Stdout).Encode(res)
+	}
+	if res.Error != "" {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// helperTar writes dir as the supervisor's tar would: the tree on stdout,
+// a TarResult on stderr.
+func helperTar(dir string, o sandbox.ExecOptions) (int, error) {
+	var res proto.TarResult
+	err := func() error {
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		tw := tar.NewWriter(o.Stdout)
+		if err := hosttree.WriteTar(tw, root, "", sandboxUID, sandboxUID, 0, hosttree.ReadableBy(sandboxUID, sandboxUID), func(f proto.SpecialFile) {
+			res.SkippedCount++
+			if len(res.Skipped) < proto.MaxScanSpecial {
+				res.Skipped = append(res.Skipped, f)
+			}
+		}); err != nil {
+			return err
+		}
+		return tw.Close()
+	}()
+	if err != nil {
+		res.Error = err.Error()
+	}
+	if o.Stderr != nil {
+		_ = json.NewEncoder(o.Stderr).Encode(res)
 	}
 	if res.Error != "" {
 		return 1, nil

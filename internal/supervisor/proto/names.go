@@ -80,3 +80,24 @@ func (c *Change) UnmarshalJSON(b []byte) error {
 	}
 	return err2
 }
+
+// MarshalJSON keeps Path byte for byte.
+func (f SpecialFile) MarshalJSON() ([]byte, error) {
+	type plain SpecialFile
+	p := plain(f)
+	p.Path = encodeName(p.Path)
+	return json.Marshal(p)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (f *SpecialFile) UnmarshalJSON(b []byte) error {
+	type plain SpecialFile
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	var err error
+	p.Path, err = decodeName(p.Path)
+	*f = SpecialFile(p)
+	return err
+}

@@ -4,18 +4,43 @@ package proto
 // jobs), for imports, workspace_changes and expose_port:
 //
 //	scan DIR     walk DIR without following links; one ScanResult on stdout
+//	tar DIR      DIR as a tar stream on stdout, read with the helper's own
+//	             rights (uid 1000); one TarResult on stderr at the end
+//	untar DIR    a tar stream on stdin written under DIR (links as links,
+//	             nothing written outside DIR); one UntarResult on stdout
 //	changes      ChangesRequest on stdin; one ChangesResult on stdout
 //	relay PORT   pipe stdin/stdout to 127.0.0.1:PORT inside the container
 const (
 	ScanCommand    = "scan"
+	TarCommand     = "tar"
+	UntarCommand   = "untar"
 	ChangesCommand = "changes"
 	RelayCommand   = "relay"
 )
 
-// SpecialFile is a file an import skips: a socket, FIFO or device.
+// TarResult is what tar left out, or why it failed.
+type TarResult struct {
+	Error   string        `json:"error,omitempty"`
+	Skipped []SpecialFile `json:"skipped,omitempty"` // the first MaxScanSpecial
+	// SkippedCount counts every path left out.
+	SkippedCount int `json:"skipped_count,omitempty"`
+}
+
+// UntarResult is what untar wrote, or why it failed.
+type UntarResult struct {
+	Error string `json:"error,omitempty"`
+	Files int    `json:"files"`
+	Dirs  int    `json:"dirs"`
+	Links int    `json:"links"`
+	Bytes int64  `json:"bytes"`
+}
+
+// SpecialFile is a path an import skips: a socket, FIFO or device, or what
+// the sandbox user may not read.
 type SpecialFile struct {
-	Path string `json:"path"`
-	Type string `json:"type"` // socket, fifo, device
+	Path   string `json:"path"`
+	Type   string `json:"type"`             // socket, fifo, device, unreadable
+	Reason string `json:"reason,omitempty"` // why it was left out
 }
 
 // ScanResult sums up a tree before it is copied.
