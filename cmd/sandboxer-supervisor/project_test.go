@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
