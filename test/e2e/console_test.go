@@ -208,12 +208,20 @@ func TestConsoleInBrowser(t *testing.T) {
 	if st := str(s.ok("get_job", map[string]any{"job_id": victim}), "status"); st != "killed" {
 		t.Fatalf("the console's kill: status %s", st)
 	}
+	// The sign-in and the kill are on the record, with the tenant and the
+	// source address (THREATS 109); an admin sees whose each job is.
+	if log, err := os.ReadFile(filepath.Join(s.stateDir, "audit.log")); err != nil ||
+		!strings.Contains(string(log), `"client":"console","tenant":"ops","source":"127.0.0.1","tool":"console.sign_in"`) ||
+		!strings.Contains(string(log), `"client":"console","tenant":"ops","source":"127.0.0.1","tool":"console.kill_job","job_id":"`+victim+`"`) {
+		t.Fatalf("the console's sign-in and kill are not audited: %v\n%s", err, log)
+	}
 
 	// The jobs list as the docs show it, light and dark.
 	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/jobs")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the jobs list", fmt.Sprintf(`!!document.querySelector('#jobs tr[data-id=%q]')`, victim))
+	waitFor(t, ctx, "the tenant column", fmt.Sprintf(`document.querySelector('#jobs tr[data-id=%q] td').textContent === "local"`, victim))
 	screenshot(t, ctx, "jobs-light.png")
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#theme"))); err != nil {
 		t.Fatal(err)

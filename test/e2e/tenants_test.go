@@ -147,5 +147,11 @@ func TestHTTPTenantKeysByteForByte(t *testing.T) {
 	}
 	okHTTP(t, bob, "delete_workspace", map[string]any{"name": ws})
 	okHTTP(t, alice, "kill_job", map[string]any{"job_id": session, "grace_s": 0})
+	// Alice's own new workspace under her old name starts clean too.
+	okHTTP(t, alice, "delete_workspace", map[string]any{"name": ws})
+	okHTTP(t, alice, "create_workspace", map[string]any{"name": ws})
+	if msg := errHTTP(t, alice, "workspace_changes", map[string]any{"workspace": ws, "cursor": 16}); !strings.Contains(msg, "(0 bytes)") {
+		t.Fatalf("a new workspace under an old name pages the old one's diff: %q", msg)
+	}
 	okHTTP(t, alice, "delete_workspace", map[string]any{"name": ws})
 }
