@@ -11,9 +11,13 @@ import (
 )
 
 // RequireDocker skips the test with a clear message when no engine answers,
-// except under CI=true, where a missing engine is a failure.
+// except under CI=true, where a missing engine is a failure. Under -short
+// (the pure unit tests: make test-unit) every engine test skips.
 func RequireDocker(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("engine test: skipped under -short")
+	}
 	rt, err := docker.New("")
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -33,6 +34,11 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Fprintln(os.Stderr, "e2e: every test drives a server on an engine: skipped under -short")
+		os.Exit(0)
+	}
 	binPath = os.Getenv("SANDBOXER_BIN")
 	if binPath == "" {
 		dir, err := os.MkdirTemp("", "sandboxer-e2e")
