@@ -11,7 +11,7 @@ var testList = map[string]Entry{
 	"curl": {Command: "curl", Source: SourceAgent},
 }
 
-// Every bypass form of THREATS.md item 30, and more.
+// Every bypass form of docs/threats.md item 30, and more.
 var blockedCases = []struct{ name, script string }{
 	{"plain", "rm -rf /tmp/x"},
 	{"absolute path", "/usr/bin/rm -rf /tmp/x"},

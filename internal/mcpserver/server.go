@@ -1,5 +1,6 @@
 // Package mcpserver wires the tools and resources into an MCP server (mcp-go)
-// and serves it over stdio. It is the only place that knows the transport.
+// and serves it over stdio or Streamable HTTP. It is the only place that
+// knows the transports.
 package mcpserver
 
 import (

@@ -253,13 +253,20 @@ var (
 	ErrNoTTY             = errors.New("the job has no terminal")
 )
 
-// EngineError wraps ErrEngineUnreachable with where the engine was looked for.
+// EngineError wraps ErrEngineUnreachable with where the engine was looked
+// for and, when the engine is not Docker's, what to do about it.
 type EngineError struct {
 	Host string
 	Err  error
+	// Hint says how to reach the engine ("" for Docker's: start it, or
+	// set DOCKER_HOST).
+	Hint string
 }
 
 func (e *EngineError) Error() string {
+	if e.Hint != "" {
+		return fmt.Sprintf("engine unreachable at %s: %s (%v)", e.Host, e.Hint, e.Err)
+	}
 	return fmt.Sprintf("Docker engine unreachable at %s: start it (make engine, or systemctl start docker) or set DOCKER_HOST (%v)", e.Host, e.Err)
 }
 func (e *EngineError) Unwrap() error { return ErrEngineUnreachable }

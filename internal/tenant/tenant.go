@@ -1,6 +1,7 @@
 // Package tenant carries who a request acts for. Every client known by a
 // token is a tenant; stdio's client is the tenant "local". The store filters
-// what a tenant owns by the tenant in a call's context (DESIGN §9): a
+// what a tenant owns by the tenant in a call's context (docs/architecture.md,
+// "Tenancy"): a
 // context without one (the server's own background work) sees everything,
 // and so does an admin's.
 package tenant

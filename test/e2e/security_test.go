@@ -1,6 +1,6 @@
 package e2e
 
-// The security suite, built from /work/shared/THREATS.md. Cases already
+// The security suite, built from docs/threats.md. Cases already
 // covered by other e2e tests are mapped here rather than repeated; this file
 // holds the missing ones. THREATS number → test:
 //

@@ -176,7 +176,8 @@ func (r *Runtime) labels(spec sandbox.Spec) map[string]string {
 	}
 }
 
-// containerConfig applies every default of the hardening profile (DESIGN §4).
+// containerConfig applies every default of the hardening profile
+// (docs/architecture.md, "The hardening profile").
 func (r *Runtime) containerConfig(d dialect, spec sandbox.Spec) (*container.Config, *container.HostConfig) {
 	l := spec.Limits
 	workdir := spec.WorkDir

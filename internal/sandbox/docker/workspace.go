@@ -78,7 +78,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		// installs run as a capability-less root (apt's sandbox user off).
 		CapDrop:     []string{"ALL"},
 		SecurityOpt: []string{"no-new-privileges"},
-		// Writable root (DESIGN §4): apt installs into it; it persists
+		// Writable root (docs/architecture.md, "The hardening profile"): apt installs into it; it persists
 		// while the container exists (stopped included).
 		ReadonlyRootfs: false,
 		Tmpfs:          map[string]string{tmpPath: "rw,exec,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(tmp, 10)},

@@ -200,14 +200,14 @@ func (r *Runtime) engineErr(err error) error {
 	if errors.As(err, &st) || errors.Is(err, context.Canceled) {
 		return err
 	}
-	return &sandbox.EngineError{Host: "Kubernetes API " + r.host, Err: err}
+	return &sandbox.EngineError{Host: "Kubernetes API " + r.host, Err: err, Hint: kubeHint}
 }
 
 func (r *Runtime) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := r.cs.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
-		return &sandbox.EngineError{Host: "Kubernetes API " + r.host, Err: err}
+		return &sandbox.EngineError{Host: "Kubernetes API " + r.host, Err: err, Hint: kubeHint}
 	}
 	return nil
 }
@@ -249,7 +249,11 @@ func (r *Runtime) selector() string {
 	return sandbox.LabelInstance + "=" + labelValue(r.instance)
 }
 
-// podFor is the hardening profile (DESIGN §4) stated in a pod spec.
+// kubeHint is what to do when the cluster does not answer.
+const kubeHint = "check the cluster (kubectl get --raw /readyz) and the server's kubeconfig (policy kubernetes.kubeconfig, KUBECONFIG, or the in-cluster service account)"
+
+// podFor is the hardening profile (docs/architecture.md, "The hardening
+// profile") stated in a pod spec.
 func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 	l := spec.Limits
 	workdir := spec.WorkDir

@@ -1,5 +1,5 @@
 // Package pool is a sandbox.Runtime that keeps sandboxes started before their
-// jobs arrive (DESIGN §6): a job whose shape matches a warm sandbox takes it
+// jobs arrive (docs/architecture.md, "The warm pool"): a job whose shape matches a warm sandbox takes it
 // and starts in milliseconds; any other job, or any job when the pool is
 // empty, starts cold on the runtime below. Each warm sandbox serves exactly
 // one job and then goes, like a cold one: isolation is not traded for speed.
