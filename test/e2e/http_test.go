@@ -604,3 +604,28 @@ func TestHTTPFairShares(t *testing.T) {
 	}
 	okHTTP(t, alice, "kill_job", map[string]any{"job_id": sessions[1], "grace_s": 0})
 }
+
+// TestHTTPGoBuildCacheWithoutPool: with the warm pool off, a tenant's fresh
+// go sandboxes still fill and read its shared build cache (the house issue
+// saw it stay empty once; this configuration now has its test, and passes
+// with the pool off and with an empty pool alike).
+func TestHTTPGoBuildCacheWithoutPool(t *testing.T) {
+	h := startHTTPServer(t, "--policy", writePolicy(t, "pool:\n  enabled: false\n"))
+	alice := h.client(aliceToken)
+	stdin := tarball(t, sharedModule)
+	probe := func() string {
+		r := okHTTP(t, alice, "run_command", map[string]any{"language": "go", "timeout_s": 300, "wait_s": 50, "stdin": stdin, "command": sharedProbe})
+		if str(r, "status") != "completed" {
+			t.Fatalf("go test: %v", r)
+		}
+		return str(r, "stdout")
+	}
+	out := probe()
+	for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(out, "compiled=0 ") && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Second)
+		out = probe()
+	}
+	if !strings.Contains(out, "compiled=0 ") {
+		t.Fatalf("without the pool, alice's fresh sandbox still compiles her module: %q\n%s", out, tail(h.stderr.String(), 3000))
+	}
+}
