@@ -67,12 +67,7 @@ func tarTree(dir string, w io.Writer, res *proto.TarResult) error {
 	}
 	defer root.Close()
 	tw := tar.NewWriter(w)
-	err = hosttree.WriteTar(tw, root, "", 1000, 1000, 0, nil, func(f proto.SpecialFile) {
-		res.SkippedCount++
-		if len(res.Skipped) < proto.MaxScanSpecial {
-			res.Skipped = append(res.Skipped, f)
-		}
-	})
+	err = hosttree.WriteTar(tw, root, "", 1000, 1000, 0, nil, res.Skip)
 	if err != nil {
 		return err
 	}

@@ -32,12 +32,7 @@ import (
 // fs.ErrPermission skips the entry (and all below it) as unreadable, any
 // other error ends the scan.
 func Scan(dir string, res *proto.ScanResult, check func(p string, d fs.DirEntry) error) error {
-	skip := func(f proto.SpecialFile) {
-		res.SpecialCount++
-		if len(res.Special) < proto.MaxScanSpecial {
-			res.Special = append(res.Special, f)
-		}
-	}
+	skip := res.Skip
 	return walk(dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && check != nil {
 			err = check(p, d)

@@ -247,12 +247,7 @@ func helperTar(dir string, o sandbox.ExecOptions) (int, error) {
 		}
 		defer root.Close()
 		tw := tar.NewWriter(o.Stdout)
-		if err := hosttree.WriteTar(tw, root, "", sandboxUID, sandboxUID, 0, hosttree.ReadableBy(sandboxUID, sandboxUID), func(f proto.SpecialFile) {
-			res.SkippedCount++
-			if len(res.Skipped) < proto.MaxScanSpecial {
-				res.Skipped = append(res.Skipped, f)
-			}
-		}); err != nil {
+		if err := hosttree.WriteTar(tw, root, "", sandboxUID, sandboxUID, 0, hosttree.ReadableBy(sandboxUID, sandboxUID), res.Skip); err != nil {
 			return err
 		}
 		return tw.Close()

@@ -31,11 +31,30 @@ func decodeName(s string) (string, error) {
 	return string(b), err
 }
 
+// encodeNames encodes the name fields given, in place.
+func encodeNames(names ...*string) {
+	for _, n := range names {
+		*n = encodeName(*n)
+	}
+}
+
+// decodeNames undoes encodeNames.
+func decodeNames(names ...*string) error {
+	for _, n := range names {
+		v, err := decodeName(*n)
+		if err != nil {
+			return err
+		}
+		*n = v
+	}
+	return nil
+}
+
 // MarshalJSON keeps Path and Target byte for byte.
 func (e BaselineEntry) MarshalJSON() ([]byte, error) {
 	type plain BaselineEntry
 	p := plain(e)
-	p.Path, p.Target = encodeName(p.Path), encodeName(p.Target)
+	encodeNames(&p.Path, &p.Target)
 	return json.Marshal(p)
 }
 
@@ -46,21 +65,16 @@ func (e *BaselineEntry) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
-	var err1, err2 error
-	p.Path, err1 = decodeName(p.Path)
-	p.Target, err2 = decodeName(p.Target)
+	err := decodeNames(&p.Path, &p.Target)
 	*e = BaselineEntry(p)
-	if err1 != nil {
-		return err1
-	}
-	return err2
+	return err
 }
 
 // MarshalJSON keeps Path and Target byte for byte.
 func (c Change) MarshalJSON() ([]byte, error) {
 	type plain Change
 	p := plain(c)
-	p.Path, p.Target = encodeName(p.Path), encodeName(p.Target)
+	encodeNames(&p.Path, &p.Target)
 	return json.Marshal(p)
 }
 
@@ -71,21 +85,16 @@ func (c *Change) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
-	var err1, err2 error
-	p.Path, err1 = decodeName(p.Path)
-	p.Target, err2 = decodeName(p.Target)
+	err := decodeNames(&p.Path, &p.Target)
 	*c = Change(p)
-	if err1 != nil {
-		return err1
-	}
-	return err2
+	return err
 }
 
 // MarshalJSON keeps Path byte for byte.
 func (f SpecialFile) MarshalJSON() ([]byte, error) {
 	type plain SpecialFile
 	p := plain(f)
-	p.Path = encodeName(p.Path)
+	encodeNames(&p.Path)
 	return json.Marshal(p)
 }
 
@@ -96,8 +105,7 @@ func (f *SpecialFile) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
-	var err error
-	p.Path, err = decodeName(p.Path)
+	err := decodeNames(&p.Path)
 	*f = SpecialFile(p)
 	return err
 }

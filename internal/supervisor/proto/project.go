@@ -26,6 +26,22 @@ type TarResult struct {
 	SkippedCount int `json:"skipped_count,omitempty"`
 }
 
+// Skip lists f as left out (the first MaxScanSpecial; all are counted).
+func (r *TarResult) Skip(f SpecialFile) {
+	r.SkippedCount++
+	if len(r.Skipped) < MaxScanSpecial {
+		r.Skipped = append(r.Skipped, f)
+	}
+}
+
+// Skip lists f as left out (the first MaxScanSpecial; all are counted).
+func (r *ScanResult) Skip(f SpecialFile) {
+	r.SpecialCount++
+	if len(r.Special) < MaxScanSpecial {
+		r.Special = append(r.Special, f)
+	}
+}
+
 // UntarResult is what untar wrote, or why it failed.
 type UntarResult struct {
 	Error string `json:"error,omitempty"`
