@@ -33,7 +33,7 @@ func loopbackAddr(addr string) string {
 // serveHTTP serves /metrics (and what else mux holds) on addr until ctx
 // ends. The listener is bound before it returns, so a bad address fails the
 // start; it returns a stop function that waits for the server to end.
-func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, door *auth.Door, m *metrics.Metrics, mount func(*http.ServeMux), log zerolog.Logger) (func(), error) {
+func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, door *auth.Door, hosts []string, m *metrics.Metrics, mount func(*http.ServeMux), log zerolog.Logger) (func(), error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Scrape(tokens))
 	mount(mux)
@@ -42,7 +42,7 @@ func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, door *auth
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           door.Wrap(m.CountRequests(tokens, mux), mcpserver.IsLoopback(ln.Addr().String())),
+		Handler:           door.Wrap(m.CountRequests(tokens, mux), mcpserver.IsLoopback(ln.Addr().String()), hosts...),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}

@@ -319,7 +319,7 @@ func serve(args []string) error {
 	}
 	door := auth.NewDoor() // one for every listener: bad credentials count alike everywhere
 	if mt != nil {
-		stopHTTP, err := serveHTTP(ctx, cfg.MetricsAddr, tokens, door, mt, mountUI, log)
+		stopHTTP, err := serveHTTP(ctx, cfg.MetricsAddr, tokens, door, cfg.Policy.HTTP.Hosts, mt, mountUI, log)
 		if err != nil {
 			return err
 		}
@@ -331,7 +331,7 @@ func serve(args []string) error {
 	var serveErr error
 	if cfg.HTTPAddr != "" {
 		serveErr = srv.ServeHTTP(ctx, cfg.HTTPAddr, mcpserver.HTTPOptions{
-			Tokens: authenticator(tokens), RatePerTenant: cfg.HTTPRate, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, Door: door,
+			Tokens: authenticator(tokens), RatePerTenant: cfg.HTTPRate, TLSCert: cfg.TLSCert, TLSKey: cfg.TLSKey, Door: door, Hosts: cfg.Policy.HTTP.Hosts,
 			Ready: func(addr string) {
 				log.Info().Str("state_dir", cfg.StateDir).Str("engine", engine.Host()).Str("instance", cfg.Instance()).Str("server", lock.ID()).
 					Str("addr", addr).Bool("tokens", tokens != nil).Bool("tls", cfg.TLSCert != "").Msg("serving MCP on http")

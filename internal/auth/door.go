@@ -46,11 +46,17 @@ func NewDoor() *Door {
 }
 
 // Wrap puts the door in front of next, the handler of a listener; loopback
-// says the listener is bound to loopback only (then Host must name it).
-func (d *Door) Wrap(next http.Handler, loopback bool) http.Handler {
+// says the listener is bound to loopback only (then Host must name it);
+// otherwise hosts, when not empty, are the names (host or host:port) it
+// answers to.
+func (d *Door) Wrap(next http.Handler, loopback bool, hosts ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if loopback && !LoopbackHost(r.Host) {
 			http.Error(w, "this server answers only to localhost, 127.0.0.1 and [::1], not Host "+clip(r.Host, 100), http.StatusForbidden)
+			return
+		}
+		if !loopback && len(hosts) > 0 && !hostListed(r.Host, hosts) {
+			http.Error(w, "this server does not answer to Host "+clip(r.Host, 100)+" (policy http.hosts)", http.StatusForbidden)
 			return
 		}
 		if origin := r.Header.Get("Origin"); origin != "" && !SameOrigin(origin, r.Host) {
@@ -109,6 +115,25 @@ func (d *Door) fail(source string) {
 		d.failed[source] = c
 	}
 	c.n++
+}
+
+// hostListed says whether a Host header is one of hosts: an entry with a
+// port must match with it, one without matches any port.
+func hostListed(hostport string, hosts []string) bool {
+	name := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		name = h
+	}
+	for _, h := range hosts {
+		if _, _, err := net.SplitHostPort(h); err == nil {
+			if strings.EqualFold(h, hostport) {
+				return true
+			}
+		} else if strings.EqualFold(strings.Trim(h, "[]"), strings.Trim(name, "[]")) {
+			return true
+		}
+	}
+	return false
 }
 
 // LoopbackHost says whether a Host header names loopback.

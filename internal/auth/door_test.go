@@ -72,3 +72,31 @@ func TestDoorGuardsEveryPath(t *testing.T) {
 		t.Fatalf("another source: %d", w.Code)
 	}
 }
+
+// TestDoorHostsBeyondLoopback: a listener bound beyond loopback answers the
+// names of policy http.hosts only (with their port, or any port when the
+// entry has none), and any name when the list is empty.
+func TestDoorHostsBeyondLoopback(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	for _, c := range []struct {
+		hosts []string
+		host  string
+		want  int
+	}{
+		{nil, "anything.example:8080", http.StatusOK},
+		{[]string{"sbx.example.com"}, "sbx.example.com:8443", http.StatusOK},
+		{[]string{"sbx.example.com"}, "SBX.example.com", http.StatusOK},
+		{[]string{"sbx.example.com"}, "evil.example:8443", http.StatusForbidden},
+		{[]string{"sbx.example.com:8443"}, "sbx.example.com:9999", http.StatusForbidden},
+		{[]string{"sbx.example.com:8443"}, "sbx.example.com:8443", http.StatusOK},
+		{[]string{"10.0.0.5", "[fd00::1]"}, "[fd00::1]:80", http.StatusOK},
+	} {
+		r := httptest.NewRequest("GET", "/mcp", nil)
+		r.Host = c.host
+		w := httptest.NewRecorder()
+		NewDoor().Wrap(ok, false, c.hosts...).ServeHTTP(w, r)
+		if w.Code != c.want {
+			t.Errorf("hosts %v, Host %s: %d, want %d", c.hosts, c.host, w.Code, c.want)
+		}
+	}
+}

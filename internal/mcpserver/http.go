@@ -53,6 +53,9 @@ type HTTPOptions struct {
 	// Door is the server's front door, shared by its listeners (nil: one
 	// of this listener's own).
 	Door *auth.Door
+	// Hosts are the Host names a listener beyond loopback answers to
+	// (policy http.hosts; empty: any).
+	Hosts []string
 }
 
 // IsLoopback says whether addr (host:port) is bound to loopback only.
@@ -105,7 +108,7 @@ func (s *Server) ServeHTTP(ctx context.Context, addr string, o HTTPOptions) erro
 	srv := &http.Server{
 		// Every path behind one door: Host on loopback, Origin, and bad
 		// credentials limited per source address (auth.Door).
-		Handler:           door.Wrap(mux, IsLoopback(ln.Addr().String())),
+		Handler:           door.Wrap(mux, IsLoopback(ln.Addr().String()), o.Hosts...),
 		ReadHeaderTimeout: httpHeaderTimeout,
 		IdleTimeout:       httpIdleTimeout,
 		MaxHeaderBytes:    httpMaxHeaderBytes,

@@ -85,6 +85,10 @@ type Kubernetes struct {
 type HTTP struct {
 	// TokenFile is the token file, as --token-file (which wins when given).
 	TokenFile string `yaml:"token_file"`
+	// Hosts are the names (host, or host:port) a listener bound beyond
+	// loopback answers to in the Host header; empty: any (the token is the
+	// guard there). A loopback listener answers loopback names only.
+	Hosts []string `yaml:"hosts"`
 }
 
 // Mount is one granted host directory.

@@ -222,6 +222,11 @@ func (p *Policy) Validate() error {
 	if f := p.HTTP.TokenFile; f != "" && (!filepath.IsAbs(f) || strings.ContainsAny(f, "\x00\n")) {
 		ps.add("http.token_file", "%q is not an absolute path of a token file", f)
 	}
+	for i, h := range p.HTTP.Hosts {
+		if !hostPattern.MatchString(h) {
+			ps.add(fmt.Sprintf("http.hosts[%d]", i), "%q is not a host name (letters, digits, '.', '-', an IP, or [IPv6], with an optional :port)", h)
+		}
+	}
 	if !networkNamePattern.MatchString(p.Workspaces.InstallNetwork) || p.Workspaces.InstallNetwork == "host" {
 		ps.add("workspaces.install_network", "%q is not a Docker network name (bridge, a user-defined network, or none to forbid installs; host is refused)", p.Workspaces.InstallNetwork)
 	}
@@ -274,6 +279,10 @@ func (p *Policy) Validate() error {
 
 	return errors.Join(ps...)
 }
+
+// hostPattern is an entry of http.hosts: a name or an address, with an
+// optional port.
+var hostPattern = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$`)
 
 // mountNamePattern is a granted mount's name (mounts[i].name).
 var mountNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
