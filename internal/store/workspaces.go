@@ -92,8 +92,9 @@ func scanWorkspace(sc scanner) (*Workspace, error) {
 	return &w, nil
 }
 
-// CreateWorkspace stores a new workspace of ctx's tenant, giving it its ID
-// and Tenant; ErrWorkspaceExists when the tenant has one of that name.
+// CreateWorkspace stores a new workspace of ctx's tenant, giving it its
+// Tenant and, unless the caller chose one, its ID; ErrWorkspaceExists when
+// the tenant has one of that name.
 func (s *Store) CreateWorkspace(ctx context.Context, w *Workspace) error {
 	if w == nil || w.Name == "" {
 		return errors.New("store: CreateWorkspace: name is required")
@@ -101,7 +102,10 @@ func (s *Store) CreateWorkspace(ctx context.Context, w *Workspace) error {
 	if w.CreatedAt.IsZero() {
 		w.CreatedAt = time.Now()
 	}
-	w.ID, w.Tenant = uuid.NewString(), tenant.Owner(ctx)
+	if w.ID == "" {
+		w.ID = uuid.NewString()
+	}
+	w.Tenant = tenant.Owner(ctx)
 	args, err := workspaceArgs(w)
 	if err != nil {
 		return err

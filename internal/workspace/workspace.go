@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
 	"github.com/sandboxer/sandboxer/internal/baseline"
@@ -282,17 +283,21 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspa
 		}
 		network = sandbox.NetworkEgress
 	}
+	// Its identity first, and its lock held before its record is seen: a
+	// job that finds the record waits for the container to be made.
+	rec.ID = uuid.NewString()
+	s := m.ws(rec.ID)
+	s.lock.Lock()
+	defer s.lock.Unlock()
 	if err := m.st.CreateWorkspace(ctx, rec); err != nil {
+		m.mu.Lock()
+		delete(m.state, rec.ID) // never made: nobody else knows its id
+		m.mu.Unlock()
 		if errors.Is(err, store.ErrWorkspaceExists) {
 			return nil, fmt.Errorf("%w: %q (list_workspaces shows it; delete_workspace removes it)", ErrExists, req.Name)
 		}
 		return nil, err
 	}
-	// The record (its tenant and name its key) is this workspace's claim:
-	// no other create of it gets here.
-	s := m.ws(rec.ID)
-	s.lock.Lock()
-	defer s.lock.Unlock()
 	refs, err := m.rt.CreateWorkspace(ctx, sandbox.WorkspaceSpec{
 		Name: req.Name, Image: req.Image, Runtime: m.pol.Runtime, Env: CacheEnv, Mounts: req.Mounts, Network: network,
 		Limits: sandbox.Limits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
