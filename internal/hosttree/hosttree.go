@@ -32,14 +32,13 @@ import (
 // fs.ErrPermission skips the entry (and all below it) as unreadable, any
 // other error ends the scan.
 func Scan(dir string, res *proto.ScanResult, check func(p string, d fs.DirEntry) error) error {
-	skip := res.Skip
 	return walk(dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && check != nil {
 			err = check(p, d)
 		}
 		if err != nil {
 			if errors.Is(err, fs.ErrPermission) && p != "." {
-				skip(Unreadable(p))
+				res.Skip(Unreadable(p))
 				return skipDir(d)
 			}
 			if u := errors.Unwrap(err); u != nil {
@@ -60,7 +59,7 @@ func Scan(dir string, res *proto.ScanResult, check func(p string, d fs.DirEntry)
 			res.Files++
 			res.Bytes += info.Size()
 		default:
-			skip(Special(p, t))
+			res.Skip(Special(p, t))
 		}
 		return nil
 	})

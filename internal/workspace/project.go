@@ -49,7 +49,7 @@ const importMountPoint = "/mnt/import"
 
 // Limits of workspace_changes.
 const (
-	changesMaxFile   = 1 << 20  // a file larger than this is named, not diffed
+	changesMaxFile   = 1 << 20  // a file larger than this is listed, left out of the patch
 	changesMaxTotal  = 16 << 20 // content sent by one comparison
 	changesMaxOutput = 24 << 20 // the helper's JSON (content is base64)
 	changesTimeout   = 5 * time.Minute
