@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
@@ -56,8 +57,7 @@ type Listed struct {
 // its tenant's and applies to that tenant only; an admin's applies to
 // every tenant, as the policy's do. Safe for concurrent use.
 type List struct {
-	// Observe, when set (before use), is told of every decision (metrics).
-	Observe func(Decision)
+	observer observe.Observer // told of every decision
 
 	policy map[string]Entry
 	st     Store
@@ -70,8 +70,8 @@ type List struct {
 
 // New returns the list for the policy's commands; st may be nil (no agent
 // entries, no edits). agentEdits is whether agents may edit the list.
-func New(policyCommands []string, st Store, agentEdits bool) (*List, error) {
-	l := &List{policy: map[string]Entry{}, st: st, edits: agentEdits && st != nil}
+func New(policyCommands []string, st Store, agentEdits bool, o observe.Observer) (*List, error) {
+	l := &List{policy: map[string]Entry{}, st: st, edits: agentEdits && st != nil, observer: observe.Or(o)}
 	for _, c := range policyCommands {
 		if !ValidName(c) {
 			return nil, fmt.Errorf("block.commands: %q %v", c, ErrBadName)
@@ -167,8 +167,8 @@ func (l *List) CheckStdin(ctx context.Context, script, stdin string) (Decision, 
 // observe tells Observe of a decision reached (a script that does not parse
 // is refused without one).
 func (l *List) observe(d Decision, err error) (Decision, error) {
-	if l.Observe != nil && err == nil {
-		l.Observe(d)
+	if err == nil {
+		l.observer.BlockDecision(!d.Allowed, d.Rule.Command)
 	}
 	return d, err
 }

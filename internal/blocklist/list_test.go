@@ -23,7 +23,7 @@ func openStore(t *testing.T, path string) *store.Store {
 
 func TestListEditsOff(t *testing.T) {
 	st := openStore(t, filepath.Join(t.TempDir(), "db"))
-	l, err := New([]string{"rm"}, st, false)
+	l, err := New([]string{"rm"}, st, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestListEditsOff(t *testing.T) {
 func TestListEditsOnPersist(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")
 	st := openStore(t, path)
-	l, err := New([]string{"rm"}, st, true)
+	l, err := New([]string{"rm"}, st, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestListEditsOnPersist(t *testing.T) {
 	// A restart (a new List on the same database) keeps the agent's entry.
 	st.Close()
 	st2 := openStore(t, path)
-	l2, err := New([]string{"rm"}, st2, true)
+	l2, err := New([]string{"rm"}, st2, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestListEditsOnPersist(t *testing.T) {
 }
 
 func TestListRejectsBadPolicyNames(t *testing.T) {
-	if _, err := New([]string{"/bin/rm"}, nil, false); err == nil {
+	if _, err := New([]string{"/bin/rm"}, nil, false, nil); err == nil {
 		t.Fatal("a path was accepted as a policy entry")
 	}
 	var l *List
@@ -107,7 +107,7 @@ func TestListRejectsBadPolicyNames(t *testing.T) {
 // to every tenant and only an admin lifts it (THREATS 104).
 func TestListEntriesAreTheirTenants(t *testing.T) {
 	st := openStore(t, filepath.Join(t.TempDir(), "db"))
-	l, err := New(nil, st, true)
+	l, err := New(nil, st, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
@@ -57,27 +58,32 @@ type meta struct {
 
 // Manager installs and caches dependency lists.
 type Manager struct {
-	rt  sandbox.Runtime
-	vr  sandbox.VolumeRuntime
-	pol *policy.Policy
-
-	// Warm, when set, is told of each cache a script uses (so a warm pool can
-	// keep a sandbox with it mounted); Unwarm when one stops being kept, and
-	// before a cache's volume is removed (what mounts it must go first).
-	Warm   func(language, image string, m sandbox.Mount)
-	Unwarm func(ctx context.Context, volume string)
-	// OnInstall, when set, is told of each dependency install and whether
-	// it succeeded (metrics).
-	OnInstall func(language string, ok bool)
-	// TunnelProxy, when set, grants an install on a runtime whose sandboxes
-	// have no network (sandbox.TunnelVolumeFiller) the proxy its tunnel
-	// reaches, until revoke.
-	TunnelProxy func(ctx context.Context, job string) (proxy http.Handler, revoke func())
+	rt     sandbox.Runtime
+	vr     sandbox.VolumeRuntime
+	filler sandbox.TunnelVolumeFiller // nil: installs run in a plain sandbox on a network
+	pol    *policy.Policy
+	Options
 
 	mu     sync.Mutex
 	locks  map[string]chan struct{} // per key (capacity 1): one install at a time
 	meta   map[string]*meta         // by volume: measured size, last use (this process)
 	warmed []string                 // volumes told to Warm, most recent last
+}
+
+// Options are a manager's collaborators, all optional.
+type Options struct {
+	// Warm is told of each cache a script uses (so a warm pool can keep a
+	// sandbox with it mounted); Unwarm when one stops being kept, and
+	// before a cache's volume is removed (what mounts it must go first).
+	Warm   func(language, image string, m sandbox.Mount)
+	Unwarm func(ctx context.Context, volume string)
+	// Observer is told of each dependency install and whether it
+	// succeeded (as manager "deps-LANGUAGE").
+	Observer observe.Observer
+	// TunnelProxy grants an install on an engine whose sandboxes have no
+	// network (Capabilities.VolumeFiller) the proxy its tunnel reaches,
+	// until revoke.
+	TunnelProxy func(ctx context.Context, job string) (proxy http.Handler, revoke func())
 }
 
 // MaxWarm is how many caches (the most recently used) are kept warm.
@@ -104,13 +110,14 @@ func (m *Manager) used(language, image string, mt sandbox.Mount) {
 	}
 }
 
-// New returns a manager, or nil when the runtime cannot keep volumes.
-func New(rt sandbox.Runtime, pol *policy.Policy) *Manager {
-	vr, ok := rt.(sandbox.VolumeRuntime)
-	if !ok {
+// New returns a manager, or nil when the engine keeps no volumes.
+func New(e sandbox.Engine, pol *policy.Policy, o Options) *Manager {
+	caps := e.Capabilities()
+	if caps.Volumes == nil {
 		return nil
 	}
-	return &Manager{rt: rt, vr: vr, pol: pol, locks: map[string]chan struct{}{}, meta: map[string]*meta{}}
+	return &Manager{rt: e, vr: caps.Volumes, filler: caps.VolumeFiller, pol: pol, Options: o,
+		locks: map[string]chan struct{}{}, meta: map[string]*meta{}}
 }
 
 func (m *Manager) lock(key string) chan struct{} {
@@ -186,8 +193,8 @@ func (m *Manager) Ensure(ctx context.Context, language, image string, list []str
 		ictx := context.WithoutCancel(ctx)
 		t0 := time.Now()
 		size, err := m.install(ictx, language, image, key, name, script, list)
-		if m.OnInstall != nil {
-			m.OnInstall(language, err == nil)
+		if m.Observer != nil {
+			m.Observer.Install("deps-"+language, err == nil)
 		}
 		if err == nil {
 			m.touch(name, size)
@@ -245,8 +252,8 @@ func (m *Manager) install(ctx context.Context, language, image, key, name, scrip
 		Mounts:  []sandbox.Mount{{Volume: name, Target: installDir}},
 	}
 	var out, why string
-	if tf, tunnel := m.rt.(sandbox.TunnelVolumeFiller); tunnel {
-		out, why, err = m.fillThroughTunnel(ctx, tf, spec)
+	if m.filler != nil {
+		out, why, err = m.fillThroughTunnel(ctx, m.filler, spec)
 	} else {
 		out, why, err = m.fillInSandbox(ctx, spec)
 	}

@@ -20,7 +20,6 @@ import (
 // the real bash.
 type fakeRT struct {
 	*fake.Runtime
-	fake.Volumes
 	installs atomic.Int32
 	install  func(spec sandbox.Spec) string
 }
@@ -41,14 +40,14 @@ func (f *fakeRT) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outpu
 	return f.Runtime.Start(ctx, spec, out)
 }
 
-func (f *fakeRT) volumes() int { return f.Count() }
+func (f *fakeRT) volumes() int { return f.VolumeCount() }
 
 func newManager(t *testing.T, cacheMB int64) (*Manager, *fakeRT) {
 	t.Helper()
 	rt := newFakeRT()
 	pol := policy.Default()
 	pol.Scripts.DependencyCacheMB = cacheMB
-	m := New(rt, pol)
+	m := New(rt, pol, Options{})
 	if m == nil {
 		t.Fatal("no manager over a volume runtime")
 	}
@@ -184,6 +183,13 @@ func (f *tunnelRT) Exec(_ context.Context, id string, o sandbox.ExecOptions) (in
 	return f.exit, nil
 }
 
+// Capabilities declares the filler.
+func (f *tunnelRT) Capabilities() sandbox.Capabilities {
+	c := f.fakeRT.Capabilities()
+	c.VolumeFiller = f
+	return c
+}
+
 func (f *tunnelRT) Remove(_ context.Context, id string) error {
 	f.removed.Add(1)
 	return nil
@@ -191,7 +197,7 @@ func (f *tunnelRT) Remove(_ context.Context, id string) error {
 
 func TestEnsureThroughTunnel(t *testing.T) {
 	rt := &tunnelRT{fakeRT: newFakeRT()}
-	m := New(rt, policy.Default())
+	m := New(rt, policy.Default(), Options{})
 	ctx := context.Background()
 	list := []string{"is-number@7.0.0"}
 	if _, err := m.Ensure(ctx, "javascript", "img", list); err == nil || !strings.Contains(err.Error(), "tunnel") {

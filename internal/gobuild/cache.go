@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -48,8 +49,7 @@ type Cache struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// OnBuild, when set, is told of each build and whether it succeeded.
-	OnBuild func(ok bool)
+	observer observe.Observer // told of each build (as manager "go-build-cache")
 }
 
 type fill struct {
@@ -66,14 +66,15 @@ type fill struct {
 const buildSlack = 30 * time.Second
 
 // New returns a cache, or nil when the policy turns it off
-// (scripts.go_build_cache_mb 0) or the runtime keeps no volumes.
-func New(rt sandbox.Runtime, pol *policy.Policy, log zerolog.Logger) *Cache {
-	vr, ok := rt.(sandbox.VolumeRuntime)
-	if !ok || pol.Scripts.GoBuildCacheMB <= 0 {
+// (scripts.go_build_cache_mb 0) or the engine keeps no volumes. o (may be
+// nil) is told of each build and whether it succeeded.
+func New(e sandbox.Engine, pol *policy.Policy, log zerolog.Logger, o observe.Observer) *Cache {
+	vr := e.Capabilities().Volumes
+	if vr == nil || pol.Scripts.GoBuildCacheMB <= 0 {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Cache{rt: rt, vr: vr, pol: pol, log: log, volumes: map[string]string{},
+	c := &Cache{rt: e, vr: vr, pol: pol, log: log, observer: observe.Or(o), volumes: map[string]string{},
 		queue: make(chan fill, queueSize), ctx: ctx, cancel: cancel}
 	c.wg.Add(1)
 	go c.run()
@@ -203,9 +204,7 @@ func (c *Cache) run() {
 			return
 		case f := <-c.queue:
 			out, err := c.build(f)
-			if c.OnBuild != nil {
-				c.OnBuild(err == nil)
-			}
+			c.observer.Install("go-build-cache", err == nil)
 			if err != nil {
 				c.log.Info().Err(err).Str("dir", f.build.Dir).Bytes("output", headTail(out)).Msg("shared go build cache: build failed (what it compiled is kept)")
 			} else {

@@ -22,7 +22,6 @@ import (
 // volumes is the fake runtime with volumes, recording what it starts.
 type volumes struct {
 	*fake.Runtime
-	fake.Volumes
 	mu      sync.Mutex
 	started []sandbox.Spec
 }
@@ -38,7 +37,7 @@ func (v *volumes) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 func newCache(t *testing.T) (*Cache, *volumes) {
 	t.Helper()
 	rt := &volumes{Runtime: fake.New("test")}
-	c := New(rt, policy.Default(), zerolog.Nop())
+	c := New(rt, policy.Default(), zerolog.Nop(), nil)
 	if c == nil {
 		t.Fatal("no cache with the default policy")
 	}
@@ -64,8 +63,8 @@ func TestExtend(t *testing.T) {
 	c.Extend(alice, &again)
 	other := job.Request{Language: "go"}
 	c.Extend(bob, &other)
-	if again.Mounts[0].Volume != req.Mounts[0].Volume || other.Mounts[0].Volume == req.Mounts[0].Volume || rt.Count() != 2 {
-		t.Errorf("one volume per tenant: alice %s and %s, bob %s; %d made", req.Mounts[0].Volume, again.Mounts[0].Volume, other.Mounts[0].Volume, rt.Count())
+	if again.Mounts[0].Volume != req.Mounts[0].Volume || other.Mounts[0].Volume == req.Mounts[0].Volume || rt.VolumeCount() != 2 {
+		t.Errorf("one volume per tenant: alice %s and %s, bob %s; %d made", req.Mounts[0].Volume, again.Mounts[0].Volume, other.Mounts[0].Volume, rt.VolumeCount())
 	}
 	if again.Env[0] != seedsEnv+"=/usr/local/share/go-build-seed:"+Current {
 		t.Errorf("env without seeds: %q", again.Env)

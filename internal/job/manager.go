@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
-	"github.com/sandboxer/sandboxer/internal/metrics"
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -64,8 +64,8 @@ type Manager struct {
 	stop      chan struct{}
 	bg        sync.WaitGroup
 
-	metrics *metrics.Metrics // nil: none
-	ext     Extension        // nil: none
+	observer observe.Observer
+	ext      Extension // nil: none
 }
 
 // Extension adds to a job's request what the server gives every job of its
@@ -132,8 +132,8 @@ func WithExtension(ext Extension) Option { return func(m *Manager) { m.ext = ext
 // (slots.go); without it every job takes from one pool.
 func WithShares(weights map[string]int) Option { return func(m *Manager) { m.weights = weights } }
 
-// WithMetrics counts jobs' starts and ends, and times their waits.
-func WithMetrics(mt *metrics.Metrics) Option { return func(m *Manager) { m.metrics = mt } }
+// WithObserver tells o of jobs' starts and ends, and their waits (metrics).
+func WithObserver(o observe.Observer) Option { return func(m *Manager) { m.observer = observe.Or(o) } }
 
 // New makes a manager keeping job output under stateDir/jobs.
 func New(rt sandbox.Runtime, st *store.Store, pol *policy.Policy, stateDir string, log zerolog.Logger, opts ...Option) (*Manager, error) {
@@ -143,9 +143,10 @@ func New(rt sandbox.Runtime, st *store.Store, pol *policy.Policy, stateDir strin
 	}
 	m := &Manager{
 		rt: rt, st: st, pol: pol, outDir: outDir, log: log,
-		server: uuid.NewString(),
-		live:   map[string]*liveJob{},
-		stop:   make(chan struct{}),
+		server:   uuid.NewString(),
+		live:     map[string]*liveJob{},
+		observer: observe.Nop{},
+		stop:     make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(m)
@@ -321,7 +322,7 @@ func (m *Manager) start(j *liveJob) error {
 	j.rec.Status = StatusRunning
 	j.rec.StartedAt = time.Now()
 	j.rec.ContainerID = h.ContainerID()
-	m.metrics.JobStarted(j.rec.Kind, j.rec.Language, startAt.Sub(j.rec.CreatedAt), j.rec.StartedAt.Sub(startAt))
+	m.observer.JobStarted(j.rec.Kind, j.rec.Language, startAt.Sub(j.rec.CreatedAt), j.rec.StartedAt.Sub(startAt))
 	j.timer = time.AfterFunc(j.req.Limits.Timeout, func() { m.end(j, StatusTimedOut, ReasonTimeout) })
 	m.startIdle(j)
 	rec := j.rec
@@ -525,7 +526,7 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 		ev = ev.Int("exit_code", *final.ExitCode)
 	}
 	ev.Msg("job ended")
-	m.metrics.JobEnded(final.Kind, final.Language, final.Status, final.Reason, ran)
+	m.observer.JobEnded(final.Kind, final.Language, final.Status, final.Reason, ran)
 	m.mu.Lock()
 	delete(m.live, j.id)
 	var next *liveJob

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/memtrim"
-	"github.com/sandboxer/sandboxer/internal/metrics"
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
@@ -28,9 +28,9 @@ func WithAudit(l *audit.Log, serverID string) Option {
 	return func(s *Server) { s.audit, s.serverID = l, serverID }
 }
 
-// WithMetrics counts every tool call and times it.
-func WithMetrics(m *metrics.Metrics) Option {
-	return func(s *Server) { s.metrics = m }
+// WithObserver tells o of every tool call and its time (metrics).
+func WithObserver(o observe.Observer) Option {
+	return func(s *Server) { s.observer = o }
 }
 
 // WithIdleTrim tells t of every tool call, so that it trims the server's
@@ -54,12 +54,12 @@ func (s *Server) trimMiddleware(next server.ToolHandlerFunc) server.ToolHandlerF
 // metricsMiddleware is the mcp-go tool middleware behind the tool families.
 func (s *Server) metricsMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if s.metrics == nil {
+		if s.observer == nil {
 			return next(ctx, req)
 		}
 		start := time.Now()
 		res, err := next(ctx, req)
-		s.metrics.ToolCall(req.Params.Name, err != nil || res != nil && res.IsError, time.Since(start))
+		s.observer.ToolCall(req.Params.Name, err != nil || res != nil && res.IsError, time.Since(start))
 		return res, err
 	}
 }

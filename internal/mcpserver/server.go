@@ -19,7 +19,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/memtrim"
-	"github.com/sandboxer/sandboxer/internal/metrics"
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
@@ -113,7 +113,7 @@ type Server struct {
 	notifier *notifier
 	wire     *wire
 	audit    *audit.Log
-	metrics  *metrics.Metrics
+	observer observe.Observer // nil: none
 	trim     *memtrim.Trimmer
 	serverID string
 	readOnly map[string]bool // tools annotated read-only: not audited

@@ -15,9 +15,10 @@ type Authenticator interface {
 var scrapeRoles = map[string]bool{"metrics": true, "admin": true}
 
 // Scrape serves /metrics to a bearer token of role metrics or admin; any
-// other request gets 401 (no or unknown token) or 403 (another role).
-func (m *Metrics) Scrape(a Authenticator) http.Handler {
-	h := m.Handler()
+// other request gets 401 (no or unknown token) or 403 (another role). The
+// state families are read from src.
+func (m *Metrics) Scrape(a Authenticator, src Sources) http.Handler {
+	h := m.Handler(src)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, role, ok := a.Authenticate(auth.BearerToken(r))
 		switch {

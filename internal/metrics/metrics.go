@@ -13,6 +13,7 @@ package metrics
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
@@ -21,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandboxer/sandboxer/internal/observe"
 )
 
 // Namespace prefixes every family.
@@ -76,10 +79,15 @@ type Metrics struct {
 	images map[string]string          // image -> language, for pool labels
 }
 
-// New makes a registry with the event families, the Go and process
-// collectors, and the state families read from src at each scrape.
-func New(src Sources) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), seen: map[string]map[string]bool{}, images: map[string]string{}}
+// New makes a registry with the event families and the Go and process
+// collectors. images says which language each image serves, so the pool's
+// families are labelled by language (a name operators know), not by tag.
+// The state families are read from the Sources each handler is given.
+func New(images map[string]string) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), seen: map[string]map[string]bool{}, images: maps.Clone(images)}
+	if m.images == nil {
+		m.images = map[string]string{}
+	}
 	// Seconds, from 5 ms to about 20 minutes: a warm start to a long job.
 	durations := prometheus.ExponentialBuckets(0.005, 2.5, 14)
 	m.jobsStarted = m.counter("jobs_started_total", "Jobs whose sandbox started, by kind and language.", "kind", "language")
@@ -95,7 +103,6 @@ func New(src Sources) *Metrics {
 	m.engineErrors = m.counter("engine_errors_total", "Container engine calls that failed, by operation.", "operation")
 	m.httpRequests = m.counter("http_requests_total", "HTTP requests to the metrics and console listener, by status code and tenant.", "code", "tenant")
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.reg.MustRegister(&stateCollector{src: src, m: m})
 	return m
 }
 
@@ -140,22 +147,12 @@ func (m *Metrics) bound(key, v string) string {
 // Registry is the registry, for tests and for serving elsewhere.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler serves the registry in Prometheus' text format.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-}
-
-// SetImageLanguages tells which language each image serves, so the pool's
-// families are labelled by language (a name operators know) not by image tag.
-func (m *Metrics) SetImageLanguages(images map[string]string) {
-	if m == nil {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for img, l := range images {
-		m.images[img] = l
-	}
+// Handler serves the registry in Prometheus' text format, with the state
+// families read from src at each scrape.
+func (m *Metrics) Handler(src Sources) http.Handler {
+	states := prometheus.NewRegistry()
+	states.MustRegister(&stateCollector{src: src, m: m})
+	return promhttp.HandlerFor(prometheus.Gatherers{m.reg, states}, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
 func (m *Metrics) languageOf(image string) string {
@@ -265,3 +262,5 @@ func (m *Metrics) HTTPRequest(code int, tenant string) {
 	}
 	m.httpRequests.WithLabelValues(strconv.Itoa(code), m.bound("http/tenant", tenant)).Inc()
 }
+
+var _ observe.Observer = (*Metrics)(nil)

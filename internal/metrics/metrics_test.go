@@ -76,8 +76,8 @@ next:
 }
 
 func newServer(t *testing.T, src Sources) (*Metrics, string) {
-	m := New(src)
-	srv := httptest.NewServer(m.CountRequests(testTokens, m.Scrape(testTokens)))
+	m := New(map[string]string{"img/python": "python"})
+	srv := httptest.NewServer(m.CountRequests(testTokens, m.Scrape(testTokens, src)))
 	t.Cleanup(srv.Close)
 	return m, srv.URL + "/metrics"
 }
@@ -93,7 +93,6 @@ func TestFamiliesPresentAndMoving(t *testing.T) {
 			return []Cache{{"python", 1000}, {"python", 24}, {"javascript", -1}}, nil
 		},
 	})
-	m.SetImageLanguages(map[string]string{"img/python": "python"})
 	before := scrape(t, url, "scrape")
 
 	m.JobStarted("command", "bash", 10*time.Millisecond, 200*time.Millisecond)

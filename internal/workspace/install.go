@@ -180,8 +180,8 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 			return nil, fmt.Errorf("read workspaces.install_ca_file: %v (fix the policy)", err)
 		}
 	}
-	tr, tunnel := m.rt.(sandbox.TunnelInstaller)
-	aptUnpacks := tunnel && !tr.RootExec()
+	tunnel := m.tunnel != nil
+	aptUnpacks := tunnel && !m.tunnel.RootExec()
 	if tunnel && m.TunnelProxy == nil {
 		return nil, errors.New("installs on this backend go through the tunnel to the server's proxy, and this server has none")
 	}
@@ -236,9 +236,7 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 			continue
 		}
 		r := m.installWith(ctx, w.ContainerID, inst, mgr, specs, ca, proxyEnv, proxy, aptUnpacks, req.Progress)
-		if m.OnInstall != nil {
-			m.OnInstall(mgr, r.Error == "" && r.ExitCode == 0)
-		}
+		m.Observer.Install(mgr, r.Error == "" && r.ExitCode == 0)
 		results = append(results, r)
 	}
 	return results, nil

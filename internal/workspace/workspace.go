@@ -24,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sandboxer/sandboxer/internal/baseline"
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/store"
@@ -79,26 +80,9 @@ var CacheEnv = []string{
 
 // Manager creates, lists, deletes, starts and stops workspaces.
 type Manager struct {
-	// OnInstall, when set (before use), is told of each package manager's
-	// run in install_packages and whether it succeeded (metrics).
-	OnInstall func(manager string, ok bool)
-	// Egress, when set, grants an install the egress allowlist (through
-	// the server's proxy) until revoke, with the environment pointing at it
-	// (workspaces.install_network: egress).
-	Egress func(ctx context.Context, job string) (env []string, revoke func())
-	// TunnelProxy, when set, grants an install on a runtime whose
-	// installers have no network (sandbox.TunnelInstaller) the proxy its
-	// tunnel reaches, until revoke.
-	TunnelProxy func(ctx context.Context, job string) (proxy http.Handler, revoke func())
-	// GrantEgress, when set, grants a job of a workspace made with its own
-	// allowlist that list (checked against the policy's at each grant)
-	// until revoke, with the environment pointing at the proxy.
-	GrantEgress func(ctx context.Context, job string, allow []string) (env []string, revoke func(), err error)
-	// Baselines keeps imports' baselines (set before use; nil: imports
-	// and forks' baselines are not available).
-	Baselines *baseline.Store
-
+	Options
 	rt     sandbox.WorkspaceRuntime
+	tunnel sandbox.TunnelInstaller // nil: installers have a network of their own
 	st     *store.Store
 	pol    *policy.Policy
 	server string
@@ -127,9 +111,37 @@ type wsState struct {
 // and go; idle stops count in minutes.
 const touchEvery = time.Second
 
-// New makes a manager; Run starts its background loop.
-func New(rt sandbox.WorkspaceRuntime, st *store.Store, pol *policy.Policy, server string, log zerolog.Logger) *Manager {
-	m := &Manager{rt: rt, st: st, pol: pol, server: server, log: log,
+// Options are a manager's collaborators, all optional.
+type Options struct {
+	// Observer is told of each package manager's run in install_packages
+	// and whether it succeeded.
+	Observer observe.Observer
+	// Egress grants an install the egress allowlist (through the server's
+	// proxy) until revoke, with the environment pointing at it
+	// (workspaces.install_network: egress).
+	Egress func(ctx context.Context, job string) (env []string, revoke func())
+	// TunnelProxy grants an install on an engine whose installers have no
+	// network (Capabilities.TunnelInstalls) the proxy its tunnel reaches,
+	// until revoke.
+	TunnelProxy func(ctx context.Context, job string) (proxy http.Handler, revoke func())
+	// GrantEgress grants a job of a workspace made with its own allowlist
+	// that list (checked against the policy's at each grant) until revoke,
+	// with the environment pointing at the proxy.
+	GrantEgress func(ctx context.Context, job string, allow []string) (env []string, revoke func(), err error)
+	// Baselines keeps imports' baselines (nil: imports and forks'
+	// baselines are not available).
+	Baselines *baseline.Store
+}
+
+// New makes a manager, or returns nil when the engine keeps no workspaces;
+// Run starts its background loop.
+func New(e sandbox.Engine, st *store.Store, pol *policy.Policy, server string, log zerolog.Logger, o Options) *Manager {
+	caps := e.Capabilities()
+	if caps.Workspaces == nil {
+		return nil
+	}
+	o.Observer = observe.Or(o.Observer)
+	m := &Manager{Options: o, rt: caps.Workspaces, tunnel: caps.TunnelInstalls, st: st, pol: pol, server: server, log: log,
 		state: map[string]*wsState{}, ports: map[string]map[int]*exposure{}, stop: make(chan struct{})}
 	m.diskUsage = m.du
 	return m

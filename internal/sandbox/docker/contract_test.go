@@ -16,3 +16,12 @@ func TestContract(t *testing.T) {
 		return rt
 	}, images.Tag("base"))
 }
+
+// TestCapabilities: every part Docker declares keeps its contract (the
+// fake runs the same suites).
+func TestCapabilities(t *testing.T) {
+	sandboxtest.RunCapabilities(t, func(t *testing.T) sandbox.Engine {
+		rt, _ := newTestRuntime(t) // skips without an engine (fails under CI=true)
+		return rt
+	}, images.Tag("base"))
+}

@@ -655,3 +655,12 @@ func backstop(timeout time.Duration) int64 {
 	}
 	return (timeout + deadlineBackstop).Milliseconds()
 }
+
+var _ sandbox.Engine = (*Runtime)(nil)
+
+// Capabilities: Docker (and Podman through its API) has every part but the
+// tunnels: its sandboxes can join the egress network, and its installers a
+// network of their own.
+func (r *Runtime) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, Processes: r, EgressNetwork: r}
+}

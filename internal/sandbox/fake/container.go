@@ -3,6 +3,7 @@ package fake
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ type container struct {
 	info      sandbox.Container // Running is filled in by List
 	seq       int
 	prog      program
+	command   string // its command line, as Processes shows it
 	engineLog bool
 
 	mu         sync.Mutex
@@ -43,7 +45,7 @@ type container struct {
 
 func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int) *container {
 	c := &container{
-		eng: e, info: info, seq: seq, prog: parse(scriptOf(spec.Cmd)),
+		eng: e, info: info, seq: seq, prog: parse(scriptOf(spec.Cmd)), command: strings.Join(spec.Cmd, " "),
 		engineLog: spec.EngineLog != "none",
 		wake:      make(chan struct{}),
 		exited:    make(chan struct{}),
@@ -220,6 +222,20 @@ func (c *container) interpret() (code int, oom bool) {
 						ignored[n] = o.args[0] == ""
 					}
 				}
+			}
+		case "seq":
+			// Written in chunks of about 64 KiB, as a pipe would carry them.
+			var b []byte
+			for n := o.first; n <= o.last; n++ {
+				b = strconv.AppendInt(b, int64(n), 10)
+				b = append(b, '\n')
+				if len(b) >= 64<<10 {
+					c.write(stream, string(b))
+					b = b[:0]
+				}
+			}
+			if len(b) > 0 {
+				c.write(stream, string(b))
 			}
 		case "false":
 			status = 1

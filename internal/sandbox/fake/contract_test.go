@@ -16,3 +16,10 @@ func TestContract(t *testing.T) {
 		return rt
 	}, "fake/base:latest")
 }
+
+// TestCapabilities: the fake's parts keep the contract the engines' do.
+func TestCapabilities(t *testing.T) {
+	sandboxtest.RunCapabilities(t, func(t *testing.T) sandbox.Engine {
+		return fake.New("capabilities-" + t.Name())
+	}, "fake/base:latest")
+}

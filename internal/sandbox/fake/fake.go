@@ -18,6 +18,7 @@
 //	exit [N]             end with exit code N (default 0)
 //	cat                  copy stdin to stdout until end-of-file
 //	true, :, false       status 0, 0, 1
+//	seq FIRST LAST       the numbers FIRST to LAST, one a line
 //	trap '' SIG...       ignore those signals (e.g. trap '' TERM); trap - SIG... restores
 //
 // The script ends with the status of its last statement, as bash does. An
@@ -81,6 +82,7 @@ type Engine struct {
 	beforeStart func(ctx context.Context, spec sandbox.Spec) error
 	removeErr   func(c sandbox.Container) error
 	gates       map[string]*Gate
+	volumes     Volumes
 }
 
 // NewEngine makes an empty engine that is up and has every image.
@@ -101,7 +103,15 @@ type Runtime struct {
 	server   string
 }
 
-var _ sandbox.Runtime = (*Runtime)(nil)
+var _ sandbox.Engine = (*Runtime)(nil)
+
+// Host is the fake engine's address.
+func (r *Runtime) Host() string { return Host }
+
+// Capabilities: the fake has the parts the contract suites cover on it.
+func (r *Runtime) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{Warm: r, Volumes: r, Processes: r}
+}
 
 // New makes a runtime on a fresh engine.
 func New(instance string) *Runtime { return NewEngine().Runtime(instance, "") }
@@ -283,11 +293,16 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	}
 	downCh := r.downCh
 	r.mu.Unlock()
-	h := newHandle(r.Engine, c, downCh, spec.OpenStdin)
+	return r.run(c, downCh, spec.OpenStdin, out), nil
+}
+
+// run starts c's script with its handle's output follower and wait in place.
+func (r *Runtime) run(c *container, downCh <-chan struct{}, stdin bool, out sandbox.Output) sandbox.Handle {
+	h := newHandle(r.Engine, c, downCh, stdin)
 	go h.follow(out, 0, 0, 0)
 	go h.waitForEnd()
 	c.start()
-	return h, nil
+	return h
 }
 
 // StartDetached starts a container that no handle watches, attaches to or

@@ -9,11 +9,12 @@ import (
 
 // op is one statement of a fake script.
 type op struct {
-	name   string   // echo, printf, sleep, exit, cat, oom, trap, true, false, unknown
-	args   []string // words after the command name (redirection removed)
-	stderr bool     // >&2
-	dur    time.Duration
-	code   int
+	name        string   // echo, printf, sleep, exit, cat, oom, trap, true, false, seq, unknown
+	args        []string // words after the command name (redirection removed)
+	stderr      bool     // >&2
+	dur         time.Duration
+	code        int
+	first, last int // seq's range
 }
 
 // program is a parsed script plus the directives that act outside the process.
@@ -72,6 +73,16 @@ func parse(script string) program {
 				o.args = []string{fmt.Sprintf("sleep: invalid time interval %q", strings.Join(o.args, " "))}
 			}
 			o.dur = d
+		case "seq":
+			// seq FIRST LAST, as coreutils prints it.
+			first, err1 := strconv.Atoi(arg(o.args, 0))
+			last, err2 := strconv.Atoi(arg(o.args, 1))
+			if len(o.args) != 2 || err1 != nil || err2 != nil {
+				o.name, o.code = "fail", 1
+				o.args = []string{"seq: the fake takes seq FIRST LAST"}
+				break
+			}
+			o.first, o.last = first, last
 		case "exit":
 			o.code = 0
 			if len(o.args) > 0 {
@@ -168,4 +179,12 @@ func signalNumber(s string) (int, bool) {
 	n, ok := map[string]int{"HUP": 1, "INT": 2, "QUIT": 3, "ABRT": 6, "KILL": 9, "USR1": 10, "SEGV": 11,
 		"USR2": 12, "PIPE": 13, "ALRM": 14, "TERM": 15}[s]
 	return n, ok
+}
+
+// arg is args[i], or "" past the end.
+func arg(args []string, i int) string {
+	if i < len(args) {
+		return args[i]
+	}
+	return ""
 }

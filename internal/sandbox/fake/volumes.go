@@ -9,9 +9,8 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
-// Volumes is the volume half of a sandbox.VolumeRuntime, in memory. The
-// fake Runtime keeps no volumes (so code that needs them stays off in
-// tests that do not ask); a test that wants them embeds Volumes beside it.
+// Volumes are an engine's volumes, in memory: the fake's
+// Capabilities.Volumes (a Runtime's volume methods reach its engine's).
 type Volumes struct {
 	mu   sync.Mutex
 	vols map[string]sandbox.Volume
@@ -57,3 +56,33 @@ func (v *Volumes) Count() int {
 	defer v.mu.Unlock()
 	return len(v.vols)
 }
+
+// The Runtime keeps its engine's volumes (sandbox.VolumeRuntime).
+
+func (r *Runtime) CreateVolume(ctx context.Context, name string, labels map[string]string) error {
+	if r.isDown() {
+		return engineDown()
+	}
+	return r.Engine.volumes.CreateVolume(ctx, name, labels)
+}
+
+func (r *Runtime) ListVolumes(ctx context.Context, label string) ([]sandbox.Volume, error) {
+	if r.isDown() {
+		return nil, engineDown()
+	}
+	return r.Engine.volumes.ListVolumes(ctx, label)
+}
+
+func (r *Runtime) VolumeSizes(ctx context.Context) (map[string]int64, error) {
+	return r.Engine.volumes.VolumeSizes(ctx)
+}
+
+func (r *Runtime) RemoveVolume(ctx context.Context, name string) error {
+	if r.isDown() {
+		return engineDown()
+	}
+	return r.Engine.volumes.RemoveVolume(ctx, name)
+}
+
+// VolumeCount is how many volumes the engine keeps.
+func (e *Engine) VolumeCount() int { return e.volumes.Count() }

@@ -45,6 +45,12 @@ func TestContract(t *testing.T) {
 	sandboxtest.RunContract(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t) }, images.Tag("base"))
 }
 
+// TestCapabilities: every part the Kubernetes runtime declares keeps its
+// contract, as Docker's and the fake's do.
+func TestCapabilities(t *testing.T) {
+	sandboxtest.RunCapabilities(t, func(t *testing.T) sandbox.Engine { return newTestRuntime(t) }, images.Tag("base"))
+}
+
 // waitEnd waits (bounded) for a job to end.
 func waitEnd(t *testing.T, h sandbox.Handle) {
 	t.Helper()

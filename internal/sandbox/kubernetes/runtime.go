@@ -611,3 +611,11 @@ func operation(err error) string {
 	}
 	return strings.Join(kept, " ")
 }
+
+var _ sandbox.Engine = (*Runtime)(nil)
+
+// Capabilities: a pod has no network of its own here (NetworkPolicy denies
+// it), so egress, installs and volume fills go through the tunnel over exec.
+func (r *Runtime) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, VolumeFiller: r, Processes: r, EgressTunnel: r, TunnelInstalls: r}
+}

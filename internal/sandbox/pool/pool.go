@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
@@ -71,9 +72,9 @@ type Follow struct {
 // Pool keeps warm sandboxes for its targets in front of a runtime.
 type Pool struct {
 	sandbox.Warmer
-	// OnTake, when set (before Run), is told of each job that asked for a
+	// observer is told of each job that asked for a
 	// warm sandbox of its image, and whether it got one.
-	OnTake   func(image string, hit bool)
+	observer observe.Observer
 	log      zerolog.Logger
 	parallel chan struct{} // starts in flight, at most cap
 	follow   Follow        // MaxTotal 0: only the configured targets
@@ -107,9 +108,9 @@ var _ sandbox.Runtime = (*Pool)(nil)
 // New puts a pool in front of w. parallel is how many sandboxes may be
 // starting at once (at least 1): refilling must not starve running jobs of
 // the engine. Call Run to start filling.
-func New(w sandbox.Warmer, targets []Target, parallel int, log zerolog.Logger) *Pool {
+func New(w sandbox.Warmer, targets []Target, parallel int, log zerolog.Logger, opts ...Option) *Pool {
 	p := &Pool{
-		Warmer: w, log: log,
+		Warmer: w, log: log, observer: observe.Nop{},
 		parallel: make(chan struct{}, max(parallel, 1)),
 		byKey:    map[string]*target{},
 		kick:     make(chan struct{}, 1),
@@ -128,25 +129,34 @@ func New(w sandbox.Warmer, targets []Target, parallel int, log zerolog.Logger) *
 		p.targets = append(p.targets, tg)
 		p.byKey[tg.key] = tg
 	}
+	for _, o := range opts {
+		o(p)
+	}
 	return p
 }
 
-// FollowUse makes the pool follow use (see Follow); call before Run.
-func (p *Pool) FollowUse(f Follow) {
-	if f.Now == nil {
-		f.Now = time.Now
+// Option configures a pool at construction.
+type Option func(*Pool)
+
+// FollowUse makes the pool follow use (see Follow).
+func FollowUse(f Follow) Option {
+	return func(p *Pool) {
+		if f.Now == nil {
+			f.Now = time.Now
+		}
+		p.follow = f
 	}
-	p.mu.Lock()
-	p.follow = f
-	p.mu.Unlock()
 }
+
+// WithObserver tells o of each take, and whether it hit (metrics).
+func WithObserver(o observe.Observer) Option { return func(p *Pool) { p.observer = observe.Or(o) } }
 
 // Start runs spec in a warm sandbox of its shape when one is ready, else cold.
 func (p *Pool) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
 	for {
 		w := p.take(spec.PoolKey())
-		if p.OnTake != nil {
-			p.OnTake(spec.Image, w != nil)
+		if p.observer != nil {
+			p.observer.PoolTake(spec.Image, w != nil)
 		}
 		if w == nil {
 			p.followShape(spec)

@@ -244,12 +244,11 @@ func statOf(p *Pool, image string) (Stat, bool) {
 // kept once unused for Idle.
 func TestFollowUse(t *testing.T) {
 	w := &warmer{Runtime: fake.New("test")}
-	p := New(w, []Target{{Name: "bash", Spec: spec("base"), Size: 1}}, 2, zerolog.Nop())
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	p.FollowUse(Follow{MaxTotal: 2, Idle: time.Minute, Now: clock})
+	p := New(w, []Target{{Name: "bash", Spec: spec("base"), Size: 1}}, 2, zerolog.Nop(), FollowUse(Follow{MaxTotal: 2, Idle: time.Minute, Now: clock}))
 	go p.Run()
 	t.Cleanup(func() { p.Drain(context.Background()) })
 	waitFor(t, "pool full", func() bool { return ready(p) == 1 })
@@ -288,8 +287,7 @@ func TestFollowUse(t *testing.T) {
 // volume (a shared build cache); a dependency cache's is left to AddTarget.
 func TestFollowVolumes(t *testing.T) {
 	w := &warmer{Runtime: fake.New("test")}
-	p := New(w, nil, 2, zerolog.Nop())
-	p.FollowUse(Follow{MaxTotal: 4, Idle: time.Minute, Volume: func(m sandbox.Mount) bool { return m.Target == "/shared" && m.ReadOnly }})
+	p := New(w, nil, 2, zerolog.Nop(), FollowUse(Follow{MaxTotal: 4, Idle: time.Minute, Volume: func(m sandbox.Mount) bool { return m.Target == "/shared" && m.ReadOnly }}))
 	go p.Run()
 	t.Cleanup(func() { p.Drain(context.Background()) })
 	shared, deps := spec("go"), spec("py")

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func RunContract(t *testing.T, newRuntime NewRuntime, image string) {
 		{"OutputAndExitCode", testOutputAndExitCode},
 		{"ExitZero", testExitZero},
 		{"OutputDrainedBeforeDone", testOutputDrained},
+		{"BigOutputWhole", testBigOutput},
 		{"StdinWrittenThenClosed", testStdin},
 		{"NoStdinIsEOF", testNoStdin},
 		{"DestroyMidRun", testDestroy},
@@ -175,6 +177,58 @@ func testOutputDrained(t *testing.T, rt sandbox.Runtime, spec func(string) sandb
 		t.Fatalf("output not drained before Done: got %d stdout bytes (want %d), stderr %q",
 			len(out.Stdout()), want.Len(), out.Stderr())
 	}
+}
+
+// testBigOutput: 15 MB of output reaches Output whole and in order, its
+// tail as surely as its head. The job layer decides what it keeps of a big
+// output (head and tail); a runtime drops nothing.
+func testBigOutput(t *testing.T, rt sandbox.Runtime, spec func(string) sandbox.Spec) {
+	out := &tally{}
+	h := start(t, rt, spec("seq 1 2000000"), out)
+	select {
+	case <-h.Done():
+	case <-time.After(3 * endWithin):
+		t.Fatalf("seq 1 2000000: Done not closed within %s (%d bytes so far)", 3*endWithin, out.total())
+	}
+	st := h.Status()
+	const want = 14888896 // seq 1 2000000 | wc -c
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if st.ExitCode != 0 || !cleanEnd(st) || out.n != want || out.stderr != 0 ||
+		!strings.HasPrefix(string(out.head), "1\n2\n3\n") || !strings.HasSuffix(string(out.tail), "\n1999999\n2000000\n") {
+		t.Fatalf("seq 1 2000000: %s, %d stdout bytes (want %d), %d stderr bytes, head %q, tail %q",
+			describe(st), out.n, want, out.stderr, out.head, out.tail)
+	}
+}
+
+// tally keeps a stream's size, its first and last bytes.
+type tally struct {
+	mu         sync.Mutex
+	n, stderr  int
+	head, tail []byte
+}
+
+func (o *tally) Write(s sandbox.Stream, p []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if s != sandbox.Stdout {
+		o.stderr += len(p)
+		return
+	}
+	o.n += len(p)
+	if len(o.head) < 64 {
+		o.head = append(o.head, p[:min(len(p), 64-len(o.head))]...)
+	}
+	o.tail = append(o.tail, p...)
+	if len(o.tail) > 64 {
+		o.tail = append([]byte(nil), o.tail[len(o.tail)-64:]...)
+	}
+}
+
+func (o *tally) total() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n + o.stderr
 }
 
 // testStdin: what is written reaches the process, CloseStdin is its end-of-file

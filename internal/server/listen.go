@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -12,12 +12,10 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/auth"
 	"github.com/sandboxer/sandboxer/internal/deps"
-	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/mcpserver"
 	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
-	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
 // loopbackAddr makes a bare ":PORT" listen on loopback only: exposing the
@@ -33,9 +31,9 @@ func loopbackAddr(addr string) string {
 // serveHTTP serves /metrics (and what else mux holds) on addr until ctx
 // ends. The listener is bound before it returns, so a bad address fails the
 // start; it returns a stop function that waits for the server to end.
-func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, door *auth.Door, hosts []string, m *metrics.Metrics, mount func(*http.ServeMux), log zerolog.Logger) (func(), error) {
+func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, door *auth.Door, hosts []string, m *metrics.Metrics, src metrics.Sources, mount func(*http.ServeMux), log zerolog.Logger) (func(), error) {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Scrape(tokens))
+	mux.Handle("GET /metrics", m.Scrape(tokens, src))
 	mount(mux)
 	ln, err := net.Listen("tcp", loopbackAddr(addr))
 	if err != nil {
@@ -67,22 +65,16 @@ func serveHTTP(ctx context.Context, addr string, tokens *auth.Tokens, door *auth
 	return stop, nil
 }
 
-// stateSources reads the server's parts for the metrics' state families. The
-// parts are made after the metrics (which they report to), hence pointers;
-// any may stay nil (no pool, no dependency caches).
-func stateSources(jobs **job.Manager, workspaces **workspace.Manager, warm **pool.Pool, caches **deps.Manager) metrics.Sources {
-	return metrics.Sources{
-		LiveJobs: func() map[[2]string]int {
-			if *jobs == nil {
-				return nil
-			}
-			return (*jobs).LiveCounts()
-		},
-		Workspaces: func(ctx context.Context) (map[string]int, error) {
-			if *workspaces == nil || !(*workspaces).Enabled() {
+// sources read the server's parts for the metrics' state families; any
+// part may be nil (no pool, no workspaces, no dependency caches).
+func (s *Server) sources() metrics.Sources {
+	src := metrics.Sources{LiveJobs: s.jobs.LiveCounts}
+	if ws := s.stack.workspaces; ws != nil {
+		src.Workspaces = func(ctx context.Context) (map[string]int, error) {
+			if !ws.Enabled() {
 				return nil, nil
 			}
-			list, err := (*workspaces).List(ctx)
+			list, err := ws.List(ctx)
 			if err != nil {
 				return nil, err
 			}
@@ -91,22 +83,20 @@ func stateSources(jobs **job.Manager, workspaces **workspace.Manager, warm **poo
 				n[w.State]++
 			}
 			return n, nil
-		},
-		PoolReady: func() map[string]int {
-			if *warm == nil {
-				return nil
-			}
+		}
+	}
+	if warm := s.stack.warm; warm != nil {
+		src.PoolReady = func() map[string]int {
 			n := map[string]int{}
-			for _, s := range (*warm).Stats() {
-				n[s.Image] += s.Ready
+			for _, st := range warm.Stats() {
+				n[st.Image] += st.Ready
 			}
 			return n
-		},
-		Caches: func(ctx context.Context) ([]metrics.Cache, error) {
-			if *caches == nil {
-				return nil, nil
-			}
-			list, err := (*caches).List(ctx)
+		}
+	}
+	if caches := s.caches; caches != nil {
+		src.Caches = func(ctx context.Context) ([]metrics.Cache, error) {
+			list, err := caches.List(ctx)
 			if err != nil {
 				return nil, err
 			}
@@ -115,8 +105,9 @@ func stateSources(jobs **job.Manager, workspaces **workspace.Manager, warm **poo
 				out = append(out, metrics.Cache{Language: c.Language, SizeBytes: c.SizeBytes})
 			}
 			return out, nil
-		},
+		}
 	}
+	return src
 }
 
 // poolStats reads the pool for the console (nil: no pool).

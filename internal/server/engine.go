@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"github.com/sandboxer/sandboxer/internal/config"
@@ -8,22 +8,11 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
 )
 
-// engine is the runtime the policy's backend names. This file is the only
-// place that knows which one it is: everything else takes the seams the
-// engine implements (sandbox.WorkspaceRuntime, sandbox.VolumeRuntime,
-// sandbox.ProcessInspector, sandbox.EgressRuntime, sandbox.EgressTunneler, sandbox.TunnelInstaller,
-// sandbox.TunnelVolumeFiller) and answers a clear
-// sentence when it implements none.
-type engine interface {
-	sandbox.Warmer
-	// Host says where its sandboxes run (the Docker socket or URL, the
-	// Kubernetes API server and namespace), for logs and doctor.
-	Host() string
-}
-
-// newEngine connects to the backend the policy names; onError (may be nil)
-// counts failed engine calls.
-func newEngine(cfg *config.Config, server string, onError func(operation string)) (engine, error) {
+// NewEngine connects to the backend the policy names; onError (may be nil)
+// counts failed engine calls. This is the only place that knows which
+// engine it is: everything else takes the engine's declared parts
+// (sandbox.Capabilities).
+func NewEngine(cfg *config.Config, server string, onError func(operation string)) (sandbox.Engine, error) {
 	if cfg.Policy.Backend == policy.BackendKubernetes {
 		opts := []kubernetes.Option{kubernetes.WithServer(server)}
 		if onError != nil {

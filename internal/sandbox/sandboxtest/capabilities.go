@@ -1,0 +1,206 @@
+package sandboxtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// NewEngine makes an engine for one test, with its own instance and its
+// cleanup registered on t.
+type NewEngine func(t *testing.T) sandbox.Engine
+
+// RunCapabilities runs the suite of every optional part an engine may
+// declare (sandbox.Capabilities). A part the engine does not declare is
+// skipped, saying so; one it declares must pass. image is one with bash,
+// sleep and ps.
+func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
+	suites := []struct {
+		name     string
+		declared func(sandbox.Capabilities) bool
+		run      func(t *testing.T, e sandbox.Engine, image string)
+	}{
+		{"Warm", func(c sandbox.Capabilities) bool { return c.Warm != nil }, runWarm},
+		{"Volumes", func(c sandbox.Capabilities) bool { return c.Volumes != nil }, runVolumes},
+		{"Processes", func(c sandbox.Capabilities) bool { return c.Processes != nil }, runProcesses},
+	}
+	for _, s := range suites {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEngine(t)
+			if !s.declared(e.Capabilities()) {
+				t.Skipf("the engine declares no %s", s.name)
+			}
+			s.run(t, e, image)
+		})
+	}
+}
+
+// runWarm: a prepared sandbox is listed as the pool's, runs exactly the
+// job it is launched with, refuses a job of another shape, and ends when it
+// is discarded or removed from outside.
+func runWarm(t *testing.T, e sandbox.Engine, image string) {
+	w := e.Capabilities().Warm
+	prepare := func(t *testing.T) sandbox.Warm {
+		t.Helper()
+		wm, err := w.Prepare(context.Background(), Spec(image, ""))
+		if err != nil {
+			t.Fatalf("Prepare: %v", err)
+		}
+		t.Cleanup(func() { _ = wm.Discard(context.Background()) })
+		return wm
+	}
+	t.Run("LaunchRunsTheJob", func(t *testing.T) {
+		wm := prepare(t)
+		c, ok := listed(t, e, wm.ContainerID())
+		if !ok || c.Kind != sandbox.KindPool {
+			t.Fatalf("prepared sandbox listed %v as %+v, want kind %s", ok, c, sandbox.KindPool)
+		}
+		out := newBuffer()
+		h, err := wm.Launch(context.Background(), Spec(image, "echo warm; echo err >&2; exit 5"), out)
+		if err != nil {
+			t.Fatalf("Launch: %v", err)
+		}
+		t.Cleanup(func() { _ = h.Destroy(context.Background()) })
+		st := waitDone(t, h, "launched job")
+		if st.ExitCode != 5 || !cleanEnd(st) || out.Stdout() != "warm\n" || out.Stderr() != "err\n" {
+			t.Fatalf("launched job: %s, stdout %q, stderr %q; want exit 5, warm and err", describe(st), out.Stdout(), out.Stderr())
+		}
+	})
+	t.Run("AnotherShapeRefused", func(t *testing.T) {
+		wm := prepare(t)
+		other := Spec(image, "exit 0")
+		other.WorkDir = "/elsewhere"
+		if h, err := wm.Launch(context.Background(), other, newBuffer()); err == nil {
+			_ = h.Destroy(context.Background())
+			t.Fatal("Launch of a job of another shape succeeded")
+		}
+	})
+	t.Run("DiscardEndsIt", func(t *testing.T) {
+		wm := prepare(t)
+		if err := wm.Discard(context.Background()); err != nil {
+			t.Fatalf("Discard: %v", err)
+		}
+		waitClosed(t, wm.Ended(), "Ended after Discard")
+		if _, ok := listed(t, e, wm.ContainerID()); ok {
+			t.Fatal("a discarded warm sandbox is still listed")
+		}
+		if err := wm.Discard(context.Background()); err != nil {
+			t.Fatalf("second Discard: %v", err)
+		}
+	})
+	t.Run("RemovedFromOutside", func(t *testing.T) {
+		wm := prepare(t)
+		if err := e.Remove(context.Background(), wm.ContainerID()); err != nil {
+			t.Fatalf("Remove: %v", err)
+		}
+		waitClosed(t, wm.Ended(), "Ended after an outside removal")
+	})
+}
+
+// runVolumes: a volume is made with its labels, found by a label (and a
+// label's value), and removed; removing it again is no error.
+func runVolumes(t *testing.T, e sandbox.Engine, _ string) {
+	v := e.Capabilities().Volumes
+	ctx := context.Background()
+	name, key := "sandboxer-contract-"+randomHex(6), "dev.sandboxer.contract"
+	if err := v.CreateVolume(ctx, name, map[string]string{key: "yes"}); err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	t.Cleanup(func() { _ = v.RemoveVolume(context.Background(), name) })
+	names := func(label string) []string {
+		t.Helper()
+		vols, err := v.ListVolumes(ctx, label)
+		if err != nil {
+			t.Fatalf("ListVolumes(%s): %v", label, err)
+		}
+		var out []string
+		for _, vol := range vols {
+			if vol.Name == name && vol.Labels[key] != "yes" {
+				t.Fatalf("volume %s listed with labels %v, want %s=yes", name, vol.Labels, key)
+			}
+			out = append(out, vol.Name)
+		}
+		return out
+	}
+	if got := names(key); !slices.Contains(got, name) {
+		t.Fatalf("ListVolumes(%s) = %v, want %s in it", key, got, name)
+	}
+	if got := names(key + "=yes"); !slices.Contains(got, name) {
+		t.Fatalf("ListVolumes(%s=yes) = %v, want %s in it", key, got, name)
+	}
+	if got := names(key + "=no"); slices.Contains(got, name) {
+		t.Fatalf("ListVolumes(%s=no) = %v, want %s left out", key, got, name)
+	}
+	if _, err := v.VolumeSizes(ctx); err != nil {
+		t.Fatalf("VolumeSizes: %v", err)
+	}
+	if err := v.RemoveVolume(ctx, name); err != nil {
+		t.Fatalf("RemoveVolume: %v", err)
+	}
+	if got := names(key); slices.Contains(got, name) {
+		t.Fatalf("removed volume %s still listed", name)
+	}
+	if err := v.RemoveVolume(ctx, name); err != nil {
+		t.Fatalf("RemoveVolume of a removed volume: %v, want none", err)
+	}
+}
+
+// runProcesses: a running sandbox's job is among its processes; killing it
+// by its pid ends the job; a pid that is not there is ErrNoSuchProcess, and
+// a signal outside the list is refused.
+func runProcesses(t *testing.T, e sandbox.Engine, image string) {
+	p := e.Capabilities().Processes
+	ctx := context.Background()
+	h := start(t, e, Spec(image, "sleep 61"), newBuffer())
+	var job sandbox.Process
+	waitFor(t, "the job among the processes", func() bool {
+		ps, err := p.Processes(ctx, h.ContainerID())
+		if err != nil {
+			t.Fatalf("Processes: %v", err)
+		}
+		i := slices.IndexFunc(ps, func(p sandbox.Process) bool { return strings.Contains(p.Command, "sleep 61") })
+		if i < 0 {
+			return false
+		}
+		job = ps[i]
+		return true
+	})
+	if job.PID < 1 {
+		t.Fatalf("the job's process has pid %d", job.PID)
+	}
+	if err := p.KillProcess(ctx, h.ContainerID(), 99999, "TERM"); !errors.Is(err, sandbox.ErrNoSuchProcess) {
+		t.Fatalf("KillProcess of pid 99999: %v, want ErrNoSuchProcess", err)
+	}
+	if err := p.KillProcess(ctx, h.ContainerID(), job.PID, "BOGUS"); err == nil || errors.Is(err, sandbox.ErrNoSuchProcess) {
+		t.Fatalf("KillProcess with signal BOGUS: %v, want it refused", err)
+	}
+	if err := p.KillProcess(ctx, h.ContainerID(), job.PID, "KILL"); err != nil {
+		t.Fatalf("KillProcess(%d, KILL): %v", job.PID, err)
+	}
+	if st := waitDone(t, h, "the killed job"); st.ExitCode == 0 {
+		t.Fatalf("the killed job ended %s, want a non-zero exit", describe(st))
+	}
+}
+
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(endWithin):
+		t.Fatalf("%s: not within %s", what, endWithin)
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
