@@ -11,14 +11,14 @@ import (
 	"unicode"
 
 	"github.com/sandboxer/sandboxer/internal/observe"
-	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
 // Store keeps the entries agents add (the store's blocked_commands table).
 type Store interface {
-	BlockedCommands(ctx context.Context) ([]store.BlockedCommand, error)
-	PutBlockedCommand(ctx context.Context, b store.BlockedCommand) (bool, error)
+	BlockedCommands(ctx context.Context) ([]record.BlockedCommand, error)
+	PutBlockedCommand(ctx context.Context, b record.BlockedCommand) (bool, error)
 	DeleteBlockedCommand(ctx context.Context, tenant, command string) (bool, error)
 }
 
@@ -238,7 +238,7 @@ func (l *List) Block(ctx context.Context, command, reason, by string) (bool, err
 	if _, ok := l.policy[command]; ok {
 		return false, fmt.Errorf("%q is already on the block list by the operator's policy", command)
 	}
-	isNew, err := l.st.PutBlockedCommand(ctx, store.BlockedCommand{Tenant: editTenant(ctx), Command: command, Reason: reason, AddedBy: by, AddedAt: time.Now()})
+	isNew, err := l.st.PutBlockedCommand(ctx, record.BlockedCommand{Tenant: editTenant(ctx), Command: command, Reason: reason, AddedBy: by, AddedAt: time.Now()})
 	if err != nil {
 		return false, err
 	}

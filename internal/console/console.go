@@ -25,8 +25,8 @@ import (
 	"github.com/sandboxer/sandboxer/internal/blocklist"
 	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
-	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/terminal"
@@ -39,18 +39,18 @@ type Authenticator interface {
 
 // Jobs is what the console reads of jobs (internal/job.Manager).
 type Jobs interface {
-	List(ctx context.Context, f store.ListFilter) ([]*store.Job, string, error)
-	Get(ctx context.Context, id string) (*store.Job, error)
+	List(ctx context.Context, f record.ListFilter) ([]*record.Job, string, error)
+	Get(ctx context.Context, id string) (*record.Job, error)
 	Read(ctx context.Context, id string, req job.ReadRequest) (*job.ReadResult, error)
-	Screen(ctx context.Context, id string) (terminal.Screen, *store.Job, error)
-	Kill(ctx context.Context, id, signal string, grace time.Duration, reason string) (*store.Job, error)
+	Screen(ctx context.Context, id string) (terminal.Screen, *record.Job, error)
+	Kill(ctx context.Context, id, signal string, grace time.Duration, reason string) (*record.Job, error)
 }
 
 // Workspaces is what the console reads of workspaces (internal/workspace.Manager).
 type Workspaces interface {
 	Enabled() bool
-	List(ctx context.Context) ([]*store.Workspace, error)
-	Get(ctx context.Context, name string) (*store.Workspace, error)
+	List(ctx context.Context) ([]*record.Workspace, error)
+	Get(ctx context.Context, name string) (*record.Workspace, error)
 	Delete(ctx context.Context, name string) error
 	DiskUsage(ctx context.Context, name string) (int64, error)
 	ListFiles(ctx context.Context, name, rel string, recursive bool, glob string, max int) (*proto.FSResult, error)

@@ -14,7 +14,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/auth"
 	"github.com/sandboxer/sandboxer/internal/job"
-	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/terminal"
 )
@@ -37,18 +37,18 @@ func (t tokens) Authenticate(tok string) (string, string, bool) {
 // browser test in test/e2e.
 type recordJobs struct {
 	mu     sync.Mutex
-	jobs   []*store.Job
+	jobs   []*record.Job
 	killed []string
 	scopes []string
 }
 
-func (f *recordJobs) List(ctx context.Context, _ store.ListFilter) ([]*store.Job, string, error) {
+func (f *recordJobs) List(ctx context.Context, _ record.ListFilter) ([]*record.Job, string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.scopes = append(f.scopes, tenant.Scope(ctx))
 	return f.jobs, "", nil
 }
-func (f *recordJobs) Get(_ context.Context, id string) (*store.Job, error) {
+func (f *recordJobs) Get(_ context.Context, id string) (*record.Job, error) {
 	for _, j := range f.jobs {
 		if j.ID == id {
 			return j, nil
@@ -63,10 +63,10 @@ func (f *recordJobs) Read(ctx context.Context, id string, _ job.ReadRequest) (*j
 	}
 	return &job.ReadResult{Data: []byte(j.Error), Job: j, NextCursor: int64(len(j.Error))}, nil
 }
-func (f *recordJobs) Screen(context.Context, string) (terminal.Screen, *store.Job, error) {
+func (f *recordJobs) Screen(context.Context, string) (terminal.Screen, *record.Job, error) {
 	return terminal.Screen{}, nil, errors.New("no terminal")
 }
-func (f *recordJobs) Kill(_ context.Context, id, _ string, _ time.Duration, _ string) (*store.Job, error) {
+func (f *recordJobs) Kill(_ context.Context, id, _ string, _ time.Duration, _ string) (*record.Job, error) {
 	f.mu.Lock()
 	f.killed = append(f.killed, id)
 	f.mu.Unlock()
@@ -75,7 +75,7 @@ func (f *recordJobs) Kill(_ context.Context, id, _ string, _ time.Duration, _ st
 
 func newTestConsole(t *testing.T) (*Console, *recordJobs) {
 	t.Helper()
-	jobs := &recordJobs{jobs: []*store.Job{{ID: "job-1", Kind: "command", Status: "running", Command: "echo <b>hi</b>",
+	jobs := &recordJobs{jobs: []*record.Job{{ID: "job-1", Kind: "command", Status: "running", Command: "echo <b>hi</b>",
 		Error: "\x1b[31mred\x1b[0m <script>alert(1)</script>", CreatedAt: time.Now()}}}
 	c := New(Deps{Auth: tokens{adminTok: {"ops", "admin"}, userTok: {"alice", "user"}, promTok: {"prom", "metrics"}},
 		Jobs: jobs, AuditDir: t.TempDir()})

@@ -18,7 +18,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/auth"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/output"
-	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
@@ -110,8 +110,8 @@ func (f jobFilter) scope(ctx context.Context) context.Context {
 	return ctx
 }
 
-func (f jobFilter) list() store.ListFilter {
-	l := store.ListFilter{Kind: f.Kind, Workspace: f.Workspace, Language: f.Language, Limit: listLimit}
+func (f jobFilter) list() record.ListFilter {
+	l := record.ListFilter{Kind: f.Kind, Workspace: f.Workspace, Language: f.Language, Limit: listLimit}
 	switch f.Status {
 	case "active":
 		l.Status = []string{"queued", "running"}
@@ -139,7 +139,7 @@ type jobRow struct {
 	Tenant string `json:"tenant,omitempty"`
 }
 
-func rowOf(j *store.Job, now time.Time) jobRow {
+func rowOf(j *record.Job, now time.Time) jobRow {
 	r := jobRow{ID: j.ID, Short: shortID(j.ID), Kind: j.Kind, Status: j.Status, Reason: j.Reason, Language: j.Language,
 		Workspace: j.Workspace, Command: trim(firstLine(j.Command), 120), Created: when(j.CreatedAt, now)}
 	if sd := j.Details.Script; sd != nil { // a script's record holds "run_script LANG": show the script
@@ -202,7 +202,7 @@ func (c *Console) jobsPage(w http.ResponseWriter, r *http.Request, sess *session
 type field struct{ Name, Value string }
 
 type jobData struct {
-	Job      *store.Job
+	Job      *record.Job
 	Fields   []field
 	Usage    []field
 	Source   string // a script's text
@@ -214,7 +214,7 @@ type jobData struct {
 	Finished bool
 }
 
-func jobFields(j *store.Job) (fields, usage []field) {
+func jobFields(j *record.Job) (fields, usage []field) {
 	add := func(name, v string) {
 		if v != "" {
 			fields = append(fields, field{name, v})
@@ -268,7 +268,7 @@ func (c *Console) jobPage(w http.ResponseWriter, r *http.Request, sess *session)
 		c.problem(w, sess, http.StatusNotFound, "jobs", "No job "+trim(id, 80)+" here.")
 		return
 	}
-	d := jobData{Job: j, Finished: job.Finished(j.Status)}
+	d := jobData{Job: j, Finished: record.Finished(j.Status)}
 	d.Fields, d.Usage = jobFields(j)
 	d.Command = j.Command
 	if sd := j.Details.Script; sd != nil {
@@ -296,7 +296,7 @@ func (c *Console) jobPage(w http.ResponseWriter, r *http.Request, sess *session)
 
 func (c *Console) killJob(w http.ResponseWriter, r *http.Request, sess *session) {
 	id := r.PathValue("id")
-	_, err := c.Jobs.Kill(r.Context(), id, "TERM", 5*time.Second, job.ReasonRequested)
+	_, err := c.Jobs.Kill(r.Context(), id, "TERM", 5*time.Second, record.ReasonRequested)
 	c.audited(r, "console.kill_job", sess.tenant, id, "ok", err)
 	if err != nil {
 		c.problem(w, sess, http.StatusConflict, "jobs", "Kill "+trim(id, 80)+": "+err.Error())
@@ -307,7 +307,7 @@ func (c *Console) killJob(w http.ResponseWriter, r *http.Request, sess *session)
 
 // wsRow is one workspace in the list.
 type wsRow struct {
-	*store.Workspace
+	*record.Workspace
 	Packages int
 	Limit    string
 	// Ref is how the viewer names it in a URL: its name, or (an admin, for
@@ -317,7 +317,7 @@ type wsRow struct {
 
 // wsRef is w's name as ctx's viewer names it (TENANT/NAME for another
 // tenant's), escaped for a URL path segment.
-func wsRef(ctx context.Context, w *store.Workspace) string {
+func wsRef(ctx context.Context, w *record.Workspace) string {
 	if w.Tenant != "" && w.Tenant != tenant.Owner(ctx) {
 		return url.PathEscape(w.Tenant + "/" + w.Name)
 	}
@@ -350,7 +350,7 @@ func (c *Console) workspacesPage(w http.ResponseWriter, r *http.Request, sess *s
 }
 
 type wsData struct {
-	W        *store.Workspace
+	W        *record.Workspace
 	Ref      string // as wsRow's
 	Size     string
 	Managers []field // manager → packages

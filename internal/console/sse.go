@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 // Live streams (server-sent events).
@@ -171,7 +172,7 @@ func (c *Console) jobEvents(w http.ResponseWriter, r *http.Request, _ *session) 
 		from = res.NextCursor
 		rec := res.Job
 		fields, usage := jobFields(rec)
-		ended := job.Finished(rec.Status)
+		ended := record.Finished(rec.Status)
 		if b, _ := json.Marshal(jobUpdate{rec.Status, fields, usage, ended}); string(b) != string(lastRec) {
 			if s.send("job", jobUpdate{rec.Status, fields, usage, ended}) != nil {
 				return

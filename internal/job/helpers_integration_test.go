@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 	"github.com/sandboxer/sandboxer/internal/store"
@@ -120,7 +121,7 @@ func (e *testEnv) req(cmd string, opts ...func(*Request)) Request {
 	return r
 }
 
-func (e *testEnv) submit(cmd string, opts ...func(*Request)) *Job {
+func (e *testEnv) submit(cmd string, opts ...func(*Request)) *record.Job {
 	e.t.Helper()
 	j, err := e.m.Submit(context.Background(), e.req(cmd, opts...))
 	if err != nil {
@@ -130,19 +131,19 @@ func (e *testEnv) submit(cmd string, opts ...func(*Request)) *Job {
 }
 
 // wait waits for a job that must finish within waitLong.
-func (e *testEnv) wait(id string) *Job {
+func (e *testEnv) wait(id string) *record.Job {
 	e.t.Helper()
 	j, err := e.m.Wait(context.Background(), id, waitLong)
 	if err != nil {
 		e.t.Fatalf("Wait(%s): %v", id, err)
 	}
-	if !Finished(j.Status) {
+	if !record.Finished(j.Status) {
 		e.t.Fatalf("job %s still %s after %s", id, j.Status, waitLong)
 	}
 	return j
 }
 
-func (e *testEnv) get(id string) *Job {
+func (e *testEnv) get(id string) *record.Job {
 	e.t.Helper()
 	j, err := e.m.Get(context.Background(), id)
 	if err != nil {
@@ -211,7 +212,7 @@ func exists(path string) bool {
 }
 
 // describe is a one-line summary of a record for failure messages.
-func describe(j *Job) string {
+func describe(j *record.Job) string {
 	code := "<nil>"
 	if j.ExitCode != nil {
 		code = strconv.Itoa(*j.ExitCode)

@@ -5,8 +5,8 @@ package job
 
 import (
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/store"
 )
 
 // Kinds.
@@ -17,43 +17,6 @@ const (
 	// KindProbe labels short-lived sandboxes that are not jobs (Probe).
 	KindProbe = "probe"
 )
-
-// Statuses.
-const (
-	StatusQueued    = "queued"
-	StatusRunning   = "running"
-	StatusCompleted = "completed"
-	StatusFailed    = "failed"
-	StatusTimedOut  = "timed_out"
-	StatusKilled    = "killed"
-)
-
-// Reasons.
-const (
-	ReasonExitCode   = "exit_code"
-	ReasonOOMKilled  = "oom_killed"
-	ReasonStartError = "start_error"
-	ReasonLost       = "lost"
-	ReasonRequested  = "requested"
-	ReasonCancelled  = "cancelled"
-	ReasonShutdown   = "server_shutdown"
-	ReasonTimeout    = "timeout"
-	// ReasonCompileError: a script's compile step failed; its program never ran.
-	ReasonCompileError = "compile_error"
-	// ReasonIdle: a session got no input for its idle timeout.
-	ReasonIdle = "idle"
-)
-
-// Finished says whether a status is final.
-func Finished(status string) bool {
-	return status != StatusQueued && status != StatusRunning
-}
-
-// Job is the record of one job as the store keeps it.
-type Job = store.Job
-
-// Usage is what a job's process tree used.
-type Usage = store.Usage
 
 // Request is what a tool asks the manager to run, already validated.
 type Request struct {
@@ -85,7 +48,7 @@ type Request struct {
 	// Prestart lets a warm sandbox start the job's program ahead (sandbox.Prestart).
 	Prestart *sandbox.Prestart
 	// Details are kept with the job's record (a session's terminal, a script's source).
-	Details store.Details
+	Details record.Details
 	// ExitReason, when set, names the reason of a non-zero exit the process
 	// made on its own, from the first ExitReasonHeadBytes of its stderr
 	// (e.g. compile_error from a script driver's compile block); "" keeps

@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/tenant"
@@ -31,7 +32,6 @@ const (
 
 // Errors the tool layer turns into messages an agent can act on.
 var (
-	ErrNotFound     = errors.New("no such job")
 	ErrOtherServer  = errors.New("job belongs to another server")
 	ErrQueueFull    = errors.New("job queue full")
 	ErrShuttingDown = errors.New("server is shutting down")
@@ -87,7 +87,7 @@ type liveJob struct {
 	started chan struct{} // closed once the sandbox runs (handle set)
 
 	mu     sync.Mutex
-	rec    store.Job
+	rec    record.Job
 	handle sandbox.Handle
 	// endStatus/endReason are decided by whoever ends the job on purpose
 	// (timeout, kill, cancel, shutdown) before the container goes.
@@ -174,7 +174,7 @@ func (m *Manager) openCapture(id string) (*output.Capture, error) {
 
 // Submit records a job and starts it, or queues it when every slot is taken.
 // A start failure is returned as an error (the record says start_error too).
-func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
+func (m *Manager) Submit(ctx context.Context, req Request) (*record.Job, error) {
 	if t, ok := tenant.From(ctx); ok && t.MaxJobs > 0 {
 		// The store counts the tenant's own (its filter), so a token's
 		// limit is its alone.
@@ -198,11 +198,11 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 	if m.ext != nil {
 		m.ext.Extend(ctx, &j.req)
 	}
-	j.rec = store.Job{
-		ID: id, ServerID: m.server, Kind: req.Kind, Status: StatusQueued, Command: req.Command,
+	j.rec = record.Job{
+		ID: id, ServerID: m.server, Kind: req.Kind, Status: record.StatusQueued, Command: req.Command,
 		Language: req.Language, Image: req.Image, Workspace: req.Workspace, Cwd: req.Cwd,
 		Env: envKeys(req.Env), StdinOpen: req.KeepStdinOpen, CreatedAt: now, Details: req.Details,
-		Limits: store.Limits{
+		Limits: record.Limits{
 			TimeoutMS: req.Limits.Timeout.Milliseconds(), MemoryBytes: req.Limits.MemoryBytes,
 			NanoCPUs: req.Limits.NanoCPUs, Pids: req.Limits.Pids,
 		},
@@ -228,7 +228,7 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*Job, error) {
 		// Holding a slot is running, from the caller's view, while the sandbox starts.
 		m.slots.take(j.owner.Name)
 		j.hasSlot = true
-		j.rec.Status = StatusRunning
+		j.rec.Status = record.StatusRunning
 	} else {
 		m.queue = append(m.queue, j)
 		j.queueWhy = m.slots.why(j.owner.Name)
@@ -293,7 +293,7 @@ func (m *Manager) start(j *liveJob) error {
 	m.mu.Unlock()
 	j.mu.Lock()
 	if closed && j.endStatus == "" {
-		j.endStatus, j.endReason = StatusKilled, ReasonShutdown
+		j.endStatus, j.endReason = record.StatusKilled, record.ReasonShutdown
 	}
 	if j.endStatus != "" { // killed while it waited for its slot, or shutting down
 		j.mu.Unlock()
@@ -311,7 +311,7 @@ func (m *Manager) start(j *liveJob) error {
 	if err != nil {
 		j.mu.Lock()
 		j.rec.Error = err.Error()
-		j.endStatus, j.endReason = StatusFailed, ReasonStartError
+		j.endStatus, j.endReason = record.StatusFailed, record.ReasonStartError
 		j.mu.Unlock()
 		m.finish(j, sandbox.ExitStatus{})
 		return err
@@ -319,11 +319,11 @@ func (m *Manager) start(j *liveJob) error {
 	j.mu.Lock()
 	j.handle = h
 	close(j.started)
-	j.rec.Status = StatusRunning
+	j.rec.Status = record.StatusRunning
 	j.rec.StartedAt = time.Now()
 	j.rec.ContainerID = h.ContainerID()
 	m.observer.JobStarted(j.rec.Kind, j.rec.Language, startAt.Sub(j.rec.CreatedAt), j.rec.StartedAt.Sub(startAt))
-	j.timer = time.AfterFunc(j.req.Limits.Timeout, func() { m.end(j, StatusTimedOut, ReasonTimeout) })
+	j.timer = time.AfterFunc(j.req.Limits.Timeout, func() { m.end(j, record.StatusTimedOut, record.ReasonTimeout) })
 	m.startIdle(j)
 	rec := j.rec
 	// Ended (killed, cancelled, shut down) while the sandbox was starting: end
@@ -449,33 +449,33 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	// A timeout removes the sandbox, which leaves its exit code unknown or
 	// SIGKILL's; any other known code means the process exited on its own
 	// before the removal reached it, and that exit is the job's end.
-	exitedFirst := j.endReason == ReasonTimeout && st.Err == nil && !st.Gone && st.ExitCode >= 0 && st.ExitCode != 128+9
+	exitedFirst := j.endReason == record.ReasonTimeout && st.Err == nil && !st.Gone && st.ExitCode >= 0 && st.ExitCode != 128+9
 	switch {
 	case j.endStatus != "" && !exitedFirst:
 		rec.Status, rec.Reason = j.endStatus, j.endReason
 	case st.Stopped != "":
 		// The runtime stopped it on its own (a workspace's disk quota).
-		rec.Status, rec.Reason = StatusKilled, st.Stopped
+		rec.Status, rec.Reason = record.StatusKilled, st.Stopped
 		rec.Error = st.StoppedWhy
 	case st.StartErr != nil:
-		rec.Status, rec.Reason = StatusFailed, ReasonStartError
+		rec.Status, rec.Reason = record.StatusFailed, record.ReasonStartError
 		rec.Error = st.StartErr.Error()
 	case st.TimedOut:
 		// The sandbox stopped the job at its deadline (the server may have
 		// been away then).
-		rec.Status, rec.Reason = StatusTimedOut, ReasonTimeout
+		rec.Status, rec.Reason = record.StatusTimedOut, record.ReasonTimeout
 	case st.Err != nil:
-		rec.Status, rec.Reason = StatusFailed, ReasonLost
+		rec.Status, rec.Reason = record.StatusFailed, record.ReasonLost
 		rec.Error = "lost track of the sandbox: " + st.Err.Error()
 	case st.Gone:
-		rec.Status, rec.Reason = StatusFailed, ReasonLost
+		rec.Status, rec.Reason = record.StatusFailed, record.ReasonLost
 		rec.Error = "the job's container was removed from outside the server"
 	case st.OOMKilled:
-		rec.Status, rec.Reason = StatusFailed, ReasonOOMKilled
+		rec.Status, rec.Reason = record.StatusFailed, record.ReasonOOMKilled
 	case st.ExitCode == 0:
-		rec.Status, rec.Reason = StatusCompleted, ""
+		rec.Status, rec.Reason = record.StatusCompleted, ""
 	default:
-		rec.Status, rec.Reason = StatusFailed, ReasonExitCode
+		rec.Status, rec.Reason = record.StatusFailed, record.ReasonExitCode
 		if j.req.ExitReason != nil {
 			if head, _, err := j.capture.Read(output.StderrOnly, 0, ExitReasonHeadBytes); err == nil {
 				if r := j.req.ExitReason(head); r != "" {
@@ -496,7 +496,7 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 		rec.StartedAt = st.StartedAt
 	}
 	rec.EndedAt = now
-	rec.Usage = store.Usage{CPUMS: st.Usage.CPUMS, PeakMemoryBytes: st.Usage.PeakMemoryBytes, WallMS: st.Usage.WallMS}
+	rec.Usage = record.Usage{CPUMS: st.Usage.CPUMS, PeakMemoryBytes: st.Usage.PeakMemoryBytes, WallMS: st.Usage.WallMS}
 	if rec.Usage.WallMS == 0 && !rec.StartedAt.IsZero() && j.handle != nil {
 		rec.Usage.WallMS = now.Sub(rec.StartedAt).Milliseconds()
 	}
@@ -538,7 +538,7 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 			m.slots.take(next.owner.Name)
 			next.mu.Lock()
 			next.hasSlot = true
-			next.rec.Status = StatusRunning
+			next.rec.Status = record.StatusRunning
 			next.rec.QueuedMS = time.Since(next.rec.CreatedAt).Milliseconds()
 			next.mu.Unlock()
 		}
@@ -553,11 +553,11 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	}
 }
 
-func (j *liveJob) snapshot() *Job {
+func (j *liveJob) snapshot() *record.Job {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	rec := j.rec
-	if !Finished(rec.Status) {
+	if !record.Finished(rec.Status) {
 		sz := j.capture.Sizes()
 		rec.StdoutBytes, rec.StderrBytes, rec.DroppedBytes = sz.Stdout, sz.Stderr, sz.DroppedCombined
 	}
@@ -577,7 +577,7 @@ func checkID(id string) error {
 		if len(shown) > 64 {
 			shown = shown[:64] + "…"
 		}
-		return fmt.Errorf("%w: %q is not a job id (job ids are lower-case UUIDs, as run_command and list_jobs return them)", ErrNotFound, shown)
+		return fmt.Errorf("%w: %q is not a job id (job ids are lower-case UUIDs, as run_command and list_jobs return them)", record.ErrJobNotFound, shown)
 	}
 	return nil
 }
@@ -585,12 +585,12 @@ func checkID(id string) error {
 // steerable returns the record of a job that is not live here, or an error
 // when another live server runs it: only that server can signal it or write
 // to it.
-func (m *Manager) steerable(ctx context.Context, id string) (*Job, error) {
+func (m *Manager) steerable(ctx context.Context, id string) (*record.Job, error) {
 	rec, err := m.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if !Finished(rec.Status) && m.othersAlive(rec.ServerID) {
+	if !record.Finished(rec.Status) && m.othersAlive(rec.ServerID) {
 		return rec, fmt.Errorf("%w: job %s is run by another sandboxer server on this state directory (another MCP client's); kill it or send it input from that client — if that server exits, this one takes the job over", ErrOtherServer, id)
 	}
 	return rec, nil
@@ -609,14 +609,14 @@ func (m *Manager) visible(ctx context.Context, id string) error {
 	// Without the caller's cancel (its tenant stays): a call cancelled
 	// mid-wait still learns its job's state, and kills it (run_command).
 	_, err := m.st.GetJob(context.WithoutCancel(ctx), id)
-	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%w %q: list_jobs shows the known ones", ErrNotFound, id)
+	if errors.Is(err, record.ErrJobNotFound) {
+		return fmt.Errorf("%w %q: list_jobs shows the known ones", record.ErrJobNotFound, id)
 	}
 	return err
 }
 
 // Get returns a job's record.
-func (m *Manager) Get(ctx context.Context, id string) (*Job, error) {
+func (m *Manager) Get(ctx context.Context, id string) (*record.Job, error) {
 	if err := m.visible(ctx, id); err != nil {
 		return nil, err
 	}
@@ -624,8 +624,8 @@ func (m *Manager) Get(ctx context.Context, id string) (*Job, error) {
 		return j.snapshot(), nil
 	}
 	rec, err := m.st.GetJob(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w %q: list_jobs shows the known ones", ErrNotFound, id)
+	if errors.Is(err, record.ErrJobNotFound) {
+		return nil, fmt.Errorf("%w %q: list_jobs shows the known ones", record.ErrJobNotFound, id)
 	}
 	return rec, err
 }
@@ -648,7 +648,7 @@ func (m *Manager) LiveCounts() map[[2]string]int {
 }
 
 // Wait waits up to d (or until ctx ends) for a job to finish, then returns its record.
-func (m *Manager) Wait(ctx context.Context, id string, d time.Duration) (*Job, error) {
+func (m *Manager) Wait(ctx context.Context, id string, d time.Duration) (*record.Job, error) {
 	if err := m.visible(ctx, id); err != nil {
 		return nil, err
 	}
@@ -675,7 +675,7 @@ func (m *Manager) Wait(ctx context.Context, id string, d time.Duration) (*Job, e
 
 // Kill signals a job and removes its sandbox after grace if it is still
 // running. Killing a finished job is not an error: it returns its record.
-func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Duration, reason string) (*Job, error) {
+func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Duration, reason string) (*record.Job, error) {
 	if err := m.visible(ctx, id); err != nil {
 		return nil, err
 	}
@@ -685,7 +685,7 @@ func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Durati
 	}
 	j.mu.Lock()
 	if j.endStatus == "" {
-		j.endStatus, j.endReason = StatusKilled, reason
+		j.endStatus, j.endReason = record.StatusKilled, reason
 	}
 	h := j.handle
 	j.mu.Unlock()
@@ -703,7 +703,7 @@ func (m *Manager) Kill(ctx context.Context, id, signal string, grace time.Durati
 	select {
 	case <-j.done:
 	default:
-		m.end(j, StatusKilled, reason)
+		m.end(j, record.StatusKilled, reason)
 		// A job whose sandbox is still starting ends once the start returns
 		// (start sees the kill and removes it): allow for that, too.
 		limit := destroyTimeout
@@ -778,7 +778,7 @@ func (m *Manager) SendInput(ctx context.Context, id string, data []byte, eof boo
 }
 
 // List lists job records, newest first.
-func (m *Manager) List(ctx context.Context, f store.ListFilter) ([]*Job, string, error) {
+func (m *Manager) List(ctx context.Context, f record.ListFilter) ([]*record.Job, string, error) {
 	jobs, next, err := m.st.ListJobs(ctx, f)
 	if err != nil {
 		return nil, "", err
@@ -793,7 +793,7 @@ func (m *Manager) List(ctx context.Context, f store.ListFilter) ([]*Job, string,
 
 // Prune deletes finished jobs that ended more than olderThan ago, with their output.
 func (m *Manager) Prune(ctx context.Context, olderThan time.Duration, statuses []string) (removed []string, remaining int, err error) {
-	ids, err := m.st.DeleteJobs(ctx, store.PruneFilter{EndedBefore: time.Now().Add(-olderThan), Status: statuses})
+	ids, err := m.st.DeleteJobs(ctx, record.PruneFilter{EndedBefore: time.Now().Add(-olderThan), Status: statuses})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -826,7 +826,7 @@ func (m *Manager) Shutdown(ctx context.Context) {
 		wg.Add(1)
 		go func(j *liveJob) {
 			defer wg.Done()
-			m.end(j, StatusKilled, ReasonShutdown)
+			m.end(j, record.StatusKilled, record.ReasonShutdown)
 		}(j)
 	}
 	waitCh := make(chan struct{})

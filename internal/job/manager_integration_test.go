@@ -16,8 +16,8 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/store"
 )
 
 // TestStatusMapping: how a process ends becomes status, reason, exit code and signal.
@@ -32,10 +32,10 @@ func TestStatusMapping(t *testing.T) {
 		signal         string
 		within         time.Duration // Wait must return this soon after Submit was called (0: not checked)
 	}{
-		{name: "exit0", cmd: "echo ok; exit 0", status: StatusCompleted, exit: ptr(0)},
-		{name: "exit3", cmd: "exit 3", status: StatusFailed, reason: ReasonExitCode, exit: ptr(3)},
-		{name: "sigsegv", cmd: "kill -SEGV $$", status: StatusFailed, reason: ReasonExitCode, exit: ptr(139), signal: "SIGSEGV"},
-		{name: "timeout", cmd: "sleep 30", timeout: time.Second, status: StatusTimedOut, reason: ReasonTimeout, within: 8 * time.Second}, // bounded, not hung: 4× timeout + grace
+		{name: "exit0", cmd: "echo ok; exit 0", status: record.StatusCompleted, exit: ptr(0)},
+		{name: "exit3", cmd: "exit 3", status: record.StatusFailed, reason: record.ReasonExitCode, exit: ptr(3)},
+		{name: "sigsegv", cmd: "kill -SEGV $$", status: record.StatusFailed, reason: record.ReasonExitCode, exit: ptr(139), signal: "SIGSEGV"},
+		{name: "timeout", cmd: "sleep 30", timeout: time.Second, status: record.StatusTimedOut, reason: record.ReasonTimeout, within: 8 * time.Second}, // bounded, not hung: 4× timeout + grace
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,7 +51,7 @@ func TestStatusMapping(t *testing.T) {
 			}
 			// Submit returns a started job; a fast one (a warm sandbox) may
 			// already have ended by then, so "running" is not promised.
-			if j.Status == StatusQueued || j.ContainerID == "" {
+			if j.Status == record.StatusQueued || j.ContainerID == "" {
 				t.Fatalf("after Submit: %s, want started, with a container", describe(j))
 			}
 			got, err := e.m.Wait(context.Background(), j.ID, waitLong)
@@ -92,11 +92,11 @@ func TestQueue(t *testing.T) {
 	ctx := context.Background()
 
 	first := e.submit("sleep 2")
-	if first.Status != StatusRunning {
+	if first.Status != record.StatusRunning {
 		t.Fatalf("first: %s, want running", describe(first))
 	}
 	second := e.submit("echo second")
-	if second.Status != StatusQueued || second.ContainerID != "" {
+	if second.Status != record.StatusQueued || second.ContainerID != "" {
 		t.Fatalf("second: %s, want queued without a container", describe(second))
 	}
 	_, err := e.m.Submit(ctx, e.req("echo third"))
@@ -109,7 +109,7 @@ func TestQueue(t *testing.T) {
 		}
 	}
 	// The refused job left no record and no output directory.
-	jobs, _, err := e.m.List(ctx, store.ListFilter{})
+	jobs, _, err := e.m.List(ctx, record.ListFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,15 +121,15 @@ func TestQueue(t *testing.T) {
 	}
 
 	// Still queued while the first runs.
-	if j, _ := e.m.Wait(ctx, second.ID, 500*time.Millisecond); j.Status != StatusQueued {
+	if j, _ := e.m.Wait(ctx, second.ID, 500*time.Millisecond); j.Status != record.StatusQueued {
 		t.Errorf("second after 0.5 s: %s, want still queued", describe(j))
 	}
 	got := e.wait(second.ID)
-	if got.Status != StatusCompleted {
+	if got.Status != record.StatusCompleted {
 		t.Errorf("second: %s, want completed", describe(got))
 	}
 	f := e.get(first.ID)
-	if f.Status != StatusCompleted {
+	if f.Status != record.StatusCompleted {
 		t.Errorf("first: %s, want completed", describe(f))
 	}
 	if got.StartedAt.Before(f.EndedAt.Add(-time.Second)) {
@@ -140,7 +140,7 @@ func TestQueue(t *testing.T) {
 	}
 	// The slot is free again.
 	// (started, not queued: "true" may already have ended when Submit returns)
-	if j := e.submit("true"); j.Status == StatusQueued {
+	if j := e.submit("true"); j.Status == record.StatusQueued {
 		t.Errorf("after the queue drained: %s, want started", describe(j))
 	}
 }
@@ -154,7 +154,7 @@ func TestKill(t *testing.T) {
 	honours := e.submit("sleep 100")
 	ignores := e.submit("trap '' TERM; echo ready; sleep 100")
 	queued := e.submit("echo never")
-	if queued.Status != StatusQueued {
+	if queued.Status != record.StatusQueued {
 		t.Fatalf("third job: %s, want queued", describe(queued))
 	}
 	// The TERM must come after the trap is set, however late the shell runs.
@@ -163,11 +163,11 @@ func TestKill(t *testing.T) {
 	}
 
 	t.Run("queued", func(t *testing.T) {
-		k, err := e.m.Kill(ctx, queued.ID, "TERM", time.Second, ReasonRequested)
+		k, err := e.m.Kill(ctx, queued.ID, "TERM", time.Second, record.ReasonRequested)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if k.Status != StatusKilled || k.Reason != ReasonRequested || k.ContainerID != "" || k.ExitCode != nil {
+		if k.Status != record.StatusKilled || k.Reason != record.ReasonRequested || k.ContainerID != "" || k.ExitCode != nil {
 			t.Errorf("killed queued job: %s, want killed/requested, no container, no exit code", describe(k))
 		}
 	})
@@ -182,13 +182,13 @@ func TestKill(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			begin := time.Now()
-			k, err := e.m.Kill(ctx, tc.id, "TERM", time.Second, ReasonRequested)
+			k, err := e.m.Kill(ctx, tc.id, "TERM", time.Second, record.ReasonRequested)
 			took := time.Since(begin)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("%s after %s", describe(k), took.Round(time.Millisecond))
-			if k.Status != StatusKilled || k.Reason != ReasonRequested {
+			if k.Status != record.StatusKilled || k.Reason != record.ReasonRequested {
 				t.Errorf("got %s, want killed/requested", describe(k))
 			}
 			if took < tc.min || took > tc.max {
@@ -203,7 +203,7 @@ func TestKill(t *testing.T) {
 	t.Run("queued job never started", func(t *testing.T) {
 		// Both slots are free now: the killed queued job must not have taken one.
 		time.Sleep(300 * time.Millisecond)
-		if j := e.get(queued.ID); j.Status != StatusKilled || j.ContainerID != "" {
+		if j := e.get(queued.ID); j.Status != record.StatusKilled || j.ContainerID != "" {
 			t.Errorf("killed queued job later: %s", describe(j))
 		}
 		if out := e.readAll(queued.ID, output.Both); out != "" {
@@ -213,7 +213,7 @@ func TestKill(t *testing.T) {
 
 	t.Run("finished", func(t *testing.T) {
 		before := e.get(honours.ID)
-		k, err := e.m.Kill(ctx, honours.ID, "KILL", 0, ReasonCancelled)
+		k, err := e.m.Kill(ctx, honours.ID, "KILL", 0, record.ReasonCancelled)
 		if err != nil {
 			t.Fatalf("Kill of a finished job: %v", err)
 		}
@@ -223,9 +223,9 @@ func TestKill(t *testing.T) {
 	})
 
 	t.Run("unknown", func(t *testing.T) {
-		_, err := e.m.Kill(ctx, uuid.NewString(), "TERM", time.Second, ReasonRequested)
-		if !errors.Is(err, ErrNotFound) {
-			t.Errorf("err %v, want ErrNotFound", err)
+		_, err := e.m.Kill(ctx, uuid.NewString(), "TERM", time.Second, record.ReasonRequested)
+		if !errors.Is(err, record.ErrJobNotFound) {
+			t.Errorf("err %v, want record.ErrJobNotFound", err)
 		}
 	})
 }
@@ -265,7 +265,7 @@ func TestRead(t *testing.T) {
 					if got != "a\nb\nc\n" {
 						t.Fatalf("live reads: %q", got)
 					}
-					if j := e.get(j.ID); j.Status != StatusRunning {
+					if j := e.get(j.ID); j.Status != record.StatusRunning {
 						t.Fatalf("job %s, want still running", describe(j))
 					}
 					if got := read(nil, 0); got != "" {
@@ -313,7 +313,7 @@ func TestRead(t *testing.T) {
 		t.Parallel()
 		j := e.submit("echo out1; echo err1 >&2; echo out2; echo err2 >&2")
 		got := e.wait(j.ID)
-		if got.Status != StatusCompleted || got.StdoutBytes != 10 || got.StderrBytes != 10 {
+		if got.Status != record.StatusCompleted || got.StdoutBytes != 10 || got.StderrBytes != 10 {
 			t.Errorf("record: %s stdout %d stderr %d bytes, want completed 10 10", describe(got), got.StdoutBytes, got.StderrBytes)
 		}
 		if out := e.readAll(j.ID, output.StdoutOnly); out != "out1\nout2\n" {
@@ -370,10 +370,10 @@ func TestRead(t *testing.T) {
 		if took < 700*time.Millisecond || took > 10*time.Second {
 			t.Errorf("Read until READY returned %s after Submit, want about 1 s", took.Round(time.Millisecond))
 		}
-		if r.Job.Status != StatusRunning || r.NextCursor != int64(len(r.Data)) {
+		if r.Job.Status != record.StatusRunning || r.NextCursor != int64(len(r.Data)) {
 			t.Errorf("job %s next cursor %d", describe(r.Job), r.NextCursor)
 		}
-		if _, err := e.m.Kill(ctx, j.ID, "KILL", 0, ReasonRequested); err != nil {
+		if _, err := e.m.Kill(ctx, j.ID, "KILL", 0, record.ReasonRequested); err != nil {
 			t.Error(err)
 		}
 	})
@@ -411,8 +411,8 @@ func TestRead(t *testing.T) {
 
 	t.Run("unknown", func(t *testing.T) {
 		t.Parallel()
-		if _, err := e.m.Read(ctx, uuid.NewString(), ReadRequest{MaxBytes: 10}); !errors.Is(err, ErrNotFound) {
-			t.Errorf("Read unknown: %v, want ErrNotFound", err)
+		if _, err := e.m.Read(ctx, uuid.NewString(), ReadRequest{MaxBytes: 10}); !errors.Is(err, record.ErrJobNotFound) {
+			t.Errorf("Read unknown: %v, want record.ErrJobNotFound", err)
 		}
 	})
 }
@@ -440,14 +440,14 @@ func TestSendInput(t *testing.T) {
 		if !r.Matched || string(r.Data) != "hi\n" {
 			t.Fatalf("echoed %q (matched %v), want \"hi\\n\"", r.Data, r.Matched)
 		}
-		if j := e.get(j.ID); j.Status != StatusRunning {
+		if j := e.get(j.ID); j.Status != record.StatusRunning {
 			t.Fatalf("cat: %s before eof, want running", describe(j))
 		}
 		if _, err := e.m.SendInput(ctx, j.ID, []byte("bye\n"), true); err != nil {
 			t.Fatal(err)
 		}
 		got := e.wait(j.ID)
-		if got.Status != StatusCompleted {
+		if got.Status != record.StatusCompleted {
 			t.Errorf("after eof: %s, want completed", describe(got))
 		}
 		if out := e.readAll(j.ID, output.Both); out != "hi\nbye\n" {
@@ -461,7 +461,7 @@ func TestSendInput(t *testing.T) {
 	t.Run("stdin given", func(t *testing.T) {
 		t.Parallel()
 		j := e.submit("tr a-z A-Z", func(r *Request) { r.Stdin = []byte("abc\n") })
-		if got := e.wait(j.ID); got.Status != StatusCompleted {
+		if got := e.wait(j.ID); got.Status != record.StatusCompleted {
 			t.Errorf("%s, want completed", describe(got))
 		}
 		if out := e.readAll(j.ID, output.Both); out != "ABC\n" {
@@ -482,7 +482,7 @@ func TestSendInput(t *testing.T) {
 		if !errors.Is(err, ErrInputStalled) || n >= 1<<20 || time.Since(start) > 10*time.Second {
 			t.Errorf("stalled write: n=%d err=%v after %s", n, err, time.Since(start))
 		}
-		if _, err := e.m.Kill(ctx, j.ID, "KILL", 0, ReasonRequested); err != nil {
+		if _, err := e.m.Kill(ctx, j.ID, "KILL", 0, record.ReasonRequested); err != nil {
 			t.Error(err)
 		}
 	})
@@ -494,11 +494,11 @@ func TestSendInput(t *testing.T) {
 		if !errors.Is(err, ErrNoStdin) {
 			t.Errorf("SendInput without keep_stdin_open: %v, want ErrNoStdin", err)
 		}
-		if _, err := e.m.Kill(ctx, j.ID, "KILL", 0, ReasonRequested); err != nil {
+		if _, err := e.m.Kill(ctx, j.ID, "KILL", 0, record.ReasonRequested); err != nil {
 			t.Error(err)
 		}
-		if _, err := e.m.SendInput(ctx, uuid.NewString(), []byte("x"), false); !errors.Is(err, ErrNotFound) {
-			t.Errorf("SendInput to an unknown job: %v, want ErrNotFound", err)
+		if _, err := e.m.SendInput(ctx, uuid.NewString(), []byte("x"), false); !errors.Is(err, record.ErrJobNotFound) {
+			t.Errorf("SendInput to an unknown job: %v, want record.ErrJobNotFound", err)
 		}
 	})
 }
@@ -532,11 +532,11 @@ func TestPrune(t *testing.T) {
 	if exists(e.jobDir(old.ID)) {
 		t.Errorf("output directory of the pruned job is still there")
 	}
-	if _, err := e.m.Get(ctx, old.ID); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Get pruned job: %v, want ErrNotFound", err)
+	if _, err := e.m.Get(ctx, old.ID); !errors.Is(err, record.ErrJobNotFound) {
+		t.Errorf("Get pruned job: %v, want record.ErrJobNotFound", err)
 	}
-	if _, err := e.m.Read(ctx, old.ID, ReadRequest{MaxBytes: 10}); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Read pruned job: %v, want ErrNotFound", err)
+	if _, err := e.m.Read(ctx, old.ID, ReadRequest{MaxBytes: 10}); !errors.Is(err, record.ErrJobNotFound) {
+		t.Errorf("Read pruned job: %v, want record.ErrJobNotFound", err)
 	}
 	if exists(e.jobDir(old.ID)) {
 		t.Errorf("Read recreated the pruned job's output directory")
@@ -546,7 +546,7 @@ func TestPrune(t *testing.T) {
 	}
 
 	// Running jobs are never pruned, whatever the age or status asked for.
-	for _, statuses := range [][]string{{StatusRunning}, nil} {
+	for _, statuses := range [][]string{{record.StatusRunning}, nil} {
 		removed, _, err := e.m.Prune(ctx, 0, statuses)
 		if err != nil {
 			t.Fatal(err)
@@ -561,7 +561,7 @@ func TestPrune(t *testing.T) {
 	if !exists(e.jobDir(running.ID)) {
 		t.Errorf("Prune removed the running job's output directory")
 	}
-	if j := e.get(running.ID); j.Status != StatusRunning {
+	if j := e.get(running.ID); j.Status != record.StatusRunning {
 		t.Errorf("running job after Prune: %s", describe(j))
 	}
 }
@@ -576,12 +576,12 @@ func TestRecover(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, nil)
 		now := time.Now()
-		running := &store.Job{ID: uuid.NewString(), Kind: KindCommand, Status: StatusRunning, Command: "sleep 100",
+		running := &record.Job{ID: uuid.NewString(), Kind: KindCommand, Status: record.StatusRunning, Command: "sleep 100",
 			Image: e.image, Cwd: "/workspace", ContainerID: strings.Repeat("ab", 32),
-			CreatedAt: now.Add(-6 * time.Second), StartedAt: now.Add(-5 * time.Second), Limits: store.Limits{TimeoutMS: 30000}}
-		queued := &store.Job{ID: uuid.NewString(), Kind: KindCommand, Status: StatusQueued, Command: "true",
+			CreatedAt: now.Add(-6 * time.Second), StartedAt: now.Add(-5 * time.Second), Limits: record.Limits{TimeoutMS: 30000}}
+		queued := &record.Job{ID: uuid.NewString(), Kind: KindCommand, Status: record.StatusQueued, Command: "true",
 			Image: e.image, Cwd: "/workspace", CreatedAt: now.Add(-time.Second)}
-		for _, rec := range []*store.Job{running, queued} {
+		for _, rec := range []*record.Job{running, queued} {
 			if err := e.st.CreateJob(ctx, rec); err != nil {
 				t.Fatal(err)
 			}
@@ -591,7 +591,7 @@ func TestRecover(t *testing.T) {
 		}
 		for _, id := range []string{running.ID, queued.ID} {
 			j := e.get(id)
-			if j.Status != StatusFailed || j.Reason != ReasonLost || j.Error == "" || j.EndedAt.IsZero() {
+			if j.Status != record.StatusFailed || j.Reason != record.ReasonLost || j.Error == "" || j.EndedAt.IsZero() {
 				t.Errorf("after Recover: %s ended %v, want failed/lost with an error and an end", describe(j), j.EndedAt)
 			}
 		}
@@ -612,7 +612,7 @@ func TestRecover(t *testing.T) {
 		if st, ok := e.containerState(theirs); !ok || !st.Running {
 			t.Errorf("Recover touched another instance's container (exists %v)", ok)
 		}
-		if jobs, _, _ := e.m.List(ctx, store.ListFilter{}); len(jobs) != 0 {
+		if jobs, _, _ := e.m.List(ctx, record.ListFilter{}); len(jobs) != 0 {
 			t.Errorf("Recover made %d job records from orphans", len(jobs))
 		}
 	})
@@ -629,11 +629,11 @@ func TestRecover(t *testing.T) {
 		wantStat string
 	}{
 		{name: "adopt running", cmd: "for i in 1 2 3 4 5; do echo $i; sleep 0.5; done; exit 5",
-			exit: 5, wantOut: "1\n2\n3\n4\n5\n", wantStat: StatusFailed},
+			exit: 5, wantOut: "1\n2\n3\n4\n5\n", wantStat: record.StatusFailed},
 		{name: "adopt running with partial capture", cmd: "for i in 1 2 3 4 5; do echo $i; sleep 0.5; done; exit 5",
-			prefill: "1\n", exit: 5, wantOut: "1\n2\n3\n4\n5\n", wantStat: StatusFailed},
+			prefill: "1\n", exit: 5, wantOut: "1\n2\n3\n4\n5\n", wantStat: record.StatusFailed},
 		{name: "adopt exited while down", cmd: "echo bye; echo oops >&2; exit 0", exited: true,
-			exit: 0, wantOut: "bye\noops\n", wantStat: StatusCompleted},
+			exit: 0, wantOut: "bye\noops\n", wantStat: record.StatusCompleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -641,9 +641,9 @@ func TestRecover(t *testing.T) {
 			id := uuid.NewString()
 			cid := e.bareContainer(id, e.instance, tc.cmd)
 			started := time.Now()
-			rec := &store.Job{ID: id, Kind: KindCommand, Status: StatusRunning, Command: tc.cmd,
+			rec := &record.Job{ID: id, Kind: KindCommand, Status: record.StatusRunning, Command: tc.cmd,
 				Image: e.image, Cwd: "/workspace", ContainerID: cid, StdinOpen: true,
-				CreatedAt: started, StartedAt: started, Limits: store.Limits{TimeoutMS: 30000}}
+				CreatedAt: started, StartedAt: started, Limits: record.Limits{TimeoutMS: 30000}}
 			if err := e.st.CreateJob(ctx, rec); err != nil {
 				t.Fatal(err)
 			}
@@ -670,7 +670,7 @@ func TestRecover(t *testing.T) {
 			if err := e.m.Recover(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if j := e.get(id); !tc.exited && (j.Status != StatusRunning || j.StdinOpen) {
+			if j := e.get(id); !tc.exited && (j.Status != record.StatusRunning || j.StdinOpen) {
 				t.Errorf("adopted job: %s stdin open %v, want running without stdin", describe(j), j.StdinOpen)
 			}
 			got := e.wait(id)
@@ -701,7 +701,7 @@ func TestShutdown(t *testing.T) {
 	ctx := context.Background()
 	running := e.submit("sleep 100")
 	queued := e.submit("echo never")
-	if queued.Status != StatusQueued {
+	if queued.Status != record.StatusQueued {
 		t.Fatalf("second job: %s, want queued", describe(queued))
 	}
 
@@ -716,7 +716,7 @@ func TestShutdown(t *testing.T) {
 	}
 	for _, id := range []string{running.ID, queued.ID} {
 		j := e.get(id)
-		if j.Status != StatusKilled || j.Reason != ReasonShutdown {
+		if j.Status != record.StatusKilled || j.Reason != record.ReasonShutdown {
 			t.Errorf("after Shutdown: %s, want killed/server_shutdown", describe(j))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 // ReadRequest says which output to read and how long to wait for it.
@@ -40,7 +41,7 @@ type ReadResult struct {
 	HasMore    bool // more output is stored past NextCursor
 	Dropped    int64
 	Matched    bool
-	Job        *Job
+	Job        *record.Job
 }
 
 // jobOutput is one job's output, resolved once per call: the live job, or a
@@ -48,7 +49,7 @@ type ReadResult struct {
 type jobOutput struct {
 	id      string
 	live    *liveJob
-	rec     *Job // finished jobs only
+	rec     *record.Job // finished jobs only
 	capture *output.Capture
 	done    <-chan struct{}
 }
@@ -77,7 +78,7 @@ func (m *Manager) outputOf(ctx context.Context, id string) (*jobOutput, error) {
 }
 
 // record is the job's record as of now.
-func (o *jobOutput) record() *Job {
+func (o *jobOutput) record() *record.Job {
 	if o.live != nil {
 		return o.live.snapshot()
 	}
@@ -105,7 +106,7 @@ func (m *Manager) advanceReadCursor(o *jobOutput, sel output.Selector, next int6
 		o.live.mu.Unlock()
 		return
 	}
-	if !Finished(o.rec.Status) {
+	if !record.Finished(o.rec.Status) {
 		// Another server runs the job and keeps its cursors (it stores them
 		// when the job ends): writing them here would race it.
 		return
@@ -122,7 +123,7 @@ func (m *Manager) advanceReadCursor(o *jobOutput, sel output.Selector, next int6
 }
 
 // readCursorsOf are a stored job's "new since last read" cursors, by selector.
-func readCursorsOf(rec *Job) [3]int64 {
+func readCursorsOf(rec *record.Job) [3]int64 {
 	var c [3]int64
 	c[output.Both], c[output.StdoutOnly], c[output.StderrOnly] = rec.ReadCursor, rec.StdoutReadCursor, rec.StderrReadCursor
 	return c
@@ -249,7 +250,7 @@ func (m *Manager) readResult(o *jobOutput, req ReadRequest, data []byte, start, 
 	default:
 		dropped = sz.DroppedCombined
 	}
-	if Finished(rec.Status) && dropped == 0 && req.Stream == output.Both {
+	if record.Finished(rec.Status) && dropped == 0 && req.Stream == output.Both {
 		dropped = rec.DroppedBytes // not kept by a capture reopened after the job ended
 	}
 	if req.StripANSI {

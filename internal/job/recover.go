@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/terminal"
@@ -34,7 +35,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		byJob[c.JobID] = c
 		byID[c.ID] = c
 	}
-	pending, err := m.st.JobsWithStatus(ctx, StatusQueued, StatusRunning)
+	pending, err := m.st.JobsWithStatus(ctx, record.StatusQueued, record.StatusRunning)
 	if err != nil {
 		return err
 	}
@@ -68,7 +69,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			// workspace's supervisor says whether it still runs.
 			c, ok = sandbox.Container{ID: rec.ContainerID, JobID: rec.ID, Running: true}, true
 		}
-		if rec.Status == StatusRunning && ok {
+		if rec.Status == record.StatusRunning && ok {
 			if err := m.adopt(ctx, rec, c); err == nil {
 				owner[rec.ID] = m.server
 				continue
@@ -76,12 +77,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 				m.log.Warn().Err(err).Str("job", rec.ID).Msg("could not adopt job's container")
 				rec.Error = "its server stopped and the job could not be resumed: " + err.Error()
 			}
-		} else if rec.Status == StatusQueued {
+		} else if rec.Status == record.StatusQueued {
 			rec.Error = "its server stopped before the job started"
 		} else {
 			rec.Error = "its server stopped and the job's container was gone"
 		}
-		rec.Status, rec.Reason, rec.EndedAt = StatusFailed, ReasonLost, time.Now()
+		rec.Status, rec.Reason, rec.EndedAt = record.StatusFailed, record.ReasonLost, time.Now()
 		if err := m.st.UpdateJob(ctx, rec); err != nil {
 			return err
 		}
@@ -150,7 +151,7 @@ func (m *Manager) liveContainer(id string) bool {
 	return false
 }
 
-func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) error {
+func (m *Manager) adopt(ctx context.Context, rec *record.Job, c sandbox.Container) error {
 	capture, err := m.openCapture(rec.ID)
 	if err != nil {
 		return err
@@ -198,7 +199,7 @@ func (m *Manager) adopt(ctx context.Context, rec *Job, c sandbox.Container) erro
 	m.slots.take(j.owner.Name)
 	m.mu.Unlock()
 	j.mu.Lock()
-	j.timer = time.AfterFunc(remaining, func() { m.end(j, StatusTimedOut, ReasonTimeout) })
+	j.timer = time.AfterFunc(remaining, func() { m.end(j, record.StatusTimedOut, record.ReasonTimeout) })
 	// An adopted session has no stdin: it ends at its idle timeout, counted from now.
 	m.startIdle(j)
 	j.mu.Unlock()

@@ -10,14 +10,14 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
-	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 // Regression tests for bugs found while writing the integration tests. Each is
 // skipped until its fix lands; remove the Skip with the fix.
 
 // A job whose container the manager removed (kill, timeout, shutdown) must not
-// report an exit code of -1: store.Job.ExitCode is nil when unknown. The
+// report an exit code of -1: record.Job.ExitCode is nil when unknown. The
 // runtime's verdict returns ExitCode -1 when its inspect finds the container
 // already removed, and finish records it (manager.go, finish). Racy: about one
 // kill in eight shows it here, so several run at once.
@@ -36,12 +36,12 @@ func TestKilledJobExitCodeNeverNegative(t *testing.T) {
 				return
 			}
 			time.Sleep(200 * time.Millisecond)
-			k, err := e.m.Kill(context.Background(), j.ID, "KILL", 0, ReasonRequested)
+			k, err := e.m.Kill(context.Background(), j.ID, "KILL", 0, record.ReasonRequested)
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			if k.Status != StatusKilled || (k.ExitCode != nil && *k.ExitCode < 0) {
+			if k.Status != record.StatusKilled || (k.ExitCode != nil && *k.ExitCode < 0) {
 				t.Errorf("killed job: %s, want killed with no exit code or a real one", describe(k))
 			}
 		}()
@@ -59,8 +59,8 @@ func TestRecoverAdoptWithoutStartedAt(t *testing.T) {
 	ctx := context.Background()
 	id := uuid.NewString()
 	cid := e.bareContainer(id, e.instance, "sleep 2; echo done; exit 4")
-	rec := &store.Job{ID: id, Kind: KindCommand, Status: StatusRunning, Command: "sleep 2; echo done; exit 4",
-		Image: e.image, Cwd: "/workspace", CreatedAt: time.Now(), Limits: store.Limits{TimeoutMS: 30000}}
+	rec := &record.Job{ID: id, Kind: KindCommand, Status: record.StatusRunning, Command: "sleep 2; echo done; exit 4",
+		Image: e.image, Cwd: "/workspace", CreatedAt: time.Now(), Limits: record.Limits{TimeoutMS: 30000}}
 	if err := e.st.CreateJob(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestRecoverAdoptWithoutStartedAt(t *testing.T) {
 		t.Errorf("adopted job's ContainerID %q, want %.12s", j.ContainerID, cid)
 	}
 	got := e.wait(id)
-	if got.Status != StatusFailed || got.Reason != ReasonExitCode || got.ExitCode == nil || *got.ExitCode != 4 {
+	if got.Status != record.StatusFailed || got.Reason != record.ReasonExitCode || got.ExitCode == nil || *got.ExitCode != 4 {
 		t.Errorf("adopted job ended %s, want failed/exit_code 4", describe(got))
 	}
 	if out := e.readAll(id, output.Both); out != "done\n" {

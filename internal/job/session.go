@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/terminal"
 )
@@ -62,7 +63,7 @@ func (m *Manager) startIdle(j *liveJob) {
 	if d <= 0 {
 		return
 	}
-	j.idle = time.AfterFunc(d, func() { m.end(j, StatusKilled, ReasonIdle) })
+	j.idle = time.AfterFunc(d, func() { m.end(j, record.StatusKilled, record.ReasonIdle) })
 	j.setIdleDeadline(time.Now().Add(d))
 }
 
@@ -89,7 +90,7 @@ func (j *liveJob) touch() {
 }
 
 // Resize changes a PTY session's terminal size (and its emulated screen's).
-func (m *Manager) Resize(ctx context.Context, id string, rows, cols int) (*Job, error) {
+func (m *Manager) Resize(ctx context.Context, id string, rows, cols int) (*record.Job, error) {
 	if err := m.visible(ctx, id); err != nil {
 		return nil, err
 	}
@@ -144,7 +145,7 @@ func (m *Manager) Resize(ctx context.Context, id string, rows, cols int) (*Job, 
 }
 
 // terminalProblem says why a job has no terminal, or nil for a PTY session.
-func terminalProblem(rec *Job) error {
+func terminalProblem(rec *record.Job) error {
 	switch {
 	case rec.Kind != KindSession:
 		return fmt.Errorf("%w: job %s is a %s, not a session (start_session with mode pty has one)", ErrNoTerminal, rec.ID, rec.Kind)
@@ -161,7 +162,7 @@ const maxReplayBytes = 4 << 20
 // Screen is what a PTY session's terminal shows: live, from the emulator fed
 // as output arrives; for a session that ended, replayed from its stored
 // output (its last 4 MiB) at its last size.
-func (m *Manager) Screen(ctx context.Context, id string) (terminal.Screen, *Job, error) {
+func (m *Manager) Screen(ctx context.Context, id string) (terminal.Screen, *record.Job, error) {
 	if err := m.visible(ctx, id); err != nil {
 		return terminal.Screen{}, nil, err
 	}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/store"
 )
 
 // Session behaviour on the fake runtime: settled reads, the idle timeout,
@@ -20,7 +20,7 @@ func session(idle time.Duration) func(*Request) {
 	return func(r *Request) {
 		r.Kind = KindSession
 		r.KeepStdinOpen = true
-		r.Details = store.Details{Session: &store.SessionDetails{Mode: ModePipe, IdleTimeoutMS: idle.Milliseconds()}}
+		r.Details = record.Details{Session: &record.SessionDetails{Mode: ModePipe, IdleTimeoutMS: idle.Milliseconds()}}
 	}
 }
 
@@ -36,7 +36,7 @@ func (e *fakeEnv) read(id string, rr ReadRequest) (string, time.Duration) {
 	}
 	took := time.Since(start)
 	// Free the slot for the next case.
-	if _, err := e.m.Kill(context.Background(), id, "KILL", 0, ReasonRequested); err != nil {
+	if _, err := e.m.Kill(context.Background(), id, "KILL", 0, record.ReasonRequested); err != nil {
 		e.t.Fatal(err)
 	}
 	return string(r.Data), took
@@ -120,12 +120,12 @@ func TestMachineSessionIdle(t *testing.T) {
 		}
 	}
 	rec, _ = e.m.Get(context.Background(), j.ID)
-	if rec.Status != StatusRunning || !rec.Details.Session.IdleDeadline.After(first) {
+	if rec.Status != record.StatusRunning || !rec.Details.Session.IdleDeadline.After(first) {
 		t.Fatalf("after input: %s, deadline %v (first %v)", rec.Status, rec.Details.Session.IdleDeadline, first)
 	}
 	start := time.Now()
 	end := e.wait(j.ID)
-	if end.Status != StatusKilled || end.Reason != ReasonIdle {
+	if end.Status != record.StatusKilled || end.Reason != record.ReasonIdle {
 		t.Fatalf("after silence: %s/%s", end.Status, end.Reason)
 	}
 	if took := time.Since(start); took < 500*time.Millisecond || took > 10*time.Second {
@@ -139,7 +139,7 @@ func TestMachineSessionIdle(t *testing.T) {
 	}
 	// A command job has no idle timeout.
 	c := e.submit("sleep 0.5")
-	if got := e.wait(c.ID); got.Status != StatusCompleted {
+	if got := e.wait(c.ID); got.Status != record.StatusCompleted {
 		t.Errorf("command: %s/%s", got.Status, got.Reason)
 	}
 }
@@ -175,12 +175,12 @@ func TestMachineTerminalRefusals(t *testing.T) {
 		scr, _, err := e.m.Screen(context.Background(), pty.ID)
 		return err == nil && scr.Rows == 24 && scr.Cols == 80 && scr.Lines[0] == "hello screen"
 	})
-	if _, err := e.m.Kill(context.Background(), pty.ID, "KILL", 0, ReasonRequested); err != nil {
+	if _, err := e.m.Kill(context.Background(), pty.ID, "KILL", 0, record.ReasonRequested); err != nil {
 		t.Fatal(err)
 	}
 	// After the end, the screen is replayed from the stored output.
 	scr, rec, err := e.m.Screen(context.Background(), pty.ID)
-	if err != nil || rec.Status != StatusKilled || scr.Lines[0] != "hello screen" {
+	if err != nil || rec.Status != record.StatusKilled || scr.Lines[0] != "hello screen" {
 		t.Errorf("screen after the end: %q %v", scr.Lines, err)
 	}
 }

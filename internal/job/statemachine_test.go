@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/fake"
 	"github.com/sandboxer/sandboxer/internal/store"
@@ -87,7 +88,7 @@ func detach(r *Request) { r.Detach = true }
 
 func timeout(d time.Duration) func(*Request) { return func(r *Request) { r.Limits.Timeout = d } }
 
-func (e *fakeEnv) submit(cmd string, opts ...func(*Request)) *Job {
+func (e *fakeEnv) submit(cmd string, opts ...func(*Request)) *record.Job {
 	e.t.Helper()
 	j, err := e.m.Submit(context.Background(), e.req(cmd, opts...))
 	if err != nil {
@@ -96,13 +97,13 @@ func (e *fakeEnv) submit(cmd string, opts ...func(*Request)) *Job {
 	return j
 }
 
-func (e *fakeEnv) wait(id string) *Job {
+func (e *fakeEnv) wait(id string) *record.Job {
 	e.t.Helper()
 	j, err := e.m.Wait(context.Background(), id, 10*time.Second)
 	if err != nil {
 		e.t.Fatalf("Wait(%s): %v", id, err)
 	}
-	if !Finished(j.Status) {
+	if !record.Finished(j.Status) {
 		e.t.Fatalf("job %s still %s", id, j.Status)
 	}
 	return j
@@ -148,12 +149,12 @@ func TestMachineKillDuringStart(t *testing.T) {
 	gate := e.eng.Gate(j.ID)
 	<-gate.Entered()
 	type res struct {
-		j   *Job
+		j   *record.Job
 		err error
 	}
 	killed := make(chan res, 1)
 	go func() {
-		k, err := e.m.Kill(context.Background(), j.ID, "TERM", time.Second, ReasonRequested)
+		k, err := e.m.Kill(context.Background(), j.ID, "TERM", time.Second, record.ReasonRequested)
 		killed <- res{k, err}
 	}()
 	eventually(t, "kill decided", func() bool { return e.endDecided(j.ID) })
@@ -168,7 +169,7 @@ func TestMachineKillDuringStart(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if r.j.Status != StatusKilled || r.j.Reason != ReasonRequested {
+	if r.j.Status != record.StatusKilled || r.j.Reason != record.ReasonRequested {
 		t.Fatalf("after kill during start: %s/%s, want killed/requested", r.j.Status, r.j.Reason)
 	}
 	if r.j.ContainerID == "" || e.eng.Exists(r.j.ContainerID) {
@@ -178,7 +179,7 @@ func TestMachineKillDuringStart(t *testing.T) {
 		t.Fatalf("slots after the kill: running %d queued %d", n, q)
 	}
 	// The slot is free: the next job starts at once.
-	if next := e.wait(e.submit("echo next").ID); next.Status != StatusCompleted {
+	if next := e.wait(e.submit("echo next").ID); next.Status != record.StatusCompleted {
 		t.Fatalf("next job: %s", next.Status)
 	}
 }
@@ -210,7 +211,7 @@ func TestMachineShutdownDuringStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != StatusKilled || got.Reason != ReasonShutdown {
+	if got.Status != record.StatusKilled || got.Reason != record.ReasonShutdown {
 		t.Fatalf("after shutdown during start: %s/%s", got.Status, got.Reason)
 	}
 	if e.eng.Count() != 0 {
@@ -229,31 +230,31 @@ func TestMachineQueue(t *testing.T) {
 	e := newFakeEnv(t, func(p *policy.Policy) { p.Jobs.MaxConcurrent, p.Jobs.MaxQueued = 1, 1 })
 	a := e.submit("sleep 60", detach)
 	b := e.submit("echo b")
-	if b.Status != StatusQueued {
+	if b.Status != record.StatusQueued {
 		t.Fatalf("second job: %s, want queued", b.Status)
 	}
 	if _, err := e.m.Submit(context.Background(), e.req("echo c")); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("third job: %v, want ErrQueueFull", err)
 	}
-	kb, err := e.m.Kill(context.Background(), b.ID, "TERM", time.Second, ReasonRequested)
+	kb, err := e.m.Kill(context.Background(), b.ID, "TERM", time.Second, record.ReasonRequested)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kb.Status != StatusKilled || kb.Reason != ReasonRequested || kb.ContainerID != "" || kb.ExitCode != nil {
+	if kb.Status != record.StatusKilled || kb.Reason != record.ReasonRequested || kb.ContainerID != "" || kb.ExitCode != nil {
 		t.Fatalf("killed queued job: %s/%s container %q", kb.Status, kb.Reason, kb.ContainerID)
 	}
 	if n, q := e.running(); n != 1 || q != 0 {
 		t.Fatalf("after killing the queued job: running %d queued %d", n, q)
 	}
 	d := e.submit("echo d")
-	if d.Status != StatusQueued {
+	if d.Status != record.StatusQueued {
 		t.Fatalf("job d: %s, want queued", d.Status)
 	}
-	if _, err := e.m.Kill(context.Background(), a.ID, "KILL", 0, ReasonRequested); err != nil {
+	if _, err := e.m.Kill(context.Background(), a.ID, "KILL", 0, record.ReasonRequested); err != nil {
 		t.Fatal(err)
 	}
 	got := e.wait(d.ID)
-	if got.Status != StatusCompleted || got.ExitCode == nil || *got.ExitCode != 0 {
+	if got.Status != record.StatusCompleted || got.ExitCode == nil || *got.ExitCode != 0 {
 		t.Fatalf("promoted job: %s/%s", got.Status, got.Reason)
 	}
 	var out strings.Builder
@@ -277,7 +278,7 @@ func TestMachineTimeout(t *testing.T) {
 	e := newFakeEnv(t, nil)
 	j := e.submit("echo started; sleep 60", timeout(50*time.Millisecond))
 	got := e.wait(j.ID)
-	if got.Status != StatusTimedOut || got.Reason != ReasonTimeout || got.ExitCode != nil {
+	if got.Status != record.StatusTimedOut || got.Reason != record.ReasonTimeout || got.ExitCode != nil {
 		t.Fatalf("%s/%s exit %v, want timed_out/timeout without an exit code", got.Status, got.Reason, got.ExitCode)
 	}
 	if e.eng.Exists(got.ContainerID) {
@@ -318,13 +319,13 @@ func TestMachineTimeoutRacesExit(t *testing.T) {
 		}
 		counts[key]++
 		switch got.Status {
-		case StatusCompleted:
+		case record.StatusCompleted:
 			if got.Reason != "" || got.ExitCode == nil || *got.ExitCode != 0 {
 				t.Errorf("completed with reason %q exit %v", got.Reason, got.ExitCode)
 			}
-		case StatusTimedOut:
+		case record.StatusTimedOut:
 			// Its own exit code would mean it ended before the timeout's kill did.
-			if got.Reason != ReasonTimeout || (got.ExitCode != nil && *got.ExitCode != 137) {
+			if got.Reason != record.ReasonTimeout || (got.ExitCode != nil && *got.ExitCode != 137) {
 				t.Errorf("timed_out with reason %q exit %v", got.Reason, got.ExitCode)
 			}
 		default:
@@ -343,7 +344,7 @@ func TestMachineTimeoutRacesExit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !Finished(again.Status) {
+		if !record.Finished(again.Status) {
 			t.Errorf("job %s stored as %s after its end", id, again.Status)
 		}
 	}
@@ -360,7 +361,7 @@ func TestMachineCleanupErrorKeepsCompleted(t *testing.T) {
 		return errors.New("removal of container failed: device or resource busy")
 	})
 	got := e.wait(e.submit("echo ok; exit 0").ID)
-	if got.Status != StatusCompleted || got.Reason != "" || got.ExitCode == nil || *got.ExitCode != 0 || got.Error != "" {
+	if got.Status != record.StatusCompleted || got.Reason != "" || got.ExitCode == nil || *got.ExitCode != 0 || got.Error != "" {
 		t.Fatalf("%s/%s exit %v error %q, want completed with exit 0", got.Status, got.Reason, got.ExitCode, got.Error)
 	}
 	if !e.eng.Exists(got.ContainerID) {
@@ -380,9 +381,9 @@ func TestMachineNonZeroAndOOM(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, nil)
 	for _, tc := range []struct{ cmd, status, reason string }{
-		{"exit 3", StatusFailed, ReasonExitCode},
-		{"oom", StatusFailed, ReasonOOMKilled},
-		{"echo hi", StatusCompleted, ""},
+		{"exit 3", record.StatusFailed, record.ReasonExitCode},
+		{"oom", record.StatusFailed, record.ReasonOOMKilled},
+		{"echo hi", record.StatusCompleted, ""},
 	} {
 		got := e.wait(e.submit(tc.cmd).ID)
 		if got.Status != tc.status || got.Reason != tc.reason {
@@ -400,11 +401,11 @@ func TestMachineStartError(t *testing.T) {
 	if !errors.Is(err, sandbox.ErrEngineUnreachable) {
 		t.Fatalf("Submit with the engine down: %v", err)
 	}
-	if j.Status != StatusFailed || j.Reason != ReasonStartError {
+	if j.Status != record.StatusFailed || j.Reason != record.ReasonStartError {
 		t.Fatalf("%s/%s, want failed/start_error", j.Status, j.Reason)
 	}
 	e.eng.SetDown(false)
-	if got := e.wait(e.submit("exit 0").ID); got.Status != StatusCompleted {
+	if got := e.wait(e.submit("exit 0").ID); got.Status != record.StatusCompleted {
 		t.Fatalf("after the engine is back: %s", got.Status)
 	}
 }
@@ -416,7 +417,7 @@ func TestMachineEngineLostWhileRunning(t *testing.T) {
 	j := e.submit("sleep 60")
 	e.eng.SetDown(true)
 	got := e.wait(j.ID)
-	if got.Status != StatusFailed || got.Reason != ReasonLost || got.ExitCode != nil {
+	if got.Status != record.StatusFailed || got.Reason != record.ReasonLost || got.ExitCode != nil {
 		t.Fatalf("%s/%s exit %v", got.Status, got.Reason, got.ExitCode)
 	}
 	e.eng.SetDown(false)
@@ -449,20 +450,20 @@ func TestMachineCancelDuringPrune(t *testing.T) {
 				}
 			}
 		}()
-		rec, err := e.m.Kill(context.Background(), j.ID, "KILL", 0, ReasonCancelled)
+		rec, err := e.m.Kill(context.Background(), j.ID, "KILL", 0, record.ReasonCancelled)
 		close(stop)
 		wg.Wait()
 		if rec == nil && err == nil {
 			t.Fatal("Kill returned neither a record nor an error")
 		}
-		if err == nil && (rec.Status != StatusKilled || rec.Reason != ReasonCancelled) {
+		if err == nil && (rec.Status != record.StatusKilled || rec.Reason != record.ReasonCancelled) {
 			t.Fatalf("cancelled job: %s/%s", rec.Status, rec.Reason)
 		}
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, record.ErrJobNotFound) {
 			t.Fatalf("Kill during prune: %v", err)
 		}
 		// Reading a pruned job is an error, not a crash.
-		if _, err := e.m.Read(context.Background(), j.ID, ReadRequest{Stream: output.Both, MaxBytes: 10}); err != nil && !errors.Is(err, ErrNotFound) {
+		if _, err := e.m.Read(context.Background(), j.ID, ReadRequest{Stream: output.Both, MaxBytes: 10}); err != nil && !errors.Is(err, record.ErrJobNotFound) {
 			t.Fatalf("Read during prune: %v", err)
 		}
 	}
@@ -491,12 +492,12 @@ func TestMachineRecover(t *testing.T) {
 	theirs, _ := other.StartDetached(sandbox.Spec{JobID: uuid.NewString(), Kind: KindCommand, Cmd: []string{"bash", "-c", "sleep 60"}})
 	t.Cleanup(func() { _ = other.Remove(ctx, theirs) })
 
-	recs := map[string]*store.Job{
-		"adopt": {ID: adoptID, ServerID: "crashed-server", Kind: KindCommand, Status: StatusRunning, Command: "x",
-			Image: fakeImage, ContainerID: cid, CreatedAt: now, StartedAt: now, Limits: store.Limits{TimeoutMS: 30000}},
-		"gone": {ID: uuid.NewString(), ServerID: "crashed-server", Kind: KindCommand, Status: StatusRunning, Command: "y",
-			Image: fakeImage, ContainerID: strings.Repeat("ab", 32), CreatedAt: now, StartedAt: now, Limits: store.Limits{TimeoutMS: 30000}},
-		"queued": {ID: uuid.NewString(), ServerID: "crashed-server", Kind: KindCommand, Status: StatusQueued, Command: "z",
+	recs := map[string]*record.Job{
+		"adopt": {ID: adoptID, ServerID: "crashed-server", Kind: KindCommand, Status: record.StatusRunning, Command: "x",
+			Image: fakeImage, ContainerID: cid, CreatedAt: now, StartedAt: now, Limits: record.Limits{TimeoutMS: 30000}},
+		"gone": {ID: uuid.NewString(), ServerID: "crashed-server", Kind: KindCommand, Status: record.StatusRunning, Command: "y",
+			Image: fakeImage, ContainerID: strings.Repeat("ab", 32), CreatedAt: now, StartedAt: now, Limits: record.Limits{TimeoutMS: 30000}},
+		"queued": {ID: uuid.NewString(), ServerID: "crashed-server", Kind: KindCommand, Status: record.StatusQueued, Command: "z",
 			Image: fakeImage, CreatedAt: now},
 	}
 	for _, rec := range recs {
@@ -512,7 +513,7 @@ func TestMachineRecover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Status != StatusFailed || got.Reason != ReasonLost || got.Error == "" {
+		if got.Status != record.StatusFailed || got.Reason != record.ReasonLost || got.Error == "" {
 			t.Errorf("%s job after Recover: %s/%s %q, want failed/lost", name, got.Status, got.Reason, got.Error)
 		}
 	}
@@ -523,7 +524,7 @@ func TestMachineRecover(t *testing.T) {
 		t.Error("another instance's container removed")
 	}
 	got := e.wait(adoptID)
-	if got.Status != StatusFailed || got.Reason != ReasonExitCode || got.ExitCode == nil || *got.ExitCode != 5 {
+	if got.Status != record.StatusFailed || got.Reason != record.ReasonExitCode || got.ExitCode == nil || *got.ExitCode != 5 {
 		t.Fatalf("adopted job: %s/%s exit %v", got.Status, got.Reason, got.ExitCode)
 	}
 	zero := int64(0)
@@ -582,9 +583,9 @@ func TestMachineSharedStateDir(t *testing.T) {
 	deadJob := uuid.NewString()
 	deadCID, _ := dead.StartDetached(sleepSpec(deadJob, KindCommand))
 	now := time.Now()
-	for _, rec := range []*store.Job{
-		{ID: liveJob, ServerID: "live", Kind: KindCommand, Status: StatusRunning, Image: fakeImage, ContainerID: liveCID, CreatedAt: now, StartedAt: now, Limits: store.Limits{TimeoutMS: 60000}},
-		{ID: deadJob, ServerID: "dead", Kind: KindCommand, Status: StatusRunning, Image: fakeImage, ContainerID: deadCID, CreatedAt: now, StartedAt: now, Limits: store.Limits{TimeoutMS: 60000}},
+	for _, rec := range []*record.Job{
+		{ID: liveJob, ServerID: "live", Kind: KindCommand, Status: record.StatusRunning, Image: fakeImage, ContainerID: liveCID, CreatedAt: now, StartedAt: now, Limits: record.Limits{TimeoutMS: 60000}},
+		{ID: deadJob, ServerID: "dead", Kind: KindCommand, Status: record.StatusRunning, Image: fakeImage, ContainerID: deadCID, CreatedAt: now, StartedAt: now, Limits: record.Limits{TimeoutMS: 60000}},
 	} {
 		if err := st.CreateJob(ctx, rec); err != nil {
 			t.Fatal(err)
@@ -605,13 +606,13 @@ func TestMachineSharedStateDir(t *testing.T) {
 			t.Errorf("%s was not swept", name)
 		}
 	}
-	if got, _ := m.Get(ctx, liveJob); got.Status != StatusRunning || got.ServerID != "live" {
+	if got, _ := m.Get(ctx, liveJob); got.Status != record.StatusRunning || got.ServerID != "live" {
 		t.Errorf("live server's job after recovery: %s on %s", got.Status, got.ServerID)
 	}
-	if got, _ := m.Get(ctx, deadJob); got.ServerID != "me" || got.Status != StatusRunning {
+	if got, _ := m.Get(ctx, deadJob); got.ServerID != "me" || got.Status != record.StatusRunning {
 		t.Errorf("dead server's job not adopted: %s on %s", got.Status, got.ServerID)
 	}
-	if _, err := m.Kill(ctx, liveJob, "KILL", 0, ReasonRequested); !errors.Is(err, ErrOtherServer) {
+	if _, err := m.Kill(ctx, liveJob, "KILL", 0, record.ReasonRequested); !errors.Is(err, ErrOtherServer) {
 		t.Errorf("kill of a live server's job: %v, want ErrOtherServer", err)
 	}
 	for _, id := range []string{liveCID, liveProbe, myProbe} {

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/tools"
@@ -211,7 +212,7 @@ func decodeReply(t *testing.T, line string) rpcReply {
 }
 
 // waitStatus waits until a job has one of the statuses.
-func waitStatus(t *testing.T, jobs *job.Manager, id string, statuses ...string) *job.Job {
+func waitStatus(t *testing.T, jobs *job.Manager, id string, statuses ...string) *record.Job {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/output"
-	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
@@ -77,7 +77,7 @@ func (s *Server) addResources(hooks *server.Hooks) {
 		if req.Params.Cursor != "" || s.deps.Jobs == nil {
 			return
 		}
-		jobs, _, err := s.deps.Jobs.List(ctx, store.ListFilter{Limit: listedJobs})
+		jobs, _, err := s.deps.Jobs.List(ctx, record.ListFilter{Limit: listedJobs})
 		if err != nil {
 			return
 		}
@@ -88,7 +88,7 @@ func (s *Server) addResources(hooks *server.Hooks) {
 }
 
 // jobResource describes a job in resources/list.
-func jobResource(rec *job.Job) mcp.Resource {
+func jobResource(rec *record.Job) mcp.Resource {
 	status := rec.Status
 	if rec.Reason != "" {
 		status += " (" + rec.Reason + ")"
@@ -127,7 +127,7 @@ func (s *Server) readJobResource(ctx context.Context, req mcp.ReadResourceReques
 	}
 	if wantSource {
 		rec, err := s.deps.Jobs.Get(ctx, id)
-		if errors.Is(err, job.ErrNotFound) {
+		if errors.Is(err, record.ErrJobNotFound) {
 			return nil, unknown()
 		}
 		if err != nil {
@@ -140,7 +140,7 @@ func (s *Server) readJobResource(ctx context.Context, req mcp.ReadResourceReques
 	}
 	if !wantOutput {
 		rec, err := s.deps.Jobs.Get(ctx, id)
-		if errors.Is(err, job.ErrNotFound) {
+		if errors.Is(err, record.ErrJobNotFound) {
 			return nil, unknown()
 		}
 		if err != nil {
@@ -159,7 +159,7 @@ func (s *Server) readJobResource(ctx context.Context, req mcp.ReadResourceReques
 	}
 	zero := int64(0)
 	r, err := s.deps.Jobs.Read(ctx, id, job.ReadRequest{Stream: output.Both, Cursor: &zero, MaxBytes: resourceOutputBytes, StripANSI: true, Peek: true})
-	if errors.Is(err, job.ErrNotFound) {
+	if errors.Is(err, record.ErrJobNotFound) {
 		return nil, unknown()
 	}
 	if err != nil {

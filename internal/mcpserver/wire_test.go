@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/sandboxer/sandboxer/internal/job"
-	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 func TestIDsEchoedExactly(t *testing.T) {
@@ -119,7 +117,7 @@ func TestUnknownResourceNotFound(t *testing.T) {
 			t.Errorf("%s: %+v", uri, r.Error)
 		}
 	}
-	_, _ = ts.jobs.Kill(ctx, id, "KILL", 0, job.ReasonRequested)
+	_, _ = ts.jobs.Kill(ctx, id, "KILL", 0, record.ReasonRequested)
 }
 
 func jobIDFrom(t *testing.T, line string) string {
@@ -164,7 +162,7 @@ func TestResourcesListRecentJobs(t *testing.T) {
 		t.Errorf("templates: %s", r.Result)
 	}
 	for _, id := range ids {
-		_, _ = ts.jobs.Kill(context.Background(), id, "KILL", 0, job.ReasonRequested)
+		_, _ = ts.jobs.Kill(context.Background(), id, "KILL", 0, record.ReasonRequested)
 	}
 }
 
@@ -188,7 +186,7 @@ func TestNoHTMLEscaping(t *testing.T) {
 	if !strings.Contains(r, "echo '<b>fish & chips</b>'") {
 		t.Errorf("record escaped: %s", r)
 	}
-	_, _ = ts.jobs.Kill(context.Background(), id, "KILL", 0, job.ReasonRequested)
+	_, _ = ts.jobs.Kill(context.Background(), id, "KILL", 0, record.ReasonRequested)
 }
 
 func TestUnescapeHTML(t *testing.T) {
@@ -232,15 +230,15 @@ func TestMembersAndInject(t *testing.T) {
 // cancelRun starts a waiting run_command with this id, cancels it with the
 // given notification params (the requestId is filled in), and returns the
 // job once the call has answered.
-func cancelRun(t *testing.T, ts *testServer, rawID string, reason *string) *job.Job {
+func cancelRun(t *testing.T, ts *testServer, rawID string, reason *string) *record.Job {
 	t.Helper()
 	ctx := context.Background()
-	before, _, _ := ts.jobs.List(ctx, store.ListFilter{})
+	before, _, _ := ts.jobs.List(ctx, record.ListFilter{})
 	ts.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"sleep 1000","wait_s":30}}}`, rawID))
 	var id string
 	deadline := time.Now().Add(10 * time.Second)
 	for id == "" {
-		jobs, _, _ := ts.jobs.List(ctx, store.ListFilter{})
+		jobs, _, _ := ts.jobs.List(ctx, record.ListFilter{})
 		if len(jobs) > len(before) {
 			id = jobs[0].ID
 			break
@@ -250,7 +248,7 @@ func cancelRun(t *testing.T, ts *testServer, rawID string, reason *string) *job.
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	waitStatus(t, ts.jobs, id, job.StatusRunning)
+	waitStatus(t, ts.jobs, id, record.StatusRunning)
 	time.Sleep(50 * time.Millisecond) // the call is waiting on the job
 	params := fmt.Sprintf(`{"requestId":%s`, rawID)
 	if reason != nil {
@@ -276,16 +274,16 @@ func TestCancellationReasons(t *testing.T) {
 		id := fmt.Sprint(9007199254740993 + i*2) // a big id must still find its call
 		rec := cancelRun(t, ts, id, str(reason))
 		time.Sleep(100 * time.Millisecond)
-		if rec, _ = ts.jobs.Get(context.Background(), rec.ID); rec.Status != job.StatusRunning {
+		if rec, _ = ts.jobs.Get(context.Background(), rec.ID); rec.Status != record.StatusRunning {
 			t.Errorf("reason %q: job %s, want it running", reason, rec.Status)
 		}
-		_, _ = ts.jobs.Kill(context.Background(), rec.ID, "KILL", 0, job.ReasonRequested)
+		_, _ = ts.jobs.Kill(context.Background(), rec.ID, "KILL", 0, record.ReasonRequested)
 	}
 	// Any other reason, or none, kills it.
 	for i, reason := range []*string{nil, str(""), str("user aborted"), str("AbortError: This operation was aborted")} {
 		rec := cancelRun(t, ts, fmt.Sprintf(`"call-%d"`, i), reason)
-		rec = waitStatus(t, ts.jobs, rec.ID, job.StatusKilled, job.StatusRunning)
-		if rec.Status != job.StatusKilled || rec.Reason != job.ReasonCancelled {
+		rec = waitStatus(t, ts.jobs, rec.ID, record.StatusKilled, record.StatusRunning)
+		if rec.Status != record.StatusKilled || rec.Reason != record.ReasonCancelled {
 			t.Errorf("reason %v: job %s/%s, want killed/cancelled", reason, rec.Status, rec.Reason)
 		}
 	}

@@ -5,31 +5,21 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
-)
 
-// BlockedCommand is a block-list entry an agent added (the operator's own
-// entries live in the policy file, not here).
-type BlockedCommand struct {
-	// Tenant is whose entry it is, and whom it applies to: "" for every
-	// tenant (an admin's), else the tenant that added it.
-	Tenant  string
-	Command string
-	Reason  string
-	AddedBy string // who added it, e.g. the MCP client's name
-	AddedAt time.Time
-}
+	"github.com/sandboxer/sandboxer/internal/record"
+)
 
 // BlockedCommands returns every stored entry of every tenant, by tenant and
 // command name (the block list keeps them all and applies each tenant's).
-func (s *Store) BlockedCommands(ctx context.Context) ([]BlockedCommand, error) {
+func (s *Store) BlockedCommands(ctx context.Context) ([]record.BlockedCommand, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT tenant, command, reason, added_by, added_at FROM blocked_commands ORDER BY tenant, command`)
 	if err != nil {
 		return nil, fmt.Errorf("store: list blocked commands: %w", err)
 	}
 	defer rows.Close()
-	var out []BlockedCommand
+	var out []record.BlockedCommand
 	for rows.Next() {
-		var b BlockedCommand
+		var b record.BlockedCommand
 		var at sql.NullInt64
 		if err := rows.Scan(&b.Tenant, &b.Command, &b.Reason, &b.AddedBy, &at); err != nil {
 			return nil, fmt.Errorf("store: list blocked commands: %w", err)
@@ -45,7 +35,7 @@ func (s *Store) BlockedCommands(ctx context.Context) ([]BlockedCommand, error) {
 
 // PutBlockedCommand adds b.Tenant's entry, or replaces the reason and author
 // of that tenant's existing one. It reports whether the entry was new.
-func (s *Store) PutBlockedCommand(ctx context.Context, b BlockedCommand) (bool, error) {
+func (s *Store) PutBlockedCommand(ctx context.Context, b record.BlockedCommand) (bool, error) {
 	if b.AddedAt.IsZero() {
 		b.AddedAt = time.Now()
 	}

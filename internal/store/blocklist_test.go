@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 func TestBlockedCommandsCRUD(t *testing.T) {
@@ -13,13 +15,13 @@ func TestBlockedCommandsCRUD(t *testing.T) {
 		t.Fatalf("fresh store: %v, %v", got, err)
 	}
 	at := time.Unix(1700000000, 5).UTC()
-	if isNew, err := s.PutBlockedCommand(ctx, BlockedCommand{Command: "rm", Reason: "no deleting", AddedBy: "client 1.0", AddedAt: at}); err != nil || !isNew {
+	if isNew, err := s.PutBlockedCommand(ctx, record.BlockedCommand{Command: "rm", Reason: "no deleting", AddedBy: "client 1.0", AddedAt: at}); err != nil || !isNew {
 		t.Fatalf("put rm: %v, %v", isNew, err)
 	}
-	if isNew, err := s.PutBlockedCommand(ctx, BlockedCommand{Command: "curl"}); err != nil || !isNew {
+	if isNew, err := s.PutBlockedCommand(ctx, record.BlockedCommand{Command: "curl"}); err != nil || !isNew {
 		t.Fatalf("put curl: %v, %v", isNew, err)
 	}
-	if isNew, err := s.PutBlockedCommand(ctx, BlockedCommand{Command: "rm", Reason: "still no", AddedBy: "other", AddedAt: at}); err != nil || isNew {
+	if isNew, err := s.PutBlockedCommand(ctx, record.BlockedCommand{Command: "rm", Reason: "still no", AddedBy: "other", AddedAt: at}); err != nil || isNew {
 		t.Fatalf("put rm again: %v, %v", isNew, err)
 	}
 	got, err := s.BlockedCommands(ctx)

@@ -33,138 +33,17 @@ import (
 
 	"modernc.org/sqlite"
 
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
-// Sentinel errors; test with errors.Is.
 var (
-	// ErrNotFound: no job with that ID.
-	ErrNotFound = errors.New("store: job not found")
-	// ErrExists: CreateJob with an ID that is already stored.
-	ErrExists = errors.New("store: job already exists")
-	// ErrBadCursor: ListFilter.Cursor was not produced by ListJobs.
-	ErrBadCursor = errors.New("store: bad pagination cursor")
 	// ErrSchemaTooNew: the database was written by a newer version of the
 	// server (its schema version is higher than this build knows). Open
 	// returns it instead of setting the file aside, so a downgrade never
 	// discards data.
 	ErrSchemaTooNew = errors.New("store: database schema is newer than this build supports")
 )
-
-// Job statuses the store itself cares about: jobs in these states are
-// "active" and are never deleted by DeleteJobs.
-const (
-	statusQueued  = "queued"
-	statusRunning = "running"
-)
-
-// List page sizes.
-const (
-	DefaultListLimit = 50
-	MaxListLimit     = 500
-)
-
-// Limits are the resource limits a job was started with. Persisted as JSON.
-type Limits struct {
-	TimeoutMS   int64 `json:"timeout_ms"`
-	MemoryBytes int64 `json:"memory_bytes"`
-	NanoCPUs    int64 `json:"nano_cpus"`
-	Pids        int64 `json:"pids"`
-}
-
-// Usage is what a job's process tree used.
-type Usage struct {
-	CPUMS           int64 `json:"cpu_ms"`
-	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
-	WallMS          int64 `json:"wall_ms"`
-}
-
-// Details is what only some kinds of job have. Each kind's part is nil for
-// the others; add a kind's fields in its own struct.
-type Details struct {
-	Session *SessionDetails `json:"session,omitempty"`
-	Script  *ScriptDetails  `json:"script,omitempty"`
-}
-
-// SessionDetails describes an interactive session's terminal.
-type SessionDetails struct {
-	Mode          string `json:"mode"` // "pty" or "pipe"
-	Rows          int    `json:"rows,omitempty"`
-	Cols          int    `json:"cols,omitempty"`
-	Name          string `json:"name,omitempty"`
-	IdleTimeoutMS int64  `json:"idle_timeout_ms,omitempty"`
-	// IdleDeadline is when the session ends unless it gets input first
-	// (kept current in memory while it runs; stored when it ends).
-	IdleDeadline time.Time `json:"idle_deadline,omitzero"`
-}
-
-// ScriptDetails keeps what a script ran: its source and how it was built.
-type ScriptDetails struct {
-	Source       string   `json:"source"`
-	Path         string   `json:"path,omitempty"`
-	Args         []string `json:"args,omitempty"`
-	Dependencies []string `json:"dependencies,omitempty"`
-	Version      string   `json:"language_version,omitempty"`
-}
-
-// Job is one persisted job record. Every field is stored.
-type Job struct {
-	ID          string   // uuid
-	Kind        string   // "command", "script", "session"
-	Status      string   // queued, running, completed, failed, timed_out, killed
-	Reason      string   // exit_code, oom_killed, start_error, lost, requested, cancelled, compile_error, ""
-	ExitCode    *int     // nil while running or when unknown
-	Signal      string   //
-	Command     string   // the command line or script text
-	Language    string   //
-	Image       string   //
-	Workspace   string   //
-	Cwd         string   //
-	Env         []string // KEY=VALUE (stored as JSON; nil and empty are kept distinct)
-	Limits      Limits   // stored as JSON
-	ContainerID string   //
-	StdinOpen   bool     //
-	// ServerID is the server process that runs the job (its serverlock
-	// identity); only that server writes the job while it lives.
-	ServerID string
-	// Tenant owns the job: set from the context at CreateJob, read back by
-	// every lookup (UpdateJob never changes it).
-	Tenant string
-	Usage  Usage // stored as JSON
-	// Details holds what only some kinds of job have; stored as JSON.
-	Details Details
-
-	CreatedAt, StartedAt, EndedAt time.Time // zero = not set (stored as NULL, except CreatedAt)
-
-	// QueuedMS is how long the job waited for a slot (its run time is
-	// counted from StartedAt, apart from it).
-	QueuedMS int64
-
-	StdoutBytes, StderrBytes, DroppedBytes int64 // output sizes
-	ReadCursor                             int64 // where "new since last read" continues (combined stream)
-	StdoutReadCursor, StderrReadCursor     int64 // the same, per stream
-	Error                                  string
-}
-
-// ListFilter selects and pages jobs for ListJobs. Zero values mean "any".
-type ListFilter struct {
-	Status    []string // any of these statuses; empty = any status
-	Kind      string
-	Workspace string
-	Language  string
-	Limit     int    // <= 0 means DefaultListLimit; values above MaxListLimit are clamped
-	Cursor    string // "" for the first page, else the next cursor ListJobs returned
-}
-
-// PruneFilter selects finished jobs for DeleteJobs.
-type PruneFilter struct {
-	// EndedBefore: only jobs that ended strictly before this time. Zero = any
-	// age. A finished job without an EndedAt is aged by its CreatedAt.
-	EndedBefore time.Time
-	// Status: only jobs in one of these statuses; empty = any finished status.
-	// queued and running jobs are never deleted, even if listed here.
-	Status []string
-}
 
 // Store is an open job database.
 type Store struct {
@@ -636,7 +515,7 @@ func timeFromDB(v sql.NullInt64) time.Time {
 	return time.Unix(0, v.Int64).UTC()
 }
 
-func jobArgs(j *Job) ([]any, error) {
+func jobArgs(j *record.Job) ([]any, error) {
 	env, err := json.Marshal(j.Env)
 	if err != nil {
 		return nil, fmt.Errorf("store: encode env: %w", err)
@@ -674,9 +553,9 @@ func jobArgs(j *Job) ([]any, error) {
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanJob(sc scanner) (*Job, error) {
+func scanJob(sc scanner) (*record.Job, error) {
 	var (
-		j              Job
+		j              record.Job
 		exit           sql.NullInt64
 		env, lim, use  string
 		details        string
@@ -714,9 +593,9 @@ func scanJob(sc scanner) (*Job, error) {
 	return &j, nil
 }
 
-func collectJobs(rows *sql.Rows) ([]*Job, error) {
+func collectJobs(rows *sql.Rows) ([]*record.Job, error) {
 	defer rows.Close()
-	var out []*Job
+	var out []*record.Job
 	for rows.Next() {
 		j, err := scanJob(rows)
 		if err != nil {
@@ -748,7 +627,7 @@ func stringArgs(ss []string) []any {
 // CreateJob inserts j. j.ID must be non-empty; a duplicate ID yields an error
 // wrapping ErrExists. If j.CreatedAt is zero it is set to time.Now() (the
 // caller's struct is updated).
-func (s *Store) CreateJob(ctx context.Context, j *Job) error {
+func (s *Store) CreateJob(ctx context.Context, j *record.Job) error {
 	if j == nil || j.ID == "" {
 		return errors.New("store: CreateJob: job ID is required")
 	}
@@ -764,7 +643,7 @@ func (s *Store) CreateJob(ctx context.Context, j *Job) error {
 	_, err = s.db.ExecContext(ctx, `INSERT INTO jobs (`+jobColumns+`, tenant) VALUES (`+placeholders(len(args))+`)`, args...)
 	if err != nil {
 		if code, ok := sqliteCode(err); ok && code == sqliteConstraintPrimaryKey {
-			return fmt.Errorf("%w: %s", ErrExists, j.ID)
+			return fmt.Errorf("%w: %s", record.ErrJobExists, j.ID)
 		}
 		return fmt.Errorf("store: create job %s: %w", j.ID, err)
 	}
@@ -775,7 +654,7 @@ func (s *Store) CreateJob(ctx context.Context, j *Job) error {
 // CreatedAt unless j.CreatedAt is zero (then the stored value is kept). A
 // missing job (or another tenant's, under ctx's) yields an error wrapping
 // ErrNotFound.
-func (s *Store) UpdateJob(ctx context.Context, j *Job) error {
+func (s *Store) UpdateJob(ctx context.Context, j *record.Job) error {
 	if j == nil {
 		return errors.New("store: UpdateJob: nil job")
 	}
@@ -803,7 +682,7 @@ func checkAffected(res sql.Result, id string) error {
 		return fmt.Errorf("store: job %s: %w", id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s", ErrNotFound, id)
+		return fmt.Errorf("%w: %s", record.ErrJobNotFound, id)
 	}
 	return nil
 }
@@ -814,7 +693,7 @@ func checkAffected(res sql.Result, id string) error {
 // that died; exactly one wins.
 func (s *Store) ClaimJob(ctx context.Context, id, from, to string) (bool, error) {
 	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET server_id = ? WHERE id = ? AND server_id = ? AND status IN (?, ?)`,
-		to, id, from, statusQueued, statusRunning)
+		to, id, from, record.StatusQueued, record.StatusRunning)
 	if err != nil {
 		return false, fmt.Errorf("store: claim job %s: %w", id, err)
 	}
@@ -838,11 +717,11 @@ func (s *Store) SetReadCursors(ctx context.Context, id string, combined, stdout,
 }
 
 // GetJob returns the job with that ID, or an error wrapping ErrNotFound.
-func (s *Store) GetJob(ctx context.Context, id string) (*Job, error) {
+func (s *Store) GetJob(ctx context.Context, id string) (*record.Job, error) {
 	where, args := tenantScope(ctx, `id = ?`, id)
 	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobSelect+` FROM jobs WHERE `+where, args...))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		return nil, fmt.Errorf("%w: %s", record.ErrJobNotFound, id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: get job %s: %w", id, err)
@@ -862,7 +741,7 @@ func tenantScope(ctx context.Context, where string, args ...any) (string, []any)
 // cursor is the position after the last job of a page.
 const cursorVersion = "v1"
 
-func encodeCursor(j *Job) string {
+func encodeCursor(j *record.Job) string {
 	raw := cursorVersion + ":" + strconv.FormatInt(j.CreatedAt.UnixNano(), 10) + ":" + j.ID
 	return base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
@@ -870,15 +749,15 @@ func encodeCursor(j *Job) string {
 func decodeCursor(c string) (createdNS int64, id string, err error) {
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: %v", ErrBadCursor, err)
+		return 0, "", fmt.Errorf("%w: %v", record.ErrBadCursor, err)
 	}
 	parts := strings.SplitN(string(raw), ":", 3)
 	if len(parts) != 3 || parts[0] != cursorVersion || parts[2] == "" {
-		return 0, "", fmt.Errorf("%w: malformed", ErrBadCursor)
+		return 0, "", fmt.Errorf("%w: malformed", record.ErrBadCursor)
 	}
 	createdNS, err = strconv.ParseInt(parts[1], 10, 64)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: malformed", ErrBadCursor)
+		return 0, "", fmt.Errorf("%w: malformed", record.ErrBadCursor)
 	}
 	return createdNS, parts[2], nil
 }
@@ -889,13 +768,13 @@ func decodeCursor(c string) (createdNS int64, id string, err error) {
 // are added or deleted, and new jobs created after the first page do not
 // shift later pages. A cursor that ListJobs did not produce yields an error
 // wrapping ErrBadCursor.
-func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]*Job, string, error) {
+func (s *Store) ListJobs(ctx context.Context, f record.ListFilter) ([]*record.Job, string, error) {
 	limit := f.Limit
 	if limit <= 0 {
-		limit = DefaultListLimit
+		limit = record.DefaultListLimit
 	}
-	if limit > MaxListLimit {
-		limit = MaxListLimit
+	if limit > record.MaxListLimit {
+		limit = record.MaxListLimit
 	}
 	var (
 		where []string
@@ -958,7 +837,7 @@ func (s *Store) ListJobs(ctx context.Context, f ListFilter) ([]*Job, string, err
 
 // JobsWithStatus returns every job whose status is one of statuses, oldest
 // first (CreatedAt ascending, then ID). No statuses returns no jobs.
-func (s *Store) JobsWithStatus(ctx context.Context, statuses ...string) ([]*Job, error) {
+func (s *Store) JobsWithStatus(ctx context.Context, statuses ...string) ([]*record.Job, error) {
 	if len(statuses) == 0 {
 		return nil, nil
 	}
@@ -977,9 +856,9 @@ func (s *Store) JobsWithStatus(ctx context.Context, statuses ...string) ([]*Job,
 // DeleteJobs deletes finished jobs (status neither queued nor running)
 // matching f, atomically, and returns their IDs (sorted) so the caller can
 // remove their output directories.
-func (s *Store) DeleteJobs(ctx context.Context, f PruneFilter) ([]string, error) {
+func (s *Store) DeleteJobs(ctx context.Context, f record.PruneFilter) ([]string, error) {
 	where := []string{`status NOT IN (?, ?)`}
-	args := []any{statusQueued, statusRunning}
+	args := []any{record.StatusQueued, record.StatusRunning}
 	if t := tenant.Scope(ctx); t != "" {
 		where, args = append(where, `tenant = ?`), append(args, t)
 	}
@@ -1013,7 +892,7 @@ func (s *Store) DeleteJobs(ctx context.Context, f PruneFilter) ([]string, error)
 
 // CountActiveJobs counts the queued and running jobs (of ctx's tenant).
 func (s *Store) CountActiveJobs(ctx context.Context) (int, error) {
-	where, args := tenantScope(ctx, `status IN (?, ?)`, statusQueued, statusRunning)
+	where, args := tenantScope(ctx, `status IN (?, ?)`, record.StatusQueued, record.StatusRunning)
 	var n int
 	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM jobs WHERE `+where, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("store: count active jobs: %w", err)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 func openTemp(t *testing.T) (*Store, string) {
@@ -33,8 +35,8 @@ func intp(i int) *int { return &i }
 
 var base = time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
 
-func fullJob(id string) *Job {
-	return &Job{
+func fullJob(id string) *record.Job {
+	return &record.Job{
 		ID:               id,
 		Kind:             "script",
 		Status:           "completed",
@@ -47,7 +49,7 @@ func fullJob(id string) *Job {
 		Workspace:        "/home/u/proj",
 		Cwd:              "sub/dir",
 		Env:              []string{"A=1", "B=x=y", "EMPTY="},
-		Limits:           Limits{TimeoutMS: 60000, MemoryBytes: 512 << 20, NanoCPUs: 1_500_000_000, Pids: 256},
+		Limits:           record.Limits{TimeoutMS: 60000, MemoryBytes: 512 << 20, NanoCPUs: 1_500_000_000, Pids: 256},
 		ContainerID:      "abcdef0123456789",
 		StdinOpen:        true,
 		CreatedAt:        base,
@@ -64,7 +66,7 @@ func fullJob(id string) *Job {
 }
 
 // equalJobs compares jobs field by field, times with Equal.
-func equalJobs(t *testing.T, got, want *Job) {
+func equalJobs(t *testing.T, got, want *record.Job) {
 	t.Helper()
 	g, w := *got, *want
 	for _, p := range []struct {
@@ -88,13 +90,13 @@ func TestRoundTrip(t *testing.T) {
 
 	tests := []struct {
 		name string
-		job  *Job
+		job  *record.Job
 	}{
 		{"every field set", fullJob("full")},
-		{"exit code zero", func() *Job { j := fullJob("zero"); j.ExitCode = intp(0); return j }()},
-		{"exit code negative", func() *Job { j := fullJob("neg"); j.ExitCode = intp(-1); return j }()},
-		{"nil exit code, nil env, zero times", &Job{ID: "bare", Kind: "command", Status: "running", CreatedAt: base}},
-		{"empty non-nil env", func() *Job { j := fullJob("emptyenv"); j.Env = []string{}; return j }()},
+		{"exit code zero", func() *record.Job { j := fullJob("zero"); j.ExitCode = intp(0); return j }()},
+		{"exit code negative", func() *record.Job { j := fullJob("neg"); j.ExitCode = intp(-1); return j }()},
+		{"nil exit code, nil env, zero times", &record.Job{ID: "bare", Kind: "command", Status: "running", CreatedAt: base}},
+		{"empty non-nil env", func() *record.Job { j := fullJob("emptyenv"); j.Env = []string{}; return j }()},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,7 +118,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 
 	t.Run("update every field", func(t *testing.T) {
-		j := &Job{ID: "upd", Kind: "command", Status: "queued", CreatedAt: base}
+		j := &record.Job{ID: "upd", Kind: "command", Status: "queued", CreatedAt: base}
 		if err := s.CreateJob(ctx, j); err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +134,7 @@ func TestRoundTrip(t *testing.T) {
 		equalJobs(t, got, u)
 
 		// Back to unset: nil exit code, zero times, nil env.
-		back := &Job{ID: "upd", Kind: "session", Status: "running", CreatedAt: base, Tenant: j.Tenant}
+		back := &record.Job{ID: "upd", Kind: "session", Status: "running", CreatedAt: base, Tenant: j.Tenant}
 		if err := s.UpdateJob(ctx, back); err != nil {
 			t.Fatal(err)
 		}
@@ -175,26 +177,26 @@ func TestRoundTrip(t *testing.T) {
 	})
 
 	t.Run("errors", func(t *testing.T) {
-		if _, err := s.GetJob(ctx, "missing"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.GetJob(ctx, "missing"); !errors.Is(err, record.ErrJobNotFound) {
 			t.Errorf("GetJob missing: %v", err)
 		}
-		if err := s.UpdateJob(ctx, fullJob("missing")); !errors.Is(err, ErrNotFound) {
+		if err := s.UpdateJob(ctx, fullJob("missing")); !errors.Is(err, record.ErrJobNotFound) {
 			t.Errorf("UpdateJob missing: %v", err)
 		}
-		if err := s.SetReadCursors(ctx, "missing", 1, 1, 1); !errors.Is(err, ErrNotFound) {
+		if err := s.SetReadCursors(ctx, "missing", 1, 1, 1); !errors.Is(err, record.ErrJobNotFound) {
 			t.Errorf("SetReadCursors missing: %v", err)
 		}
-		if err := s.CreateJob(ctx, fullJob("full")); !errors.Is(err, ErrExists) {
+		if err := s.CreateJob(ctx, fullJob("full")); !errors.Is(err, record.ErrJobExists) {
 			t.Errorf("CreateJob duplicate: %v", err)
 		}
-		if err := s.CreateJob(ctx, &Job{}); err == nil {
+		if err := s.CreateJob(ctx, &record.Job{}); err == nil {
 			t.Error("CreateJob without ID succeeded")
 		}
 	})
 
 	t.Run("created at defaults to now", func(t *testing.T) {
 		before := time.Now()
-		j := &Job{ID: "now", Kind: "command", Status: "queued"}
+		j := &record.Job{ID: "now", Kind: "command", Status: "queued"}
 		if err := s.CreateJob(ctx, j); err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +213,7 @@ func TestRoundTrip(t *testing.T) {
 	})
 }
 
-func mustCreate(t *testing.T, s *Store, jobs ...*Job) {
+func mustCreate(t *testing.T, s *Store, jobs ...*record.Job) {
 	t.Helper()
 	for _, j := range jobs {
 		if err := s.CreateJob(context.Background(), j); err != nil {
@@ -220,7 +222,7 @@ func mustCreate(t *testing.T, s *Store, jobs ...*Job) {
 	}
 }
 
-func ids(jobs []*Job) []string {
+func ids(jobs []*record.Job) []string {
 	out := make([]string, len(jobs))
 	for i, j := range jobs {
 		out[i] = j.ID
@@ -233,28 +235,28 @@ func TestListJobs(t *testing.T) {
 	ctx := context.Background()
 	at := func(sec int) time.Time { return base.Add(time.Duration(sec) * time.Second) }
 	mustCreate(t, s,
-		&Job{ID: "a", Kind: "command", Status: "completed", Workspace: "/w1", CreatedAt: at(1)},
-		&Job{ID: "b", Kind: "script", Status: "running", Workspace: "/w2", CreatedAt: at(2)},
-		&Job{ID: "c", Kind: "session", Status: "queued", Workspace: "/w1", CreatedAt: at(3)},
+		&record.Job{ID: "a", Kind: "command", Status: "completed", Workspace: "/w1", CreatedAt: at(1)},
+		&record.Job{ID: "b", Kind: "script", Status: "running", Workspace: "/w2", CreatedAt: at(2)},
+		&record.Job{ID: "c", Kind: "session", Status: "queued", Workspace: "/w1", CreatedAt: at(3)},
 		// d and e share c's timestamp: ID breaks the tie (descending).
-		&Job{ID: "e", Kind: "command", Status: "failed", Workspace: "/w2", CreatedAt: at(3)},
-		&Job{ID: "d", Kind: "command", Status: "running", Workspace: "/w1", CreatedAt: at(3)},
-		&Job{ID: "f", Kind: "script", Status: "killed", Workspace: "/w1", CreatedAt: at(4)},
+		&record.Job{ID: "e", Kind: "command", Status: "failed", Workspace: "/w2", CreatedAt: at(3)},
+		&record.Job{ID: "d", Kind: "command", Status: "running", Workspace: "/w1", CreatedAt: at(3)},
+		&record.Job{ID: "f", Kind: "script", Status: "killed", Workspace: "/w1", CreatedAt: at(4)},
 	)
 
 	tests := []struct {
 		name string
-		f    ListFilter
+		f    record.ListFilter
 		want []string
 	}{
-		{"all newest first", ListFilter{}, []string{"f", "e", "d", "c", "b", "a"}},
-		{"one status", ListFilter{Status: []string{"running"}}, []string{"d", "b"}},
-		{"several statuses", ListFilter{Status: []string{"running", "queued", "killed"}}, []string{"f", "d", "c", "b"}},
-		{"unknown status", ListFilter{Status: []string{"nope"}}, nil},
-		{"kind", ListFilter{Kind: "command"}, []string{"e", "d", "a"}},
-		{"workspace", ListFilter{Workspace: "/w1"}, []string{"f", "d", "c", "a"}},
-		{"combined", ListFilter{Kind: "command", Workspace: "/w1", Status: []string{"running"}}, []string{"d"}},
-		{"limit", ListFilter{Limit: 2}, []string{"f", "e"}},
+		{"all newest first", record.ListFilter{}, []string{"f", "e", "d", "c", "b", "a"}},
+		{"one status", record.ListFilter{Status: []string{"running"}}, []string{"d", "b"}},
+		{"several statuses", record.ListFilter{Status: []string{"running", "queued", "killed"}}, []string{"f", "d", "c", "b"}},
+		{"unknown status", record.ListFilter{Status: []string{"nope"}}, nil},
+		{"kind", record.ListFilter{Kind: "command"}, []string{"e", "d", "a"}},
+		{"workspace", record.ListFilter{Workspace: "/w1"}, []string{"f", "d", "c", "a"}},
+		{"combined", record.ListFilter{Kind: "command", Workspace: "/w1", Status: []string{"running"}}, []string{"d"}},
+		{"limit", record.ListFilter{Limit: 2}, []string{"f", "e"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -275,7 +277,7 @@ func TestListJobs(t *testing.T) {
 		var all []string
 		cursor := ""
 		for range 10 {
-			page, next, err := s.ListJobs(ctx, ListFilter{Limit: 2, Cursor: cursor})
+			page, next, err := s.ListJobs(ctx, record.ListFilter{Limit: 2, Cursor: cursor})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,11 +293,11 @@ func TestListJobs(t *testing.T) {
 	})
 
 	t.Run("exact multiple has no trailing empty page", func(t *testing.T) {
-		page, next, err := s.ListJobs(ctx, ListFilter{Limit: 3})
+		page, next, err := s.ListJobs(ctx, record.ListFilter{Limit: 3})
 		if err != nil || len(page) != 3 || next == "" {
 			t.Fatalf("page1: %v %d %q", err, len(page), next)
 		}
-		page, next, err = s.ListJobs(ctx, ListFilter{Limit: 3, Cursor: next})
+		page, next, err = s.ListJobs(ctx, record.ListFilter{Limit: 3, Cursor: next})
 		if err != nil || len(page) != 3 || next != "" {
 			t.Fatalf("page2: %v %d %q", err, len(page), next)
 		}
@@ -303,8 +305,8 @@ func TestListJobs(t *testing.T) {
 
 	t.Run("bad cursor", func(t *testing.T) {
 		for _, c := range []string{"!!!notbase64", "aGVsbG8", encodeCursorRaw("v2:1:x"), encodeCursorRaw("v1:abc:x"), encodeCursorRaw("v1:5:")} {
-			if _, _, err := s.ListJobs(ctx, ListFilter{Cursor: c}); !errors.Is(err, ErrBadCursor) {
-				t.Errorf("cursor %q: err = %v, want ErrBadCursor", c, err)
+			if _, _, err := s.ListJobs(ctx, record.ListFilter{Cursor: c}); !errors.Is(err, record.ErrBadCursor) {
+				t.Errorf("cursor %q: err = %v, want record.ErrBadCursor", c, err)
 			}
 		}
 	})
@@ -319,15 +321,15 @@ func TestPagination120(t *testing.T) {
 	for i := range 120 {
 		id := fmt.Sprintf("job-%03d", i)
 		// Groups of three share a timestamp to exercise the ID tiebreak.
-		mustCreate(t, s, &Job{ID: id, Kind: "command", Status: "completed", CreatedAt: base.Add(time.Duration(i/3) * time.Millisecond)})
+		mustCreate(t, s, &record.Job{ID: id, Kind: "command", Status: "completed", CreatedAt: base.Add(time.Duration(i/3) * time.Millisecond)})
 		want[id] = true
 	}
 	seen := map[string]bool{}
 	var pages []int
-	var prev *Job
+	var prev *record.Job
 	cursor := ""
 	for {
-		page, next, err := s.ListJobs(ctx, ListFilter{Limit: 50, Cursor: cursor})
+		page, next, err := s.ListJobs(ctx, record.ListFilter{Limit: 50, Cursor: cursor})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -358,15 +360,15 @@ func TestPagination120(t *testing.T) {
 	}
 
 	// Default limit is 50; above the max is clamped.
-	page, _, err := s.ListJobs(ctx, ListFilter{})
-	if err != nil || len(page) != DefaultListLimit {
+	page, _, err := s.ListJobs(ctx, record.ListFilter{})
+	if err != nil || len(page) != record.DefaultListLimit {
 		t.Errorf("default limit: %d, %v", len(page), err)
 	}
 	for i := 120; i < 620; i++ {
-		mustCreate(t, s, &Job{ID: fmt.Sprintf("job-%03d", i), CreatedAt: base})
+		mustCreate(t, s, &record.Job{ID: fmt.Sprintf("job-%03d", i), CreatedAt: base})
 	}
-	page, next, err := s.ListJobs(ctx, ListFilter{Limit: 10000})
-	if err != nil || len(page) != MaxListLimit || next == "" {
+	page, next, err := s.ListJobs(ctx, record.ListFilter{Limit: 10000})
+	if err != nil || len(page) != record.MaxListLimit || next == "" {
 		t.Errorf("clamped limit: %d, %q, %v", len(page), next, err)
 	}
 }
@@ -375,10 +377,10 @@ func TestJobsWithStatus(t *testing.T) {
 	s, _ := openTemp(t)
 	ctx := context.Background()
 	mustCreate(t, s,
-		&Job{ID: "r2", Status: "running", CreatedAt: base.Add(2)},
-		&Job{ID: "q1", Status: "queued", CreatedAt: base.Add(1)},
-		&Job{ID: "c", Status: "completed", CreatedAt: base},
-		&Job{ID: "r0", Status: "running", CreatedAt: base},
+		&record.Job{ID: "r2", Status: "running", CreatedAt: base.Add(2)},
+		&record.Job{ID: "q1", Status: "queued", CreatedAt: base.Add(1)},
+		&record.Job{ID: "c", Status: "completed", CreatedAt: base},
+		&record.Job{ID: "r0", Status: "running", CreatedAt: base},
 	)
 	tests := []struct {
 		statuses []string
@@ -407,27 +409,27 @@ func TestDeleteJobs(t *testing.T) {
 	seed := func(t *testing.T) *Store {
 		s, _ := openTemp(t)
 		mustCreate(t, s,
-			&Job{ID: "run-old", Status: "running", CreatedAt: old, EndedAt: old}, // odd, but must survive
-			&Job{ID: "queued-old", Status: "queued", CreatedAt: old},
-			&Job{ID: "done-old", Status: "completed", CreatedAt: old, EndedAt: old},
-			&Job{ID: "fail-old", Status: "failed", CreatedAt: old, EndedAt: old},
-			&Job{ID: "done-new", Status: "completed", CreatedAt: old, EndedAt: recent},
-			&Job{ID: "killed-noend-old", Status: "killed", CreatedAt: old},
-			&Job{ID: "killed-noend-new", Status: "killed", CreatedAt: recent},
+			&record.Job{ID: "run-old", Status: "running", CreatedAt: old, EndedAt: old}, // odd, but must survive
+			&record.Job{ID: "queued-old", Status: "queued", CreatedAt: old},
+			&record.Job{ID: "done-old", Status: "completed", CreatedAt: old, EndedAt: old},
+			&record.Job{ID: "fail-old", Status: "failed", CreatedAt: old, EndedAt: old},
+			&record.Job{ID: "done-new", Status: "completed", CreatedAt: old, EndedAt: recent},
+			&record.Job{ID: "killed-noend-old", Status: "killed", CreatedAt: old},
+			&record.Job{ID: "killed-noend-new", Status: "killed", CreatedAt: recent},
 		)
 		return s
 	}
 	tests := []struct {
 		name   string
-		f      PruneFilter
+		f      record.PruneFilter
 		want   []string
 		remain int
 	}{
-		{"everything finished", PruneFilter{}, []string{"done-new", "done-old", "fail-old", "killed-noend-new", "killed-noend-old"}, 2},
-		{"by age", PruneFilter{EndedBefore: cutoff}, []string{"done-old", "fail-old", "killed-noend-old"}, 4},
-		{"by status", PruneFilter{Status: []string{"completed"}}, []string{"done-new", "done-old"}, 5},
-		{"age and status", PruneFilter{EndedBefore: cutoff, Status: []string{"failed", "completed"}}, []string{"done-old", "fail-old"}, 5},
-		{"active statuses are never deleted", PruneFilter{Status: []string{"running", "queued"}}, nil, 7},
+		{"everything finished", record.PruneFilter{}, []string{"done-new", "done-old", "fail-old", "killed-noend-new", "killed-noend-old"}, 2},
+		{"by age", record.PruneFilter{EndedBefore: cutoff}, []string{"done-old", "fail-old", "killed-noend-old"}, 4},
+		{"by status", record.PruneFilter{Status: []string{"completed"}}, []string{"done-new", "done-old"}, 5},
+		{"age and status", record.PruneFilter{EndedBefore: cutoff, Status: []string{"failed", "completed"}}, []string{"done-old", "fail-old"}, 5},
+		{"active statuses are never deleted", record.PruneFilter{Status: []string{"running", "queued"}}, nil, 7},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -449,7 +451,7 @@ func TestDeleteJobs(t *testing.T) {
 				}
 			}
 			for _, id := range got {
-				if _, err := s.GetJob(ctx, id); !errors.Is(err, ErrNotFound) {
+				if _, err := s.GetJob(ctx, id); !errors.Is(err, record.ErrJobNotFound) {
 					t.Errorf("%s still there: %v", id, err)
 				}
 			}
@@ -673,7 +675,7 @@ func TestConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range perWorker {
 				id := fmt.Sprintf("w%d-%d", w, i)
-				j := &Job{ID: id, Kind: "command", Status: "queued", Env: []string{"W=" + id}}
+				j := &record.Job{ID: id, Kind: "command", Status: "queued", Env: []string{"W=" + id}}
 				if err := s.CreateJob(ctx, j); err != nil {
 					errs <- err
 					continue
@@ -689,7 +691,7 @@ func TestConcurrent(t *testing.T) {
 				if err := s.UpdateJob(ctx, j); err != nil {
 					errs <- err
 				}
-				if _, _, err := s.ListJobs(ctx, ListFilter{Limit: 5}); err != nil {
+				if _, _, err := s.ListJobs(ctx, record.ListFilter{Limit: 5}); err != nil {
 					errs <- err
 				}
 			}
@@ -701,7 +703,7 @@ func TestConcurrent(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for range 20 {
-			got, err := s.DeleteJobs(ctx, PruneFilter{Status: []string{"never-matches"}})
+			got, err := s.DeleteJobs(ctx, record.PruneFilter{Status: []string{"never-matches"}})
 			if err != nil {
 				errs <- err
 			}
@@ -861,7 +863,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 func TestClaimJobOnce(t *testing.T) {
 	s, _ := openTemp(t)
 	ctx := context.Background()
-	j := &Job{ID: "j1", Status: statusRunning, ServerID: "dead", Usage: Usage{CPUMS: 5}}
+	j := &record.Job{ID: "j1", Status: record.StatusRunning, ServerID: "dead", Usage: record.Usage{CPUMS: 5}}
 	if err := s.CreateJob(ctx, j); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
@@ -24,28 +25,28 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 	if err := s.CreateJob(bob, b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetJob(bob, a.ID); !errors.Is(err, ErrNotFound) {
+	if _, err := s.GetJob(bob, a.ID); !errors.Is(err, record.ErrJobNotFound) {
 		t.Fatalf("bob reads alice's job: %v", err)
 	}
 	if _, err := s.GetJob(alice, a.ID); err != nil {
 		t.Fatal(err)
 	}
 	for ctx, want := range map[context.Context]int{alice: 1, bob: 1, admin: 2, context.Background(): 2} {
-		jobs, _, err := s.ListJobs(ctx, ListFilter{})
+		jobs, _, err := s.ListJobs(ctx, record.ListFilter{})
 		if err != nil || len(jobs) != want {
 			t.Fatalf("list: %d jobs (%v), want %d", len(jobs), err, want)
 		}
 	}
-	if ids, err := s.DeleteJobs(bob, PruneFilter{}); err != nil || len(ids) != 1 || ids[0] != b.ID {
+	if ids, err := s.DeleteJobs(bob, record.PruneFilter{}); err != nil || len(ids) != 1 || ids[0] != b.ID {
 		t.Fatalf("bob's prune removed %v (%v)", ids, err)
 	}
 	if _, err := s.GetJob(admin, a.ID); err != nil {
 		t.Fatalf("alice's job after bob's prune: %v", err)
 	}
-	if err := s.CreateWorkspace(alice, &Workspace{Name: "proj", CreatedAt: time.Now()}); err != nil {
+	if err := s.CreateWorkspace(alice, &record.Workspace{Name: "proj", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetWorkspace(bob, "proj"); !errors.Is(err, ErrWorkspaceNotFound) {
+	if _, err := s.GetWorkspace(bob, "proj"); !errors.Is(err, record.ErrWorkspaceNotFound) {
 		t.Fatalf("bob sees alice's workspace: %v", err)
 	}
 	if l, _ := s.ListWorkspaces(bob); len(l) != 0 {
@@ -66,11 +67,11 @@ func TestTenantKeys(t *testing.T) {
 	alice := tenant.With(context.Background(), tenant.Tenant{Name: "alice"})
 	bob := tenant.With(context.Background(), tenant.Tenant{Name: "bob"})
 	admin := tenant.With(context.Background(), tenant.Tenant{Name: "ops", Admin: true})
-	a := &Workspace{Name: "proj", Language: "python"}
+	a := &record.Workspace{Name: "proj", Language: "python"}
 	if err := s.CreateWorkspace(alice, a); err != nil {
 		t.Fatal(err)
 	}
-	b := &Workspace{Name: "proj", Language: "bash"}
+	b := &record.Workspace{Name: "proj", Language: "bash"}
 	if err := s.CreateWorkspace(bob, b); err != nil {
 		t.Fatalf("bob's proj beside alice's: %v", err)
 	}
@@ -80,7 +81,7 @@ func TestTenantKeys(t *testing.T) {
 	if got, err := s.GetWorkspace(bob, "proj"); err != nil || got.ID != b.ID || got.Language != "bash" {
 		t.Fatalf("bob's proj: %+v %v", got, err)
 	}
-	if _, err := s.GetWorkspace(bob, "alice/proj"); !errors.Is(err, ErrWorkspaceNotFound) {
+	if _, err := s.GetWorkspace(bob, "alice/proj"); !errors.Is(err, record.ErrWorkspaceNotFound) {
 		t.Fatalf("bob names alice/proj: %v", err)
 	}
 	if got, err := s.GetWorkspace(admin, "alice/proj"); err != nil || got.ID != a.ID {
@@ -94,7 +95,7 @@ func TestTenantKeys(t *testing.T) {
 		"touch":  s.TouchWorkspace(bob, a.ID, time.Now()),
 		"delete": s.DeleteWorkspace(bob, a.ID),
 	} {
-		if !errors.Is(err, ErrWorkspaceNotFound) {
+		if !errors.Is(err, record.ErrWorkspaceNotFound) {
 			t.Fatalf("bob's %s of alice's workspace: %v", what, err)
 		}
 	}
@@ -108,10 +109,10 @@ func TestTenantKeys(t *testing.T) {
 	}
 	j2 := *j
 	j2.Status = "killed"
-	if err := s.UpdateJob(bob, &j2); !errors.Is(err, ErrNotFound) {
+	if err := s.UpdateJob(bob, &j2); !errors.Is(err, record.ErrJobNotFound) {
 		t.Fatalf("bob's update of alice's job: %v", err)
 	}
-	if err := s.SetReadCursors(bob, j.ID, 1, 1, 1); !errors.Is(err, ErrNotFound) {
+	if err := s.SetReadCursors(bob, j.ID, 1, 1, 1); !errors.Is(err, record.ErrJobNotFound) {
 		t.Fatalf("bob's read cursors on alice's job: %v", err)
 	}
 	if got, _ := s.GetJob(alice, j.ID); got.Status != j.Status || got.ReadCursor != j.ReadCursor {
@@ -121,7 +122,7 @@ func TestTenantKeys(t *testing.T) {
 	if err := s.DeleteWorkspace(alice, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	again := &Workspace{Name: "proj"}
+	again := &record.Workspace{Name: "proj"}
 	if err := s.CreateWorkspace(alice, again); err != nil || again.ID == a.ID {
 		t.Fatalf("alice's new proj: id %q (old %q), %v", again.ID, a.ID, err)
 	}

@@ -11,55 +11,13 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
-// ErrWorkspaceNotFound: no workspace with that name.
-var ErrWorkspaceNotFound = errors.New("store: workspace not found")
-
-// ErrWorkspaceExists: a workspace with that name already exists.
-var ErrWorkspaceExists = errors.New("store: workspace already exists")
-
-// WorkspaceLimits are the limits a workspace's container was made with. Stored as JSON.
-type WorkspaceLimits struct {
-	MemoryBytes int64 `json:"memory_bytes"`
-	NanoCPUs    int64 `json:"nano_cpus"`
-	Pids        int64 `json:"pids"`
-	DiskBytes   int64 `json:"disk_bytes"`
-}
-
-// WorkspaceDetails holds what is known about a workspace beyond its columns. Stored as JSON.
-type WorkspaceDetails struct {
-	// Installed lists packages installed by install_packages, by manager.
-	Installed map[string][]string `json:"installed,omitempty"`
-	// Egress is the workspace's own allowlist (create_workspace's egress):
-	// its container is on the egress network and its jobs reach these
-	// hosts through the proxy. Empty: no network.
-	Egress []string `json:"egress,omitempty"`
-}
-
-// Workspace is one persisted workspace record. Its name is unique within
-// its tenant; its ID is unique for ever (a new workspace under an old name
-// gets a new one).
-type Workspace struct {
-	ID          string // set by CreateWorkspace
-	Tenant      string // the owner (ctx's at CreateWorkspace)
-	Name        string
-	Language    string
-	Image       string
-	ContainerID string
-	Volume      string
-	State       string // "creating", "running", "stopped"
-	Limits      WorkspaceLimits
-	ServerID    string // the server that created it
-	CreatedAt   time.Time
-	LastUsedAt  time.Time // zero = never used
-	Details     WorkspaceDetails
-}
-
 const workspaceColumns = `name, language, image, container_id, volume, state, limits, server_id, created_at, last_used_at, details, id, tenant`
 
-func workspaceArgs(w *Workspace) ([]any, error) {
+func workspaceArgs(w *record.Workspace) ([]any, error) {
 	limits, err := json.Marshal(w.Limits)
 	if err != nil {
 		return nil, err
@@ -72,8 +30,8 @@ func workspaceArgs(w *Workspace) ([]any, error) {
 		w.ServerID, w.CreatedAt.UnixNano(), timeToDB(w.LastUsedAt), string(details), w.ID, w.Tenant}, nil
 }
 
-func scanWorkspace(sc scanner) (*Workspace, error) {
-	var w Workspace
+func scanWorkspace(sc scanner) (*record.Workspace, error) {
+	var w record.Workspace
 	var created int64
 	var used sql.NullInt64
 	var limits, details string
@@ -95,7 +53,7 @@ func scanWorkspace(sc scanner) (*Workspace, error) {
 // CreateWorkspace stores a new workspace of ctx's tenant, giving it its
 // Tenant and, unless the caller chose one, its ID; ErrWorkspaceExists when
 // the tenant has one of that name.
-func (s *Store) CreateWorkspace(ctx context.Context, w *Workspace) error {
+func (s *Store) CreateWorkspace(ctx context.Context, w *record.Workspace) error {
 	if w == nil || w.Name == "" {
 		return errors.New("store: CreateWorkspace: name is required")
 	}
@@ -113,7 +71,7 @@ func (s *Store) CreateWorkspace(ctx context.Context, w *Workspace) error {
 	_, err = s.db.ExecContext(ctx, `INSERT INTO workspaces (`+workspaceColumns+`) VALUES (`+placeholders(len(args))+`)`, args...)
 	if err != nil {
 		if code, ok := sqliteCode(err); ok && code == sqliteConstraintPrimaryKey {
-			return fmt.Errorf("%w: %s", ErrWorkspaceExists, w.Name)
+			return fmt.Errorf("%w: %s", record.ErrWorkspaceExists, w.Name)
 		}
 		return fmt.Errorf("store: create workspace %s: %w", w.Name, err)
 	}
@@ -127,7 +85,7 @@ func workspaceByID(ctx context.Context, id string) (string, []any) {
 
 // UpdateWorkspace overwrites every field but ID and Tenant of workspace
 // w.ID; ErrWorkspaceNotFound when ctx's tenant has none such.
-func (s *Store) UpdateWorkspace(ctx context.Context, w *Workspace) error {
+func (s *Store) UpdateWorkspace(ctx context.Context, w *record.Workspace) error {
 	if w == nil {
 		return errors.New("store: UpdateWorkspace: nil workspace")
 	}
@@ -151,7 +109,7 @@ func workspaceAffected(res sql.Result, name string) error {
 		return fmt.Errorf("store: workspace %s: %w", name, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s", ErrWorkspaceNotFound, name)
+		return fmt.Errorf("%w: %s", record.ErrWorkspaceNotFound, name)
 	}
 	return nil
 }
@@ -159,11 +117,11 @@ func workspaceAffected(res sql.Result, name string) error {
 // GetWorkspace returns ctx's tenant's workspace of that name. Where ctx may
 // see every tenant's (an admin, the server's own work), "TENANT/NAME" names
 // another tenant's. ErrWorkspaceNotFound when there is none.
-func (s *Store) GetWorkspace(ctx context.Context, name string) (*Workspace, error) {
+func (s *Store) GetWorkspace(ctx context.Context, name string) (*record.Workspace, error) {
 	owner, plain := tenant.Owner(ctx), name
 	if t, n, ok := strings.Cut(name, "/"); ok {
 		if tenant.Scope(ctx) != "" {
-			return nil, fmt.Errorf("%w: %s", ErrWorkspaceNotFound, name)
+			return nil, fmt.Errorf("%w: %s", record.ErrWorkspaceNotFound, name)
 		}
 		owner, plain = t, n
 	}
@@ -171,15 +129,15 @@ func (s *Store) GetWorkspace(ctx context.Context, name string) (*Workspace, erro
 }
 
 // GetWorkspaceByID returns the workspace with that ID (within ctx's tenant).
-func (s *Store) GetWorkspaceByID(ctx context.Context, id string) (*Workspace, error) {
+func (s *Store) GetWorkspaceByID(ctx context.Context, id string) (*record.Workspace, error) {
 	where, args := workspaceByID(ctx, id)
 	return s.getWorkspace(ctx, id, where, args...)
 }
 
-func (s *Store) getWorkspace(ctx context.Context, what, where string, args ...any) (*Workspace, error) {
+func (s *Store) getWorkspace(ctx context.Context, what, where string, args ...any) (*record.Workspace, error) {
 	w, err := scanWorkspace(s.db.QueryRowContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE `+where, args...))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %s", ErrWorkspaceNotFound, what)
+		return nil, fmt.Errorf("%w: %s", record.ErrWorkspaceNotFound, what)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: get workspace %s: %w", what, err)
@@ -188,14 +146,14 @@ func (s *Store) getWorkspace(ctx context.Context, what, where string, args ...an
 }
 
 // ListWorkspaces returns every workspace (of ctx's tenant), by tenant and name.
-func (s *Store) ListWorkspaces(ctx context.Context) ([]*Workspace, error) {
+func (s *Store) ListWorkspaces(ctx context.Context) ([]*record.Workspace, error) {
 	where, args := tenantScope(ctx, `1 = 1`)
 	rows, err := s.db.QueryContext(ctx, `SELECT `+workspaceColumns+` FROM workspaces WHERE `+where+` ORDER BY tenant, name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: list workspaces: %w", err)
 	}
 	defer rows.Close()
-	var out []*Workspace
+	var out []*record.Workspace
 	for rows.Next() {
 		w, err := scanWorkspace(rows)
 		if err != nil {

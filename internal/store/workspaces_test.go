@@ -6,20 +6,22 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 func TestWorkspaceCRUD(t *testing.T) {
 	s, path := openTemp(t)
 	ctx := context.Background()
 	created := time.Unix(1700000000, 123).UTC()
-	w := &Workspace{Name: "proj-1", Language: "python", Image: "img:1", ContainerID: "c1", Volume: "v1",
-		State: "running", Limits: WorkspaceLimits{MemoryBytes: 1 << 30, NanoCPUs: 1e9, Pids: 256, DiskBytes: 1 << 29},
-		ServerID: "srv", CreatedAt: created, Details: WorkspaceDetails{Installed: map[string][]string{"pip": {"x"}}}}
+	w := &record.Workspace{Name: "proj-1", Language: "python", Image: "img:1", ContainerID: "c1", Volume: "v1",
+		State: "running", Limits: record.WorkspaceLimits{MemoryBytes: 1 << 30, NanoCPUs: 1e9, Pids: 256, DiskBytes: 1 << 29},
+		ServerID: "srv", CreatedAt: created, Details: record.WorkspaceDetails{Installed: map[string][]string{"pip": {"x"}}}}
 	if err := s.CreateWorkspace(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateWorkspace(ctx, &Workspace{Name: "proj-1"}); !errors.Is(err, ErrWorkspaceExists) {
-		t.Fatalf("duplicate create: %v, want ErrWorkspaceExists", err)
+	if err := s.CreateWorkspace(ctx, &record.Workspace{Name: "proj-1"}); !errors.Is(err, record.ErrWorkspaceExists) {
+		t.Fatalf("duplicate create: %v, want record.ErrWorkspaceExists", err)
 	}
 	got, err := s.GetWorkspace(ctx, "proj-1")
 	if err != nil {
@@ -36,7 +38,7 @@ func TestWorkspaceCRUD(t *testing.T) {
 	if err := s.TouchWorkspace(ctx, got.ID, used); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateWorkspace(ctx, &Workspace{Name: "a-first", Language: "bash"}); err != nil {
+	if err := s.CreateWorkspace(ctx, &record.Workspace{Name: "a-first", Language: "bash"}); err != nil {
 		t.Fatal(err)
 	}
 	// Survives a reopen.
@@ -69,10 +71,10 @@ func TestWorkspaceCRUD(t *testing.T) {
 		"get":    func() error { _, err := s2.GetWorkspace(ctx, "proj-1"); return err }(),
 		"delete": s2.DeleteWorkspace(ctx, got.ID),
 		"touch":  s2.TouchWorkspace(ctx, got.ID, used),
-		"update": s2.UpdateWorkspace(ctx, &Workspace{Name: "proj-1"}),
+		"update": s2.UpdateWorkspace(ctx, &record.Workspace{Name: "proj-1"}),
 	} {
-		if !errors.Is(err, ErrWorkspaceNotFound) {
-			t.Errorf("%s of a deleted workspace: %v, want ErrWorkspaceNotFound", name, err)
+		if !errors.Is(err, record.ErrWorkspaceNotFound) {
+			t.Errorf("%s of a deleted workspace: %v, want record.ErrWorkspaceNotFound", name, err)
 		}
 	}
 }

@@ -11,10 +11,9 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
-	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 const someJob = "123e4567-e89b-12d3-a456-426614174000"
@@ -248,9 +247,9 @@ func TestFailureText(t *testing.T) {
 		err  error
 		want string
 	}{
-		{fmt.Errorf("%w: malformed", store.ErrBadCursor), "cursor is not one list_jobs gave"},
-		{fmt.Errorf("%w: x", store.ErrNotFound), "no such job: list_jobs shows the known ones"},
-		{fmt.Errorf("%w %q: list_jobs shows the known ones", job.ErrNotFound, "x"), `no such job "x": list_jobs shows the known ones`},
+		{fmt.Errorf("%w: malformed", record.ErrBadCursor), "cursor is not one list_jobs gave"},
+		{fmt.Errorf("%w: x", record.ErrJobNotFound), "no such job: x"},
+		{fmt.Errorf("%w %q: list_jobs shows the known ones", record.ErrJobNotFound, "x"), `no such job "x": list_jobs shows the known ones`},
 		{fmt.Errorf("record job: %w", fmt.Errorf("store: create job x: %w", errors.New("disk full"))), "record job: create job x: disk full"},
 		{errors.New("output: read /s/x: EOF"), "read /s/x: EOF"},
 		{&policy.LimitError{Field: "cpus", Message: "cpus 9 is over the policy ceiling of 2 (limits.cpus.max)"}, "cpus 9 is over the policy ceiling of 2 (limits.cpus.max)"},

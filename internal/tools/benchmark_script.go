@@ -7,8 +7,7 @@ import (
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 // benchmark_script bounds.
@@ -126,11 +125,11 @@ func BenchmarkScript(d Deps) Tool {
 			if i < warmup {
 				which = fmt.Sprintf("warm-up run %d", i+1)
 			}
-			if !job.Finished(rec.Status) {
-				_, _ = d.Jobs.Kill(context.Background(), rec.ID, "KILL", 0, job.ReasonCancelled)
+			if !record.Finished(rec.Status) {
+				_, _ = d.Jobs.Kill(context.Background(), rec.ID, "KILL", 0, record.ReasonCancelled)
 				return errorResult("benchmark stopped: %s (job %s) was cancelled before it ended", which, rec.ID), nil
 			}
-			if rec.Status != job.StatusCompleted {
+			if rec.Status != record.StatusCompleted {
 				tailOut, _ := d.Jobs.Tail(ctx, rec.ID, 20, 4096)
 				text, _ := outputText(tailOut)
 				return errorResult("benchmark stopped: %s (job %s) ended %s: %s\n%s", which, rec.ID, rec.Status, statusLine(rec), text), nil

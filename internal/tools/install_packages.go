@@ -3,10 +3,11 @@ package tools
 import (
 	"context"
 	"fmt"
-	"github.com/sandboxer/sandboxer/internal/audit"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandboxer/sandboxer/internal/audit"
 
 	"github.com/mark3labs/mcp-go/mcp"
 

@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 // KillJobArgs are kill_job's arguments.
@@ -64,7 +63,7 @@ func KillJob(d Deps) Tool {
 		if !(grace >= 0 && grace <= maxGraceS) {
 			return errorResult("grace_s %s is out of range: 0 to %d", num(grace), maxGraceS), nil
 		}
-		rec, err := d.Jobs.Kill(ctx, args.JobID, sig, time.Duration(grace*float64(time.Second)), job.ReasonRequested)
+		rec, err := d.Jobs.Kill(ctx, args.JobID, sig, time.Duration(grace*float64(time.Second)), record.ReasonRequested)
 		if err != nil {
 			return failure(err), nil
 		}

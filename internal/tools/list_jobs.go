@@ -9,7 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandboxer/sandboxer/internal/job"
-	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
@@ -45,7 +45,7 @@ type ListJobsResult struct {
 	NextCursor string       `json:"next_cursor,omitempty" jsonschema:"pass as cursor for the next page; empty when this is the last"`
 }
 
-var knownStatuses = []string{job.StatusQueued, job.StatusRunning, job.StatusCompleted, job.StatusFailed, job.StatusTimedOut, job.StatusKilled}
+var knownStatuses = []string{record.StatusQueued, record.StatusRunning, record.StatusCompleted, record.StatusFailed, record.StatusTimedOut, record.StatusKilled}
 
 // knownKinds are the kinds a job record can have: run_command's jobs are
 // command, start_session's session; the record field already holds script.
@@ -68,8 +68,8 @@ func ListJobs(d Deps) Tool {
 	in := inputSchema[ListJobsArgs](map[string]param{
 		"status": oneOf(knownStatuses...).describe("only these statuses"),
 		"kind":   oneOf(knownKinds...).describe("only this kind"),
-		"limit": between(1, store.MaxListLimit).describe(
-			"page size; default %d", store.DefaultListLimit),
+		"limit": between(1, record.MaxListLimit).describe(
+			"page size; default %d", record.DefaultListLimit),
 	})
 	def := mcp.NewTool("list_jobs",
 		mcp.WithDescription("List jobs, newest first, filtered by status, kind or workspace; paginated. Docs: sandboxer://docs/list_jobs"),
@@ -94,10 +94,10 @@ func ListJobs(d Deps) Tool {
 				return errorResult("workspace: %v", err), nil
 			}
 		}
-		if args.Limit < 0 || args.Limit > store.MaxListLimit {
-			return errorResult("limit %d is out of range: 1 to %d", args.Limit, store.MaxListLimit), nil
+		if args.Limit < 0 || args.Limit > record.MaxListLimit {
+			return errorResult("limit %d is out of range: 1 to %d", args.Limit, record.MaxListLimit), nil
 		}
-		jobs, next, err := d.Jobs.List(ctx, store.ListFilter{
+		jobs, next, err := d.Jobs.List(ctx, record.ListFilter{
 			Status: args.Status, Kind: args.Kind, Workspace: args.Workspace, Limit: args.Limit, Cursor: args.Cursor,
 		})
 		if err != nil {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 // JobRecord is a job as get_job and the job:// resource show it.
@@ -54,7 +54,7 @@ type ScriptInfo struct {
 	LanguageVersion string   `json:"language_version,omitempty" jsonschema:"the interpreter or compiler that ran it"`
 }
 
-func scriptInfoOf(rec *job.Job) *ScriptInfo {
+func scriptInfoOf(rec *record.Job) *ScriptInfo {
 	sd := rec.Details.Script
 	if sd == nil {
 		return nil
@@ -75,13 +75,13 @@ type Session struct {
 }
 
 // sessionOf presents a session's details; nil for other jobs.
-func sessionOf(rec *job.Job) *Session {
+func sessionOf(rec *record.Job) *Session {
 	d := rec.Details.Session
 	if d == nil {
 		return nil
 	}
 	s := &Session{Mode: d.Mode, Rows: d.Rows, Cols: d.Cols, Name: d.Name, IdleTimeoutS: float64(d.IdleTimeoutMS) / 1000}
-	if !job.Finished(rec.Status) {
+	if !record.Finished(rec.Status) {
 		s.IdleDeadline = stamp(d.IdleDeadline)
 	}
 	return s
@@ -95,9 +95,9 @@ type Usage struct {
 }
 
 // usageOf presents a finished job's usage; nil while it runs or when unknown.
-func usageOf(rec *job.Job) *Usage {
+func usageOf(rec *record.Job) *Usage {
 	u := rec.Usage
-	if !job.Finished(rec.Status) || u == (job.Usage{}) {
+	if !record.Finished(rec.Status) || u == (record.Usage{}) {
 		return nil
 	}
 	return &Usage{CPUMS: u.CPUMS, PeakMemoryBytes: u.PeakMemoryBytes, WallMS: u.WallMS}
@@ -111,7 +111,7 @@ func stamp(t time.Time) string {
 }
 
 // durationOf is run time so far, or in all once the job ended.
-func durationOf(rec *job.Job) int64 {
+func durationOf(rec *record.Job) int64 {
 	if rec.StartedAt.IsZero() {
 		return 0
 	}
@@ -123,15 +123,15 @@ func durationOf(rec *job.Job) int64 {
 }
 
 // queuedOf is how long a job waited for a slot: so far while it is queued.
-func queuedOf(rec *job.Job) int64 {
-	if rec.Status == job.StatusQueued {
+func queuedOf(rec *record.Job) int64 {
+	if rec.Status == record.StatusQueued {
 		return time.Since(rec.CreatedAt).Milliseconds()
 	}
 	return rec.QueuedMS
 }
 
 // RecordOf presents a job record.
-func RecordOf(rec *job.Job) JobRecord {
+func RecordOf(rec *record.Job) JobRecord {
 	return JobRecord{
 		JobID: rec.ID, Kind: rec.Kind, Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode,
 		Signal: rec.Signal, Error: rec.Error, Command: rec.Command, Language: rec.Language, Image: rec.Image,
@@ -146,10 +146,10 @@ func RecordOf(rec *job.Job) JobRecord {
 }
 
 // statusLine is the one-line human summary of a job's state.
-func statusLine(rec *job.Job) string {
+func statusLine(rec *record.Job) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "job %s %s", rec.ID, rec.Status)
-	if rec.Reason != "" && rec.Reason != job.ReasonExitCode {
+	if rec.Reason != "" && rec.Reason != record.ReasonExitCode {
 		fmt.Fprintf(&b, " (%s)", rec.Reason)
 	}
 	if rec.ExitCode != nil {

@@ -9,9 +9,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandboxer/sandboxer/internal/audit"
-	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/store"
 )
 
 // ListProcessesArgs are list_processes' arguments.
@@ -84,7 +83,7 @@ func processRole(p sandbox.Process) string {
 
 // runningJob returns a job this server runs, with its container, or a tool
 // error saying why not.
-func (d Deps) runningJob(ctx context.Context, id string) (*job.Job, *mcp.CallToolResult) {
+func (d Deps) runningJob(ctx context.Context, id string) (*record.Job, *mcp.CallToolResult) {
 	if err := validateJobID(id); err != nil {
 		return nil, errorResult("%v", err)
 	}
@@ -92,7 +91,7 @@ func (d Deps) runningJob(ctx context.Context, id string) (*job.Job, *mcp.CallToo
 	if err != nil {
 		return nil, failure(err)
 	}
-	if rec.Status != job.StatusRunning {
+	if rec.Status != record.StatusRunning {
 		return nil, errorResult("job %s is %s, not running: only a running job's sandbox has processes", id, rec.Status)
 	}
 	if rec.ServerID != d.Jobs.Server() {
@@ -104,7 +103,7 @@ func (d Deps) runningJob(ctx context.Context, id string) (*job.Job, *mcp.CallToo
 	return rec, nil
 }
 
-func (d Deps) processes(ctx context.Context, rec *job.Job) JobProcesses {
+func (d Deps) processes(ctx context.Context, rec *record.Job) JobProcesses {
 	jp := JobProcesses{JobID: rec.ID, Processes: []ProcessInfo{}}
 	if d.Processes == nil {
 		jp.Error = d.lacks("process listing and signals")
@@ -144,7 +143,7 @@ func ListProcesses(d Deps) Tool {
 			}
 			res.Jobs = append(res.Jobs, d.processes(ctx, rec))
 		} else {
-			recs, _, err := d.Jobs.List(ctx, store.ListFilter{Status: []string{job.StatusRunning}, Limit: store.MaxListLimit})
+			recs, _, err := d.Jobs.List(ctx, record.ListFilter{Status: []string{record.StatusRunning}, Limit: record.MaxListLimit})
 			if err != nil {
 				return failure(err), nil
 			}

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 // PruneJobsArgs are prune_jobs' arguments.
@@ -26,7 +25,7 @@ type PruneJobsResult struct {
 }
 
 // finishedStatuses are the statuses prune_jobs can delete.
-var finishedStatuses = []string{job.StatusCompleted, job.StatusFailed, job.StatusTimedOut, job.StatusKilled}
+var finishedStatuses = []string{record.StatusCompleted, record.StatusFailed, record.StatusTimedOut, record.StatusKilled}
 
 // maxOlderThanS is ten years.
 const maxOlderThanS = 10 * 365 * 86400
@@ -59,7 +58,7 @@ func PruneJobs(d Deps) Tool {
 			return errorResult("older_than_s %s is out of range: 0 to %d (ten years)", num(older), maxOlderThanS), nil
 		}
 		for _, s := range args.Status {
-			if s == job.StatusQueued || s == job.StatusRunning {
+			if s == record.StatusQueued || s == record.StatusRunning {
 				return errorResult("status %q: only finished jobs can be pruned (kill_job first)", s), nil
 			}
 			if !slices.Contains(finishedStatuses, s) {

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
@@ -213,12 +214,12 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 
 // runResult builds the result of a call that ran (or started) a job: status
 // plus inline output capped to head and tail.
-func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunResult, string, error) {
+func (d Deps) runResult(ctx context.Context, rec *record.Job, which string) (RunResult, string, error) {
 	res := RunResult{
 		JobID: rec.ID, Status: rec.Status, Reason: rec.Reason, ExitCode: rec.ExitCode, Error: rec.Error,
 		Dropped: rec.DroppedBytes, DurationMS: durationOf(rec), QueuedMS: queuedOf(rec), Usage: usageOf(rec),
 	}
-	if rec.Status == job.StatusQueued {
+	if rec.Status == record.StatusQueued {
 		res.queue = d.Jobs.QueueReason(ctx, rec.ID)
 	}
 	// What is returned counts as read: read_output continues after it.
@@ -250,7 +251,7 @@ func (d Deps) runResult(ctx context.Context, rec *job.Job, which string) (RunRes
 }
 
 // runText is the human-readable text of a run result.
-func runText(rec *job.Job, res RunResult) string {
+func runText(rec *record.Job, res RunResult) string {
 	var b strings.Builder
 	b.WriteString(statusLine(rec))
 	for _, s := range []struct{ name, text string }{{"stdout", res.Stdout}, {"stderr", res.Stderr}} {
@@ -261,7 +262,7 @@ func runText(rec *job.Job, res RunResult) string {
 	if res.queue != "" {
 		fmt.Fprintf(&b, "\n(queued: %s)", res.queue)
 	}
-	if !job.Finished(rec.Status) {
+	if !record.Finished(rec.Status) {
 		fmt.Fprintf(&b, "\n(still %s: read_output, get_job or kill_job with job_id %s)", rec.Status, rec.ID)
 	}
 	for _, r := range res.OmittedRanges {
@@ -281,7 +282,7 @@ func truncate(s string, n int) string {
 // up to wait for its end with progress notifications. A cancelled wait kills
 // the job, unless the client cancelled only because its own request timed
 // out: then the job goes on, findable with list_jobs.
-func (d Deps) submitAndWait(ctx context.Context, req mcp.CallToolRequest, jr job.Request, background bool, wait time.Duration) (*job.Job, *mcp.CallToolResult) {
+func (d Deps) submitAndWait(ctx context.Context, req mcp.CallToolRequest, jr job.Request, background bool, wait time.Duration) (*record.Job, *mcp.CallToolResult) {
 	if background {
 		// The start happens after the call returns: say now what would make it fail.
 		if problem := d.checkImage(ctx, jr.Image); problem != nil {
@@ -305,12 +306,12 @@ func (d Deps) submitAndWait(ctx context.Context, req mcp.CallToolRequest, jr job
 	if err != nil {
 		return nil, failure(err)
 	}
-	if ctx.Err() != nil && !job.Finished(rec.Status) {
+	if ctx.Err() != nil && !record.Finished(rec.Status) {
 		if why, keep := keepsJob(ctx); keep {
 			return nil, errorResult("call cancelled by %s; job %s goes on: read_output, get_job or kill_job with its job_id", why, rec.ID)
 		}
 		id := rec.ID
-		if _, err := d.Jobs.Kill(context.Background(), id, "KILL", 0, job.ReasonCancelled); err != nil {
+		if _, err := d.Jobs.Kill(context.Background(), id, "KILL", 0, record.ReasonCancelled); err != nil {
 			return nil, errorResult("call cancelled; killing job %s: %v", id, err)
 		}
 		return nil, errorResult("call cancelled; job %s killed", id)

@@ -15,8 +15,8 @@ import (
 	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/script"
-	"github.com/sandboxer/sandboxer/internal/store"
 )
 
 // Script input bounds.
@@ -172,7 +172,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	if sl.Compiled() {
 		jr.ExitReason = func(head []byte) string {
 			if script.CompileFailed(head) {
-				return job.ReasonCompileError
+				return record.ReasonCompileError
 			}
 			return ""
 		}
@@ -189,7 +189,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 		dr = &DependenciesResult{List: got.List, Cache: got.Cache, InstallMS: got.InstallMS}
 	}
 	version := d.languageVersion(ctx, sl.Name, jr.Image)
-	jr.Details = store.Details{Script: &store.ScriptDetails{
+	jr.Details = record.Details{Script: &record.ScriptDetails{
 		Source: args.Code, Args: args.Args, Version: version, Dependencies: depList,
 	}}
 	return &scriptRun{req: jr, wait: wait, version: version, deps: dr}, nil
@@ -383,7 +383,7 @@ func RunScript(d Deps) Tool {
 
 // scriptResult is runResult plus the compile step, which is taken out of the
 // inline stderr (it starts there) and returned on its own.
-func (d Deps) scriptResult(ctx context.Context, rec *job.Job, which, version string) (RunScriptResult, string, error) {
+func (d Deps) scriptResult(ctx context.Context, rec *record.Job, which, version string) (RunScriptResult, string, error) {
 	res, text, err := d.runResult(ctx, rec, which)
 	if err != nil {
 		return RunScriptResult{}, "", err

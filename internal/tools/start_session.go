@@ -13,8 +13,8 @@ import (
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/terminal"
 )
 
@@ -123,7 +123,7 @@ func StartSession(d Deps) Tool {
 			return failure(err), nil
 		}
 		res := StartSessionResult{JobID: rec.ID}
-		if rec.Status != job.StatusQueued {
+		if rec.Status != record.StatusQueued {
 			stop := func() {}
 			if rr.Wait > 0 {
 				stop = d.startProgress(ctx, req, rec.ID)
@@ -143,7 +143,7 @@ func StartSession(d Deps) Tool {
 		if res.Output != "" {
 			text += "\n" + res.Output
 		}
-		if !job.Finished(rec.Status) {
+		if !record.Finished(rec.Status) {
 			text += fmt.Sprintf("\n(send_input with job_id %s to type; read_output to read more)", rec.ID)
 		}
 		return structured(res, text), nil
@@ -294,7 +294,7 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 		}
 		rr.Until = re
 	}
-	details := &store.SessionDetails{Mode: mode, Name: args.Name, IdleTimeoutMS: idle.Milliseconds()}
+	details := &record.SessionDetails{Mode: mode, Name: args.Name, IdleTimeoutMS: idle.Milliseconds()}
 	var tty *sandbox.TTY
 	if mode == job.ModePTY {
 		details.Rows, details.Cols = rows, cols
@@ -304,7 +304,7 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 		Kind: job.KindSession, Command: commandLine(argv), Cmd: argv,
 		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
 		KeepStdinOpen: true, Limits: limits, Network: network, Egress: allow,
-		TTY: tty, Details: store.Details{Session: details}, Mounts: mounts,
+		TTY: tty, Details: record.Details{Session: details}, Mounts: mounts,
 	}, rr, nil
 }
 

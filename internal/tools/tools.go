@@ -23,9 +23,9 @@ import (
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
-	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
@@ -133,11 +133,8 @@ func failure(err error) *mcp.CallToolResult {
 	if errors.As(err, &limitErr) {
 		return errorResult("%s", limitErr.Message)
 	}
-	if errors.Is(err, store.ErrBadCursor) {
+	if errors.Is(err, record.ErrBadCursor) {
 		return errorResult("cursor is not one list_jobs gave: pass next_cursor of the previous page unchanged, or omit cursor for the first page")
-	}
-	if errors.Is(err, store.ErrNotFound) && !errors.Is(err, job.ErrNotFound) {
-		return errorResult("no such job: list_jobs shows the known ones")
 	}
 	return errorResult("%s", cleanMessage(err.Error()))
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
-	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
@@ -38,7 +38,7 @@ type WorkspaceInfo struct {
 
 // workspaceInfo shows w to ctx's caller: another tenant's workspace (only
 // an admin sees one) is named TENANT/NAME, as the admin names it back.
-func workspaceInfo(ctx context.Context, ws *workspace.Manager, w *store.Workspace) WorkspaceInfo {
+func workspaceInfo(ctx context.Context, ws *workspace.Manager, w *record.Workspace) WorkspaceInfo {
 	return WorkspaceInfo{Ports: ws.Ports(w.ID),
 		Name: workspaceRef(ctx, w), Language: w.Language, Image: w.Image, State: w.State,
 		CreatedAt: stamp(w.CreatedAt), LastUsedAt: stamp(w.LastUsedAt),
@@ -49,7 +49,7 @@ func workspaceInfo(ctx context.Context, ws *workspace.Manager, w *store.Workspac
 
 // workspaceRef is how ctx's caller names w: its name, or TENANT/NAME for
 // another tenant's.
-func workspaceRef(ctx context.Context, w *store.Workspace) string {
+func workspaceRef(ctx context.Context, w *record.Workspace) string {
 	if w.Tenant != "" && w.Tenant != tenant.Owner(ctx) {
 		return w.Tenant + "/" + w.Name
 	}
@@ -69,7 +69,7 @@ func (d Deps) workspaces() (*workspace.Manager, *mcp.CallToolResult) {
 
 // workspaceFailure turns a workspace error into a tool error.
 func workspaceFailure(err error) *mcp.CallToolResult {
-	if errors.Is(err, store.ErrWorkspaceNotFound) {
+	if errors.Is(err, record.ErrWorkspaceNotFound) {
 		return errorResult("no such workspace: list_workspaces shows those that exist")
 	}
 	return failure(err)
@@ -271,7 +271,7 @@ func DeleteWorkspace(d Deps) Tool {
 // workspaceFor checks a job's workspace argument: the workspace must exist,
 // and a language given with it must be the workspace's. Every tool that runs
 // a job takes a workspace this way and puts the name in job.Request.Workspace.
-func (d Deps) workspaceFor(ctx context.Context, name, language string) (*store.Workspace, *mcp.CallToolResult) {
+func (d Deps) workspaceFor(ctx context.Context, name, language string) (*record.Workspace, *mcp.CallToolResult) {
 	ws, problem := d.workspaces()
 	if problem != nil {
 		return nil, problem

@@ -20,8 +20,8 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/baseline"
 	"github.com/sandboxer/sandboxer/internal/patch"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
@@ -118,7 +118,7 @@ func (m *Manager) prepareImport(ctx context.Context, image string, imp *Import) 
 // workspace, its untar writes as that user, links as links (one leaving
 // the tree too, which the engine's extraction refuses), nothing outside
 // /workspace.
-func (m *Manager) fillImport(ctx context.Context, w *store.Workspace, im *importer) (*Origin, error) {
+func (m *Manager) fillImport(ctx context.Context, w *record.Workspace, im *importer) (*Origin, error) {
 	tree, tw := io.Pipe()
 	var tarErr capped
 	tarErr.max = 1 << 20
@@ -207,7 +207,7 @@ func lastLine(b []byte) []byte {
 
 // fillFork copies workspace src's files (caches and user installs
 // included; not its running jobs) into w, and gives w src's baseline.
-func (m *Manager) fillFork(ctx context.Context, w, src *store.Workspace) (*Origin, error) {
+func (m *Manager) fillFork(ctx context.Context, w, src *record.Workspace) (*Origin, error) {
 	tree, err := m.rt.CopyFrom(ctx, src.ContainerID, Root+"/.")
 	if err != nil {
 		return nil, fmt.Errorf("fork %q: %w", src.Name, err)

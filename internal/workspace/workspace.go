@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/baseline"
 	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/tenant"
@@ -47,8 +48,6 @@ var NamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 // Errors callers act on.
 var (
 	ErrDisabled = errors.New("workspaces are disabled by the policy (workspaces.enabled: false)")
-	ErrNotFound = errors.New("no such workspace")
-	ErrExists   = errors.New("workspace already exists")
 	ErrTooMany  = errors.New("too many workspaces")
 )
 
@@ -184,7 +183,7 @@ func CheckRef(ref string) error {
 
 // ownerCtx is ctx acting for w's tenant: work the server does later on a
 // workspace's behalf (relays of its ports) finds it as its owner would.
-func ownerCtx(ctx context.Context, w *store.Workspace) context.Context {
+func ownerCtx(ctx context.Context, w *record.Workspace) context.Context {
 	return tenant.With(ctx, tenant.Tenant{Name: w.Tenant})
 }
 
@@ -213,7 +212,7 @@ type CreateRequest struct {
 
 // Create makes a workspace and starts its container; with Import or From,
 // the workspace starts with their files (Origin says what came).
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspace, *Origin, error) {
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (*record.Workspace, *Origin, error) {
 	if !m.Enabled() {
 		return nil, nil, ErrDisabled
 	}
@@ -237,9 +236,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspa
 		}
 	}
 	if _, err := m.st.GetWorkspace(ctx, req.Name); err == nil {
-		return nil, nil, fmt.Errorf("%w: %q (list_workspaces shows it; delete_workspace removes it)", ErrExists, req.Name)
+		return nil, nil, fmt.Errorf("%w: %q (list_workspaces shows it; delete_workspace removes it)", record.ErrWorkspaceExists, req.Name)
 	}
-	var src *store.Workspace
+	var src *record.Workspace
 	if req.From != "" {
 		if src, err = m.Get(ctx, req.From); err != nil {
 			return nil, nil, err
@@ -280,13 +279,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*store.Workspa
 }
 
 // create makes the workspace's records, volume and container, and starts it.
-func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspace, error) {
+func (m *Manager) create(ctx context.Context, req CreateRequest) (*record.Workspace, error) {
 	l := req.Limits
-	rec := &store.Workspace{
+	rec := &record.Workspace{
 		Name: req.Name, Language: req.Language, Image: req.Image, State: StateCreating, ServerID: m.server,
-		Limits: store.WorkspaceLimits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
+		Limits: record.WorkspaceLimits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
 			DiskBytes: m.pol.Workspaces.DiskMB << 20},
-		CreatedAt: time.Now(), LastUsedAt: time.Now(), Details: store.WorkspaceDetails{Egress: req.Egress},
+		CreatedAt: time.Now(), LastUsedAt: time.Now(), Details: record.WorkspaceDetails{Egress: req.Egress},
 	}
 	network := ""
 	if len(req.Egress) > 0 {
@@ -305,8 +304,8 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspa
 		m.mu.Lock()
 		delete(m.state, rec.ID) // never made: nobody else knows its id
 		m.mu.Unlock()
-		if errors.Is(err, store.ErrWorkspaceExists) {
-			return nil, fmt.Errorf("%w: %q (list_workspaces shows it; delete_workspace removes it)", ErrExists, req.Name)
+		if errors.Is(err, record.ErrWorkspaceExists) {
+			return nil, fmt.Errorf("%w: %q (list_workspaces shows it; delete_workspace removes it)", record.ErrWorkspaceExists, req.Name)
 		}
 		return nil, err
 	}
@@ -336,19 +335,19 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*store.Workspa
 
 // Get returns the record of ctx's tenant's workspace name (for an admin,
 // TENANT/NAME names another tenant's).
-func (m *Manager) Get(ctx context.Context, name string) (*store.Workspace, error) {
+func (m *Manager) Get(ctx context.Context, name string) (*record.Workspace, error) {
 	if err := CheckRef(name); err != nil {
 		return nil, err
 	}
 	w, err := m.st.GetWorkspace(ctx, name)
-	if errors.Is(err, store.ErrWorkspaceNotFound) {
-		return nil, fmt.Errorf("%w: %q (create_workspace makes it; list_workspaces shows those that exist)", ErrNotFound, name)
+	if errors.Is(err, record.ErrWorkspaceNotFound) {
+		return nil, fmt.Errorf("%w: %q (create_workspace makes it; list_workspaces shows those that exist)", record.ErrWorkspaceNotFound, name)
 	}
 	return w, err
 }
 
 // List returns every workspace.
-func (m *Manager) List(ctx context.Context) ([]*store.Workspace, error) {
+func (m *Manager) List(ctx context.Context) ([]*record.Workspace, error) {
 	return m.st.ListWorkspaces(ctx)
 }
 
@@ -362,7 +361,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	return m.delete(ctx, w)
 }
 
-func (m *Manager) delete(ctx context.Context, w *store.Workspace) error {
+func (m *Manager) delete(ctx context.Context, w *record.Workspace) error {
 	// Ports first, before the workspace's lock: closing waits for their
 	// relays, and a relay just accepted may be waiting for that lock.
 	m.closePorts(w.ID)
@@ -372,7 +371,7 @@ func (m *Manager) delete(ctx context.Context, w *store.Workspace) error {
 	if err := m.rt.RemoveWorkspace(ctx, sandbox.WorkspaceRefs{ContainerID: w.ContainerID, Volume: w.Volume}); err != nil {
 		return err
 	}
-	if err := m.st.DeleteWorkspace(ctx, w.ID); err != nil && !errors.Is(err, store.ErrWorkspaceNotFound) {
+	if err := m.st.DeleteWorkspace(ctx, w.ID); err != nil && !errors.Is(err, record.ErrWorkspaceNotFound) {
 		return err
 	}
 	if m.Baselines != nil {
@@ -390,7 +389,7 @@ func (m *Manager) delete(ctx context.Context, w *store.Workspace) error {
 // Acquire makes sure the workspace's container runs (starting a stopped one)
 // and counts a use until release is called: a workspace in use is never
 // stopped for idleness.
-func (m *Manager) Acquire(ctx context.Context, name string) (w *store.Workspace, release func(), err error) {
+func (m *Manager) Acquire(ctx context.Context, name string) (w *record.Workspace, release func(), err error) {
 	if !m.Enabled() {
 		return nil, nil, ErrDisabled
 	}
@@ -556,7 +555,7 @@ func (m *Manager) StopNow(ctx context.Context, name string) error {
 }
 
 // checkQuota kills the jobs of a workspace whose /workspace holds more than its quota.
-func (m *Manager) checkQuota(ctx context.Context, w *store.Workspace, s *wsState) {
+func (m *Manager) checkQuota(ctx context.Context, w *record.Workspace, s *wsState) {
 	quota := w.Limits.DiskBytes
 	if quota <= 0 {
 		quota = m.pol.Workspaces.DiskMB << 20

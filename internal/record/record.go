@@ -1,0 +1,214 @@
+// Package record holds what sandboxer keeps about jobs, workspaces and
+// agents' block-list entries: the records, their statuses and reasons, the
+// filters that list them, and the errors for a record that is not there,
+// apart from how they are stored (internal/store). Tools, the console and
+// the managers speak these; only the store knows SQL.
+package record
+
+import (
+	"errors"
+	"time"
+)
+
+// Errors about records; test with errors.Is. Each says what is missing or
+// wrong in words an agent can read; callers add which one and what to do.
+var (
+	// ErrJobNotFound: no job with that id (for the caller's tenant).
+	ErrJobNotFound = errors.New("no such job")
+	// ErrJobExists: a job with that id is already stored.
+	ErrJobExists = errors.New("job already exists")
+	// ErrWorkspaceNotFound: no workspace of that name (for the caller's tenant).
+	ErrWorkspaceNotFound = errors.New("no such workspace")
+	// ErrWorkspaceExists: the caller's tenant has a workspace of that name.
+	ErrWorkspaceExists = errors.New("workspace already exists")
+	// ErrBadCursor: ListFilter.Cursor was not one a listing gave.
+	ErrBadCursor = errors.New("bad pagination cursor")
+)
+
+// Job statuses: queued and running are active; the rest are final.
+const (
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusTimedOut  = "timed_out"
+	StatusKilled    = "killed"
+)
+
+// Finished says whether a status is final.
+func Finished(status string) bool {
+	return status != StatusQueued && status != StatusRunning
+}
+
+// Reasons: why a job reached its status.
+const (
+	ReasonExitCode   = "exit_code"
+	ReasonOOMKilled  = "oom_killed"
+	ReasonStartError = "start_error"
+	ReasonLost       = "lost"
+	ReasonRequested  = "requested"
+	ReasonCancelled  = "cancelled"
+	ReasonShutdown   = "server_shutdown"
+	ReasonTimeout    = "timeout"
+	// ReasonCompileError: a script's compile step failed; its program never ran.
+	ReasonCompileError = "compile_error"
+	// ReasonIdle: a session got no input for its idle timeout.
+	ReasonIdle = "idle"
+)
+
+// List page sizes.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 500
+)
+
+// Limits are the resource limits a job was started with. Persisted as JSON.
+type Limits struct {
+	TimeoutMS   int64 `json:"timeout_ms"`
+	MemoryBytes int64 `json:"memory_bytes"`
+	NanoCPUs    int64 `json:"nano_cpus"`
+	Pids        int64 `json:"pids"`
+}
+
+// Usage is what a job's process tree used.
+type Usage struct {
+	CPUMS           int64 `json:"cpu_ms"`
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	WallMS          int64 `json:"wall_ms"`
+}
+
+// Details is what only some kinds of job have. Each kind's part is nil for
+// the others; add a kind's fields in its own struct.
+type Details struct {
+	Session *SessionDetails `json:"session,omitempty"`
+	Script  *ScriptDetails  `json:"script,omitempty"`
+}
+
+// SessionDetails describes an interactive session's terminal.
+type SessionDetails struct {
+	Mode          string `json:"mode"` // "pty" or "pipe"
+	Rows          int    `json:"rows,omitempty"`
+	Cols          int    `json:"cols,omitempty"`
+	Name          string `json:"name,omitempty"`
+	IdleTimeoutMS int64  `json:"idle_timeout_ms,omitempty"`
+	// IdleDeadline is when the session ends unless it gets input first
+	// (kept current in memory while it runs; stored when it ends).
+	IdleDeadline time.Time `json:"idle_deadline,omitzero"`
+}
+
+// ScriptDetails keeps what a script ran: its source and how it was built.
+type ScriptDetails struct {
+	Source       string   `json:"source"`
+	Path         string   `json:"path,omitempty"`
+	Args         []string `json:"args,omitempty"`
+	Dependencies []string `json:"dependencies,omitempty"`
+	Version      string   `json:"language_version,omitempty"`
+}
+
+// Job is one job's record. Every field is stored.
+type Job struct {
+	ID          string   // uuid
+	Kind        string   // "command", "script", "session"
+	Status      string   // queued, running, completed, failed, timed_out, killed
+	Reason      string   // exit_code, oom_killed, start_error, lost, requested, cancelled, compile_error, ""
+	ExitCode    *int     // nil while running or when unknown
+	Signal      string   //
+	Command     string   // the command line or script text
+	Language    string   //
+	Image       string   //
+	Workspace   string   //
+	Cwd         string   //
+	Env         []string // KEY=VALUE (stored as JSON; nil and empty are kept distinct)
+	Limits      Limits   // stored as JSON
+	ContainerID string   //
+	StdinOpen   bool     //
+	// ServerID is the server process that runs the job (its serverlock
+	// identity); only that server writes the job while it lives.
+	ServerID string
+	// Tenant owns the job: set from the context at CreateJob, read back by
+	// every lookup (UpdateJob never changes it).
+	Tenant string
+	Usage  Usage // stored as JSON
+	// Details holds what only some kinds of job have; stored as JSON.
+	Details Details
+
+	CreatedAt, StartedAt, EndedAt time.Time // zero = not set (stored as NULL, except CreatedAt)
+
+	// QueuedMS is how long the job waited for a slot (its run time is
+	// counted from StartedAt, apart from it).
+	QueuedMS int64
+
+	StdoutBytes, StderrBytes, DroppedBytes int64 // output sizes
+	ReadCursor                             int64 // where "new since last read" continues (combined stream)
+	StdoutReadCursor, StderrReadCursor     int64 // the same, per stream
+	Error                                  string
+}
+
+// ListFilter selects and pages jobs for a listing. Zero values mean "any".
+type ListFilter struct {
+	Status    []string // any of these statuses; empty = any status
+	Kind      string
+	Workspace string
+	Language  string
+	Limit     int    // <= 0 means DefaultListLimit; values above MaxListLimit are clamped
+	Cursor    string // "" for the first page, else the next cursor ListJobs returned
+}
+
+// PruneFilter selects finished jobs to delete.
+type PruneFilter struct {
+	// EndedBefore: only jobs that ended strictly before this time. Zero = any
+	// age. A finished job without an EndedAt is aged by its CreatedAt.
+	EndedBefore time.Time
+	// Status: only jobs in one of these statuses; empty = any finished status.
+	// queued and running jobs are never deleted, even if listed here.
+	Status []string
+}
+
+// WorkspaceLimits are the limits a workspace's container was made with. Stored as JSON.
+type WorkspaceLimits struct {
+	MemoryBytes int64 `json:"memory_bytes"`
+	NanoCPUs    int64 `json:"nano_cpus"`
+	Pids        int64 `json:"pids"`
+	DiskBytes   int64 `json:"disk_bytes"`
+}
+
+// WorkspaceDetails holds what is known about a workspace beyond its columns. Stored as JSON.
+type WorkspaceDetails struct {
+	// Installed lists packages installed by install_packages, by manager.
+	Installed map[string][]string `json:"installed,omitempty"`
+	// Egress is the workspace's own allowlist (create_workspace's egress):
+	// its container is on the egress network and its jobs reach these
+	// hosts through the proxy. Empty: no network.
+	Egress []string `json:"egress,omitempty"`
+}
+
+// Workspace is one workspace's record. Its name is unique within
+// its tenant; its ID is unique for ever (a new workspace under an old name
+// gets a new one).
+type Workspace struct {
+	ID          string // set by CreateWorkspace
+	Tenant      string // the owner (ctx's at CreateWorkspace)
+	Name        string
+	Language    string
+	Image       string
+	ContainerID string
+	Volume      string
+	State       string // "creating", "running", "stopped"
+	Limits      WorkspaceLimits
+	ServerID    string // the server that created it
+	CreatedAt   time.Time
+	LastUsedAt  time.Time // zero = never used
+	Details     WorkspaceDetails
+}
+
+// BlockedCommand is a block-list entry an agent added (the operator's own
+// entries live in the policy file, not here).
+type BlockedCommand struct {
+	// Tenant is whose entry it is, and whom it applies to: "" for every
+	// tenant (an admin's), else the tenant that added it.
+	Tenant  string
+	Command string
+	Reason  string
+	AddedBy string // who added it, e.g. the MCP client's name
+	AddedAt time.Time
+}
