@@ -20,6 +20,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sandboxer/sandboxer/internal/lang"
 )
 
 // Labels of a dependency cache volume.
@@ -68,35 +70,38 @@ var (
 	cargoPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}(@[0-9A-Za-z.^~<>=*+-]+)?$`)
 )
 
-// grammar names each language's notation, for messages.
+// Dependency managers (a language's lang.Language.Dependencies).
+const (
+	managerPip   = "pip"
+	managerNpm   = "npm"
+	managerGo    = "go"
+	managerCargo = "cargo"
+)
+
+// grammar names each manager's notation, for messages.
 var grammar = map[string]string{
-	"python":     "pip requirement specifiers such as requests or requests==2.31.0 (no URLs, options, markers or spaces)",
-	"javascript": "npm package names with an optional @version, such as is-number or @scope/pkg@^1.2.0",
-	"typescript": "npm package names with an optional @version, such as is-number or @scope/pkg@^1.2.0",
-	"go":         "Go module paths with @version, such as golang.org/x/text@v0.14.0",
-	"rust":       "crate names with an optional @version, such as serde@1.0",
+	managerPip:   "pip requirement specifiers such as requests or requests==2.31.0 (no URLs, options, markers or spaces)",
+	managerNpm:   "npm package names with an optional @version, such as is-number or @scope/pkg@^1.2.0",
+	managerGo:    "Go module paths with @version, such as golang.org/x/text@v0.14.0",
+	managerCargo: "crate names with an optional @version, such as serde@1.0",
 }
 
-func patternOf(language string) *regexp.Regexp {
-	switch language {
-	case "python":
-		return pyPattern
-	case "javascript", "typescript":
-		return npmPattern
-	case "go":
-		return goPattern
-	case "rust":
-		return cargoPattern
-	}
-	return nil
+var patterns = map[string]*regexp.Regexp{managerPip: pyPattern, managerNpm: npmPattern, managerGo: goPattern, managerCargo: cargoPattern}
+
+// managerOf is the manager of a language's dependencies ("" = none), from
+// the language registry.
+func managerOf(language string) string {
+	l, _ := lang.Builtin(language)
+	return l.Dependencies
 }
 
 // Normalise checks a list against the language's grammar and returns it
 // sorted and deduplicated. Errors name dependencies and the bad entry.
 func Normalise(language string, list []string) ([]string, error) {
-	pat := patternOf(language)
+	manager := managerOf(language)
+	pat := patterns[manager]
 	if pat == nil {
-		return nil, fmt.Errorf("dependencies: %s scripts take none (only python, javascript, typescript, go and rust do)", language)
+		return nil, fmt.Errorf("dependencies: %s scripts take none (only %s do)", language, listing(lang.DependencyNames()))
 	}
 	if len(list) > MaxEntries {
 		return nil, fmt.Errorf("dependencies has %d entries; the limit is %d", len(list), MaxEntries)
@@ -110,8 +115,8 @@ func Normalise(language string, list []string) ([]string, error) {
 		if len(d) > MaxEntryBytes {
 			return nil, fmt.Errorf("dependencies[%d] %q is longer than %d bytes", i, shown, MaxEntryBytes)
 		}
-		if !pat.MatchString(d) || strings.Contains(d, "..") && language != "python" {
-			return nil, fmt.Errorf("dependencies[%d] %q is not a valid %s dependency: give %s", i, shown, language, grammar[language])
+		if !pat.MatchString(d) || strings.Contains(d, "..") && manager != managerPip {
+			return nil, fmt.Errorf("dependencies[%d] %q is not a valid %s dependency: give %s", i, shown, language, grammar[manager])
 		}
 		out = append(out, d)
 	}
@@ -146,11 +151,11 @@ unset ` + CAEnv + `
 func InstallScript(language, pipIndex string) (string, error) {
 	var b strings.Builder
 	b.WriteString("set -e\nD=" + installDir + "\ncd /tmp\n" + caSetup)
-	switch language {
-	case "javascript", "typescript":
+	switch managerOf(language) {
+	case managerNpm:
 		// No lifecycle scripts: nothing of a package runs with network.
 		b.WriteString(`npm install --prefix "$D" --no-save --no-package-lock --ignore-scripts --no-fund --no-audit --loglevel=warn -- "$@"` + "\n")
-	case "python":
+	case managerPip:
 		idx := ""
 		if pipIndex != "" {
 			u, err := url.Parse(pipIndex)
@@ -164,7 +169,7 @@ func InstallScript(language, pipIndex string) (string, error) {
 		}
 		b.WriteString(`export PIP_BREAK_SYSTEM_PACKAGES=1
 pip install --no-cache-dir --no-input --disable-pip-version-check --target "$D"` + idx + ` -- "$@"` + "\n")
-	case "go":
+	case managerGo:
 		b.WriteString(`export GOMODCACHE="$D/gomod" GOFLAGS=-modcacherw GOPROXY=https://proxy.golang.org GOSUMDB=off GOPATH=/tmp/go GOTOOLCHAIN=local
 mkdir -p /tmp/mod "$GOMODCACHE" && cd /tmp/mod
 printf 'module script\n\ngo 1.21\n' > go.mod
@@ -180,7 +185,7 @@ done | sort -u > /tmp/pkgs
 if [ -s /tmp/pkgs ]; then timeout "${SANDBOXER_PREBUILD_S:-100}" xargs go build -trimpath -o /dev/null < /tmp/pkgs >/dev/null 2>&1 || :; fi
 go clean -testcache 2>/dev/null || :
 `)
-	case "rust":
+	case managerCargo:
 		return "", fmt.Errorf("dependencies: rust crates cannot be installed on this host (crates.io is not reachable from this host); run rust scripts without dependencies")
 	default:
 		return "", fmt.Errorf("dependencies: %s scripts take none", language)
@@ -193,12 +198,12 @@ echo "sandboxer-deps-size-kb=$(du -sk "$D" | cut -f1)"
 
 // RunEnv is the environment a script sandbox gets to find its dependencies.
 func RunEnv(language string) []string {
-	switch language {
-	case "python":
+	switch managerOf(language) {
+	case managerPip:
 		return []string{"PYTHONPATH=" + Dir}
-	case "javascript", "typescript":
+	case managerNpm:
 		return []string{"NODE_PATH=" + Dir + "/node_modules"}
-	case "go":
+	case managerGo:
 		// The modules' prebuilt packages are a read-only seed beside the image's.
 		return []string{"GOMODCACHE=" + Dir + "/gomod", "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off",
 			"SANDBOXER_GOCACHE_SEEDS=" + goCacheSeed + ":" + Dir + "/gocache"}
@@ -207,18 +212,26 @@ func RunEnv(language string) []string {
 }
 
 // Setup is the shell step a script's driver runs in its source directory
-// before compiling (see script.Language.Driver).
+// before compiling (see script.Driver).
 func Setup(language string) string {
 	check := `[ -f ` + Dir + `/` + completeMarker + ` ] || { echo "sandboxer: the dependency cache is incomplete: prune it (prune_dependency_caches) and run again" >&2; exit 1; }`
-	switch language {
-	case "javascript", "typescript":
+	switch managerOf(language) {
+	case managerNpm:
 		// ES modules ignore NODE_PATH: they find node_modules next to the source.
 		return check + ` && ln -s ` + Dir + `/node_modules node_modules`
-	case "go":
+	case managerGo:
 		// The build cache of the modules' packages is a seed (see Env).
 		return check + ` && cp ` + Dir + `/go.mod ` + Dir + `/go.sum . && chmod u+w go.mod go.sum`
 	}
 	return check
+}
+
+// listing joins names as "a, b and c".
+func listing(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // shq quotes s for bash.

@@ -1,6 +1,10 @@
-// Package lang maps a language name to the image it runs in and how its
-// version is reported. Images come from images/ (tagged by content hash)
-// unless the operator's policy maps a language to another image.
+// Package lang is the one registry of languages: for each, the image it
+// runs in, how its version is reported, how run_script stores, compiles and
+// runs a source, which manager installs run_script's dependencies, which
+// install_packages' auto means in a workspace, and which program
+// start_session runs. Images come from images/ (tagged by content hash)
+// unless the operator's policy maps a language to another image. script,
+// deps, workspace and the tools read it; none keeps a list of its own.
 package lang
 
 import (
@@ -8,28 +12,153 @@ import (
 
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
-// Language is a named runtime.
+// Language is one language's record.
 type Language struct {
 	Name        string
 	ImageName   string // folder under images/
 	Description string
 	// VersionCmd prints the runtime's version inside its image.
 	VersionCmd string
+	// Script is how run_script runs a source of the language.
+	Script Script
+	// Dependencies is the manager of run_script's dependencies (pip, npm,
+	// go, cargo); "" = its scripts take none.
+	Dependencies string
+	// Packages is the manager install_packages' auto means in a workspace
+	// of the language (apt, pip, npm, go, cargo).
+	Packages string
+	// Session is the interactive program start_session runs: argv in pty
+	// and in pipe mode. Empty: bash.
+	Session Session
 }
+
+// Script says how a language's source is stored, compiled and run
+// (internal/script writes the driver from it).
+type Script struct {
+	File    string // file name of the source in script.ScriptDir
+	Compile string // shell command run in script.ScriptDir; "" = interpreted
+	Run     string // shell command that execs the program; "$@" are the args
+	// Main, when set, is a program of the image that does what the driver
+	// does (reads the source from stdin, writes it under script.ScriptDir,
+	// runs it with the args) in the language's own runtime: a fresh sandbox
+	// with no setup step runs Main + args instead of the driver, and a warm
+	// sandbox may start Main before its job (sandbox.Prestart).
+	Main []string
+	// EarlyEnv names the variables Main's runtime reads when it starts
+	// (sandbox.Prestart.EarlyEnv): a job that sets them runs in a new process.
+	EarlyEnv []string
+	// LateEnv are variables matching EarlyEnv that Main reads again once it
+	// has its job (sandbox.Prestart.LateEnv).
+	LateEnv []string
+	// MainDeps says Main also does the dependency setup (what deps.Setup
+	// does for the driver) when script.DepsDirEnv names the mounted cache.
+	MainDeps bool
+}
+
+// Compiled says whether the language has a compile step.
+func (s Script) Compiled() bool { return s.Compile != "" }
+
+// Prestart is what a warm sandbox may start ahead of a job that runs Main;
+// nil when the language has no Main.
+func (s Script) Prestart() *sandbox.Prestart {
+	if s.Main == nil {
+		return nil
+	}
+	return &sandbox.Prestart{Argv: s.Main, EarlyEnv: s.EarlyEnv, LateEnv: s.LateEnv}
+}
+
+// Session is an interactive program: argv on a terminal and on pipes.
+type Session struct{ PTY, Pipe []string }
 
 // DefaultLanguage is used when a request names none.
 const DefaultLanguage = "bash"
 
+// NodeMain is the javascript image's runner of a script (images/javascript/script-main.js).
+const NodeMain = "/usr/local/lib/sandboxer/script-main.js"
+
+// nodeEarlyEnv: what node, V8, libuv, OpenSSL, ICU and the C library read
+// when node starts, rather than when a script asks.
+var nodeEarlyEnv = []string{"NODE_*", "UV_*", "LD_*", "GLIBC_TUNABLES", "MALLOC_*", "OPENSSL_*", "SSL_CERT_*",
+	"TZ", "LANG", "LANGUAGE", "LC_*", "ICU_*"}
+
+var (
+	python = Session{PTY: []string{"python3"}, Pipe: []string{"python3", "-i", "-u"}}
+	node   = Session{PTY: []string{"node"}, Pipe: []string{"node", "-i"}}
+)
+
+// builtins, in the order lists show them.
 var builtins = []Language{
-	{Name: "bash", ImageName: "base", Description: "bash with coreutils and procps", VersionCmd: "bash --version | head -n1"},
-	{Name: "python", ImageName: "python", Description: "Debian's python3 with venv and pip", VersionCmd: "python3 --version"},
-	{Name: "javascript", ImageName: "javascript", Description: "Node.js and npm from the npm registry", VersionCmd: "echo \"node $(node --version)\""},
-	{Name: "typescript", ImageName: "javascript", Description: "TypeScript on Node.js: run_script transpiles with esbuild (tsx's); tsc and tsx are installed", VersionCmd: "echo \"esbuild $(esbuild --version), node $(node --version), tsc $(tsc --version | sed 's/^Version //')\""},
-	{Name: "go", ImageName: "go", Description: "the Go toolchain from the Go module proxy", VersionCmd: "go version"},
-	{Name: "rust", ImageName: "rust", Description: "Debian's rustc and cargo", VersionCmd: "rustc --version"},
-	{Name: "solidity", ImageName: "solidity", Description: "solc (npm, WebAssembly) and an in-memory EVM (@ethereumjs/evm) on Node.js", VersionCmd: "solidity-run version"},
+	{Name: "bash", ImageName: "base", Description: "bash with coreutils and procps", VersionCmd: "bash --version | head -n1",
+		Script:   Script{File: "main.sh", Run: `exec bash "$D/main.sh" "$@"`},
+		Packages: "apt"},
+	{Name: "python", ImageName: "python", Description: "Debian's python3 with venv and pip", VersionCmd: "python3 --version",
+		Script:       Script{File: "main.py", Run: `exec python3 "$D/main.py" "$@"`},
+		Dependencies: "pip", Packages: "pip", Session: python},
+	{Name: "javascript", ImageName: "javascript", Description: "Node.js and npm from the npm registry", VersionCmd: "echo \"node $(node --version)\"",
+		// Node decides CommonJS or ES module from the syntax. The runner
+		// re-reads NODE_PATH (Module._initPaths) once it has its job.
+		Script: Script{File: "main.js", Run: `exec node "$D/main.js" "$@"`,
+			Main: []string{"node", NodeMain}, EarlyEnv: nodeEarlyEnv, LateEnv: []string{"NODE_PATH"}, MainDeps: true},
+		Dependencies: "npm", Packages: "npm", Session: node},
+	{Name: "typescript", ImageName: "javascript", Description: "TypeScript on Node.js: run_script transpiles with esbuild (tsx's); tsc and tsx are installed", VersionCmd: "echo \"esbuild $(esbuild --version), node $(node --version), tsc $(tsc --version | sed 's/^Version //')\"",
+		// esbuild (tsx's transpiler) strips the types; syntax errors are
+		// compile errors; require() still works in the ES module it emits.
+		Script: Script{File: "main.ts",
+			Compile: `esbuild main.ts --log-level=warning --platform=node --format=esm --target=esnext --outfile=main.mjs '--banner:js=import { createRequire as __sbxCreateRequire } from "node:module"; const require = __sbxCreateRequire(import.meta.url);'`,
+			Run:     `exec node "$D/main.mjs" "$@"`},
+		Dependencies: "npm", Packages: "npm", Session: node},
+	{Name: "go", ImageName: "go", Description: "the Go toolchain from the Go module proxy", VersionCmd: "go version",
+		Script: Script{File: "main.go",
+			Compile: `{ [ -f go.mod ] || go mod init script 2>/dev/null; } && go build -trimpath -o main .`,
+			Run:     `exec "$D/main" "$@"`},
+		Dependencies: "go", Packages: "go"},
+	{Name: "rust", ImageName: "rust", Description: "Debian's rustc and cargo", VersionCmd: "rustc --version",
+		Script: Script{File: "main.rs",
+			Compile: `rustc --edition 2021 -O --crate-name main -o main main.rs`,
+			Run:     `exec "$D/main" "$@"`},
+		Dependencies: "cargo", Packages: "cargo"},
+	{Name: "solidity", ImageName: "solidity", Description: "solc (npm, WebAssembly) and an in-memory EVM (@ethereumjs/evm) on Node.js", VersionCmd: "solidity-run version",
+		Script: Script{File: "main.sol",
+			Compile: `solidity-run compile main.sol out.json`,
+			Run:     `exec solidity-run run "$D/out.json" "$@"`},
+		Packages: "npm"},
+}
+
+// Builtin returns the record of language name, whatever the policy maps
+// its image to.
+func Builtin(name string) (Language, bool) {
+	for _, l := range builtins {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Language{}, false
+}
+
+// ScriptNames lists the languages run_script runs, in declared order.
+func ScriptNames() []string {
+	var names []string
+	for _, l := range builtins {
+		if l.Script.File != "" {
+			names = append(names, l.Name)
+		}
+	}
+	return names
+}
+
+// DependencyNames lists the languages whose scripts take dependencies, in
+// declared order.
+func DependencyNames() []string {
+	var names []string
+	for _, l := range builtins {
+		if l.Dependencies != "" {
+			names = append(names, l.Name)
+		}
+	}
+	return names
 }
 
 // Registry resolves languages under a policy.
@@ -39,15 +168,14 @@ func NewRegistry(pol *policy.Policy) *Registry { return &Registry{pol: pol} }
 
 // Lookup returns a language and the image reference it runs in.
 func (r *Registry) Lookup(name string) (Language, string, bool) {
-	for _, l := range builtins {
-		if l.Name == name {
-			if img, ok := r.pol.Image(name); ok {
-				return l, img, true
-			}
-			return l, images.Tag(l.ImageName), true
-		}
+	l, ok := Builtin(name)
+	if !ok {
+		return Language{}, "", false
 	}
-	return Language{}, "", false
+	if img, ok := r.pol.Image(name); ok {
+		return l, img, true
+	}
+	return l, images.Tag(l.ImageName), true
 }
 
 // Names lists the known language names, sorted.

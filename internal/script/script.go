@@ -15,11 +15,13 @@
 // it back. A program cannot forge it: the block is complete before the program
 // starts, and only offset 0 counts.
 //
-// A language whose image carries its own runner (Language.Main: javascript's
-// script-main.js) skips the driver in a fresh sandbox: the runner does the
-// same in the language's runtime, which a warm sandbox can start before the
-// job (sandbox.Prestart). With a setup step (dependencies) it does so only
-// when the runner does that step too (Language.MainDeps).
+// What each language's source is called, how it compiles and runs, are its
+// record's (lang.Script). A language whose image carries its own runner
+// (lang.Script.Main: javascript's script-main.js) skips the driver in a fresh
+// sandbox: the runner does the same in the language's runtime, which a warm
+// sandbox can start before the job (sandbox.Prestart). With a setup step
+// (dependencies) it does so only when the runner does that step too
+// (lang.Script.MainDeps).
 package script
 
 import (
@@ -28,7 +30,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/lang"
 )
 
 // ScriptDir is where the driver writes the source and the build output (on the
@@ -46,92 +48,15 @@ const GoCacheSeed = "/usr/local/share/go-build-seed"
 // MaxSourceBytes caps the source of one script.
 const MaxSourceBytes = 512 << 10
 
-// Language says how a language's source is stored, compiled and run.
-type Language struct {
-	Name    string
-	File    string // file name of the source in ScriptDir
-	Compile string // shell command run in ScriptDir; "" = interpreted
-	Run     string // shell command that execs the program; "$@" are the args
-	// Main, when set, is a program of the image that does what the driver
-	// does (reads the source from stdin, writes it under ScriptDir, runs it
-	// with the args) in the language's own runtime: a fresh sandbox with no
-	// setup step runs Main + args instead of the driver, and a warm sandbox
-	// may start Main before its job (sandbox.Prestart).
-	Main []string
-	// EarlyEnv names the variables Main's runtime reads when it starts
-	// (sandbox.Prestart.EarlyEnv): a job that sets them runs in a new process.
-	EarlyEnv []string
-	// LateEnv are variables matching EarlyEnv that Main reads again once it
-	// has its job (sandbox.Prestart.LateEnv).
-	LateEnv []string
-	// MainDeps says Main also does the dependency setup (what deps.Setup
-	// does for the driver) when DepsDirEnv names the mounted cache.
-	MainDeps bool
-}
-
 // DepsDirEnv tells Main where a script's dependency cache is mounted: it
 // checks that the cache is complete and links its packages beside the source.
 const DepsDirEnv = "SANDBOXER_DEPS_DIR"
 
-// Prestart is what a warm sandbox may start ahead of a job that runs Main;
-// nil when the language has no Main.
-func (l Language) Prestart() *sandbox.Prestart {
-	if l.Main == nil {
-		return nil
-	}
-	return &sandbox.Prestart{Argv: l.Main, EarlyEnv: l.EarlyEnv, LateEnv: l.LateEnv}
-}
-
-// NodeMain is the javascript image's runner of a script (images/javascript/script-main.js).
-const NodeMain = "/usr/local/lib/sandboxer/script-main.js"
-
-// nodeEarlyEnv: what node, V8, libuv, OpenSSL, ICU and the C library read
-// when node starts, rather than when a script asks.
-var nodeEarlyEnv = []string{"NODE_*", "UV_*", "LD_*", "GLIBC_TUNABLES", "MALLOC_*", "OPENSSL_*", "SSL_CERT_*",
-	"TZ", "LANG", "LANGUAGE", "LC_*", "ICU_*"}
-
-var languages = map[string]Language{
-	"bash":   {Name: "bash", File: "main.sh", Run: `exec bash "$D/main.sh" "$@"`},
-	"python": {Name: "python", File: "main.py", Run: `exec python3 "$D/main.py" "$@"`},
-	// Node decides CommonJS or ES module from the syntax.
-	"javascript": {Name: "javascript", File: "main.js", Run: `exec node "$D/main.js" "$@"`,
-		// The runner re-reads NODE_PATH (Module._initPaths) once it has its job.
-		Main: []string{"node", NodeMain}, EarlyEnv: nodeEarlyEnv, LateEnv: []string{"NODE_PATH"}, MainDeps: true},
-	// esbuild (tsx's transpiler) strips the types; syntax errors are compile
-	// errors; require() still works in the ES module it emits.
-	"typescript": {Name: "typescript", File: "main.ts",
-		Compile: `esbuild main.ts --log-level=warning --platform=node --format=esm --target=esnext --outfile=main.mjs '--banner:js=import { createRequire as __sbxCreateRequire } from "node:module"; const require = __sbxCreateRequire(import.meta.url);'`,
-		Run:     `exec node "$D/main.mjs" "$@"`},
-	"go": {Name: "go", File: "main.go",
-		Compile: `{ [ -f go.mod ] || go mod init script 2>/dev/null; } && go build -trimpath -o main .`,
-		Run:     `exec "$D/main" "$@"`},
-	"rust": {Name: "rust", File: "main.rs",
-		Compile: `rustc --edition 2021 -O --crate-name main -o main main.rs`,
-		Run:     `exec "$D/main" "$@"`},
-	"solidity": {Name: "solidity", File: "main.sol",
-		Compile: `solidity-run compile main.sol out.json`,
-		Run:     `exec solidity-run run "$D/out.json" "$@"`},
-}
-
-// Lookup returns how to run language name.
-func Lookup(name string) (Language, bool) {
-	l, ok := languages[name]
-	return l, ok
-}
-
-// Names lists the languages run_script knows.
-func Names() []string {
-	return []string{"bash", "python", "javascript", "typescript", "go", "rust", "solidity"}
-}
-
-// Compiled says whether the language has a compile step.
-func (l Language) Compiled() bool { return l.Compile != "" }
-
-// Driver returns the bash script that runs a source of this language. Run it
+// Driver returns the bash script that runs a source of a language (l). Run it
 // as bash -c <driver> sandboxer-script <args...>, with SourceBytesEnv set and
 // the source followed by the program's stdin on its stdin. setup, when not
 // empty, runs in ScriptDir before the compile step (dependency wiring).
-func (l Language) Driver(setup string) string {
+func Driver(l lang.Script, setup string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "D=%s\n", ScriptDir)
 	b.WriteString(`mkdir -p "$D" || exit 125

@@ -1,6 +1,10 @@
 package script
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sandboxer/sandboxer/internal/lang"
+)
 
 func TestParseCompile(t *testing.T) {
 	block := "\x1esandboxer-compile exit=2 ms=41 stdout=3 stderr=5\nout" + "err\n\n" + "\x1esandboxer-compile-end\n"
@@ -22,12 +26,13 @@ func TestParseCompile(t *testing.T) {
 }
 
 func TestDriverPerLanguage(t *testing.T) {
-	for _, name := range Names() {
-		l, ok := Lookup(name)
+	for _, name := range lang.ScriptNames() {
+		rec, ok := lang.Builtin(name)
+		l := rec.Script
 		if !ok || l.Run == "" || l.File == "" {
 			t.Fatalf("%s: %+v", name, l)
 		}
-		if d := l.Driver(""); (l.Compiled()) != contains(d, "sandboxer-compile") {
+		if d := Driver(l, ""); (l.Compiled()) != contains(d, "sandboxer-compile") {
 			t.Errorf("%s: driver compile block presence wrong:\n%s", name, d)
 		}
 	}
@@ -44,15 +49,16 @@ func contains(s, sub string) bool {
 
 // A language's prestart is its runner with what the runner reads at start-up.
 func TestPrestartOfTheRunner(t *testing.T) {
-	js, _ := Lookup("javascript")
+	rec, _ := lang.Builtin("javascript")
+	js := rec.Script
 	p := js.Prestart()
-	if p == nil || len(p.Argv) != 2 || p.Argv[1] != NodeMain || len(p.EarlyEnv) == 0 {
+	if p == nil || len(p.Argv) != 2 || p.Argv[1] != lang.NodeMain || len(p.EarlyEnv) == 0 {
 		t.Fatalf("javascript prestart %+v", p)
 	}
 	if len(p.LateEnv) != 1 || p.LateEnv[0] != "NODE_PATH" || !js.MainDeps {
 		t.Errorf("javascript's runner re-reads NODE_PATH and does the dependency setup; got %+v, MainDeps %t", p, js.MainDeps)
 	}
-	if py, _ := Lookup("python"); py.Prestart() != nil {
+	if py, _ := lang.Builtin("python"); py.Script.Prestart() != nil {
 		t.Error("python has no runner but a prestart")
 	}
 }

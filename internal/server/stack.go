@@ -24,7 +24,6 @@ import (
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
-	"github.com/sandboxer/sandboxer/internal/script"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
@@ -132,8 +131,8 @@ func depsOptions(pol *policy.Policy, s *stack, obs observe.Observer) deps.Option
 		}
 		spec.Mounts = []sandbox.Mount{m}
 		// Shaped as run_script's job with that cache (tools.runScript).
-		if sl, ok := script.Lookup(language); ok && sl.MainDeps {
-			spec.Prestart = sl.Prestart()
+		if l, ok := lang.Builtin(language); ok && l.Script.MainDeps {
+			spec.Prestart = l.Script.Prestart()
 		}
 		s.warm.AddTarget(pool.Target{Name: "deps " + m.Volume, Spec: spec, Size: 1})
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/deps"
 	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/script"
@@ -87,18 +88,19 @@ type scriptRun struct {
 	deps    *DependenciesResult
 }
 
-func scriptLanguageNames() []string { return script.Names() }
+func scriptLanguageNames() []string { return lang.ScriptNames() }
 
 // scriptRequest validates a script's arguments into a job request, reusing
 // run_command's request building for everything they share.
 func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun, *mcp.CallToolResult) {
 	if args.Language == "" {
-		return nil, errorResult("language is required: one of %s", strings.Join(script.Names(), ", "))
+		return nil, errorResult("language is required: one of %s", strings.Join(lang.ScriptNames(), ", "))
 	}
-	sl, ok := script.Lookup(args.Language)
-	if !ok {
-		return nil, errorResult("language %q is not one run_script knows: use one of %s", truncate(args.Language, 64), strings.Join(script.Names(), ", "))
+	rec, ok := lang.Builtin(args.Language)
+	if !ok || rec.Script.File == "" {
+		return nil, errorResult("language %q is not one run_script knows: use one of %s", truncate(args.Language, 64), strings.Join(lang.ScriptNames(), ", "))
 	}
+	sl := rec.Script
 	if strings.TrimSpace(args.Code) == "" {
 		return nil, errorResult("code is empty: give the program's source")
 	}
@@ -113,7 +115,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 			return nil, errorResult("%v", err)
 		}
 	}
-	if sl.Name == "bash" {
+	if rec.Name == "bash" {
 		if problem := d.checkBlocked(ctx, args.Code, nil, "script"); problem != nil {
 			return nil, problem
 		}
@@ -127,7 +129,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	}
 	var depList []string
 	if len(args.Dependencies) > 0 {
-		list, err := deps.Normalise(sl.Name, args.Dependencies)
+		list, err := deps.Normalise(rec.Name, args.Dependencies)
 		if err != nil {
 			return nil, errorResult("%v", err)
 		}
@@ -138,11 +140,11 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	}
 	setup := ""
 	if depList != nil {
-		setup = deps.Setup(sl.Name)
+		setup = deps.Setup(rec.Name)
 	}
-	driver := sl.Driver(setup)
+	driver := script.Driver(sl, setup)
 	jr, wait, problem := d.commandRequest(ctx, RunCommandArgs{
-		Command: driver, Language: scriptLanguageIn(sl.Name, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
+		Command: driver, Language: scriptLanguageIn(rec.Name, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
 		TimeoutS: args.TimeoutS, WaitS: args.WaitS, Background: args.Background, Output: args.Output,
 		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids, Mounts: args.Mounts, Egress: args.Egress,
 	})
@@ -154,7 +156,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	stdin := make([]byte, 0, len(args.Code)+len(derefString(args.Stdin)))
 	stdin = append(append(stdin, args.Code...), derefString(args.Stdin)...)
 	jr.Kind = job.KindScript
-	jr.Command = scriptCommand(sl.Name, args.Args)
+	jr.Command = scriptCommand(rec.Name, args.Args)
 	jr.Cmd = append([]string{"bash", "-c", driver, "sandboxer-script"}, args.Args...)
 	if sl.Main != nil && (depList == nil || sl.MainDeps) && args.Workspace == "" {
 		// The image's own runner does the driver's work (and the dependency
@@ -180,15 +182,15 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	var dr *DependenciesResult
 	if depList != nil {
 		// Last: everything else was checked before anything is installed.
-		got, err := d.Dependencies.Ensure(ctx, sl.Name, jr.Image, depList)
+		got, err := d.Dependencies.Ensure(ctx, rec.Name, jr.Image, depList)
 		if err != nil {
 			return nil, errorResult("%v", err)
 		}
 		jr.Mounts = append(jr.Mounts, got.Mount)
-		jr.Env = append(jr.Env, deps.RunEnv(sl.Name)...)
+		jr.Env = append(jr.Env, deps.RunEnv(rec.Name)...)
 		dr = &DependenciesResult{List: got.List, Cache: got.Cache, InstallMS: got.InstallMS}
 	}
-	version := d.languageVersion(ctx, sl.Name, jr.Image)
+	version := d.languageVersion(ctx, rec.Name, jr.Image)
 	jr.Details = record.Details{Script: &record.ScriptDetails{
 		Source: args.Code, Args: args.Args, Version: version, Dependencies: depList,
 	}}

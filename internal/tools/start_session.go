@@ -65,15 +65,13 @@ type StartSessionResult struct {
 	Session    *Session `json:"session" jsonschema:"the session's mode, terminal size, name and idle deadline"`
 }
 
-// replOf is the interactive program of a language: argv for pty and pipe mode.
-func replOf(language string) (pty, pipe []string) {
-	switch language {
-	case "python":
-		return []string{"python3"}, []string{"python3", "-i", "-u"}
-	case "javascript", "typescript":
-		return []string{"node"}, []string{"node", "-i"}
+// replOf is the interactive program of a language (its record's
+// lang.Language.Session): argv for pty and pipe mode; bash when it has none.
+func replOf(l lang.Language) (pty, pipe []string) {
+	if l.Session.PTY == nil {
+		return []string{"bash"}, []string{"bash"}
 	}
-	return []string{"bash"}, []string{"bash"}
+	return l.Session.PTY, l.Session.Pipe
 }
 
 func StartSession(d Deps) Tool {
@@ -193,7 +191,7 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 	case args.Command == "" && len(args.Args) > 0:
 		return fail("args given without command: name the program they are for")
 	case args.Command == "":
-		pty, pipe := replOf(language.Name)
+		pty, pipe := replOf(language)
 		argv = pty
 		if mode == job.ModePipe {
 			argv = pipe

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
@@ -98,17 +99,11 @@ func CheckPackage(manager, spec string) error {
 	return nil
 }
 
-// AutoManager is the manager `auto` means for a workspace's language.
+// AutoManager is the manager `auto` means for a workspace's language (its
+// record's lang.Language.Packages; apt for one the registry does not know).
 func AutoManager(language string) string {
-	switch language {
-	case "javascript", "typescript", "solidity":
-		return ManagerNpm
-	case "python":
-		return ManagerPip
-	case "go":
-		return ManagerGo
-	case "rust":
-		return ManagerCargo
+	if l, ok := lang.Builtin(language); ok && l.Packages != "" {
+		return l.Packages
 	}
 	return ManagerApt
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/config"
-	"github.com/sandboxer/sandboxer/internal/script"
+	"github.com/sandboxer/sandboxer/internal/lang"
 )
 
 // waitPrestarted waits until a warm sandbox of this server waits with a
@@ -42,7 +42,7 @@ func (s *server) waitPrestartedWith(mount string, used ...string) string {
 				if slices.Contains(used, id) {
 					continue
 				}
-				if top, err := exec.Command("docker", "top", id).Output(); err != nil || strings.Contains(string(top), script.NodeMain) {
+				if top, err := exec.Command("docker", "top", id).Output(); err != nil || strings.Contains(string(top), lang.NodeMain) {
 					return id
 				}
 			}
@@ -240,7 +240,7 @@ console.log(JSON.stringify({ got: [isNumber(5), isNumber('x')], nodePath: proces
 			t.Helper()
 			cmd := exec.Command("docker", "run", "--rm", "-i", "--network", "none", "-v", dir+":/deps:ro",
 				"-e", fmt.Sprintf("SANDBOXER_SOURCE_BYTES=%d", len(code)), "-e", "SANDBOXER_DEPS_DIR=/deps", "-e", "NODE_PATH=/deps/node_modules",
-				str(firstJob, "image"), "node", script.NodeMain)
+				str(firstJob, "image"), "node", lang.NodeMain)
 			cmd.Stdin = strings.NewReader(code)
 			var out, errb strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &errb
