@@ -14,12 +14,12 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
+	"github.com/sandboxer/sandboxer/internal/supervisor"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 // The client side of the supervisor protocol (frames, stdin flow control,
-// output) is a superstream.Client; this file is what Docker adds to it.
+// output) is a supervisor.Client; this file is what Docker adds to it.
 
 // handle is one sandbox: a container whose main process is the supervisor.
 // Frames from the supervisor arrive on the container's stdout; frames to it
@@ -28,16 +28,16 @@ type handle struct {
 	rt         *Runtime
 	id         string
 	cancelWait context.CancelFunc
-	c          *superstream.Client // the supervisor's stream
-	conn       io.Closer           // the attach connection; nil when adopted
-	followsLog bool                // output comes from the engine's log (adopted)
+	c          *supervisor.Client // the supervisor's stream
+	conn       io.Closer          // the attach connection; nil when adopted
+	followsLog bool               // output comes from the engine's log (adopted)
 	// execID is set when the job runs as an exec of the supervisor in a
 	// workspace's container (kill mode "tree"): ending the job never
 	// touches the container.
 	execID string
 	// ws is set when the job is a channel of a workspace daemon's stream
 	// (kill mode "tree"), key names it there.
-	ws  *superstream.Daemon
+	ws  *supervisor.Daemon
 	key string
 
 	launched  chan struct{} // closed by Launch
@@ -51,7 +51,7 @@ type handle struct {
 func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
 	return &handle{
 		rt: rt, id: id, cancelWait: cancelWait,
-		c:         superstream.New(),
+		c:         supervisor.New(),
 		launched:  make(chan struct{}),
 		done:      make(chan struct{}),
 		destroyed: make(chan struct{}),
@@ -60,11 +60,11 @@ func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
 
 // setConn makes conn the way to the supervisor.
 func (h *handle) setConn(conn interface {
-	superstream.DeadlineWriter
+	supervisor.DeadlineWriter
 	io.Closer
 }) {
 	h.conn = conn
-	h.c.W = superstream.ConnWriter(conn)
+	h.c.W = supervisor.ConnWriter(conn)
 }
 
 // ContainerID is the container's id; a workspace daemon's job adds its key,
@@ -220,7 +220,7 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 		h.rereadLog(ctx)
 	}
 	if e := h.c.Exit(); e != nil {
-		h.status = superstream.ExitStatus(e)
+		h.status = supervisor.ExitStatus(e)
 	} else if !h.shared() {
 		if !waited {
 			select {

@@ -20,7 +20,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
+	"github.com/sandboxer/sandboxer/internal/supervisor"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
@@ -60,7 +60,7 @@ type Runtime struct {
 	execs  map[string]*handle // workspace container id -> a waiting exec
 	// daemons are the streams to workspace daemons (see wsconn.go);
 	// daemonMode says which workspace containers run one.
-	daemons    *superstream.Daemons
+	daemons    *supervisor.Daemons
 	daemonMode map[string]bool
 
 	onError func(operation string) // WithErrorHook
@@ -353,14 +353,14 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 			return nil, h.rt.engineErr(fmt.Errorf("set the sandbox's limits: %w", err))
 		}
 	}
-	ps := sandbox.SupervisorSpec(spec, defaultWorkDir)
+	ps := supervisor.JobSpec(spec, defaultWorkDir)
 	ps.TimeoutMS, ps.KillMode = backstop(spec.Timeout), proto.KillContainer
 	if h.shared() {
 		// A workspace's container is shared: kill the job's tree only. An
 		// exec cannot be re-joined after a restart, so its job dies with
 		// this server's stream to it; a daemon's job waits for the next.
 		ps.KillMode, ps.KillOnDetach = proto.KillTree, h.execID != ""
-		ps.Rlimits = sandbox.JobRlimits(spec.Limits)
+		ps.Rlimits = supervisor.JobRlimits(spec.Limits)
 	}
 	h.c.HasStdin, h.c.TTY = spec.OpenStdin, spec.TTY != nil
 	if err := ps.Validate(); err != nil {

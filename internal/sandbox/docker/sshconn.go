@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
+	"github.com/sandboxer/sandboxer/internal/supervisor"
 )
 
 // ssh:// engines, as Docker's connhelper reaches them: every connection is an
@@ -69,7 +69,7 @@ type commandConn struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
-	stderr *superstream.TailBuffer
+	stderr *supervisor.TailBuffer
 	exited chan struct{}
 	err    error // the process's exit, valid once exited is closed
 
@@ -82,7 +82,7 @@ func dialCommand(ctx context.Context, name string, args ...string) (net.Conn, er
 		return nil, err
 	}
 	cmd := exec.Command(name, args...)
-	c := &commandConn{cmd: cmd, stderr: &superstream.TailBuffer{}, exited: make(chan struct{})}
+	c := &commandConn{cmd: cmd, stderr: &supervisor.TailBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	// Our own pipes, not StdinPipe/StdoutPipe: Wait closes those when the
 	// process exits, which could drop the last bytes it wrote before we read them.

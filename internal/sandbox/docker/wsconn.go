@@ -12,12 +12,12 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
+	"github.com/sandboxer/sandboxer/internal/supervisor"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 // A workspace container's main process is the supervisor's daemon; the
-// stream to it and the jobs' channels on it are superstream.Daemons. Here is
+// stream to it and the jobs' channels on it are supervisor.Daemons. Here is
 // only how the stream is made: an exec of `sandboxer-supervisor connect`.
 
 // daemonCmd is a workspace container's command: the supervisor's daemon.
@@ -38,7 +38,7 @@ func engineID(id string) string {
 
 // daemons makes the runtime's workspace streams.
 func (r *Runtime) initDaemons() {
-	r.daemons = &superstream.Daemons{Dial: r.dialDaemon, Running: r.WorkspaceRunning, EngineErr: r.engineErr}
+	r.daemons = &supervisor.Daemons{Dial: r.dialDaemon, Running: r.WorkspaceRunning, EngineErr: r.engineErr}
 }
 
 // usesDaemon says whether a workspace container runs the daemon (workspaces
@@ -71,7 +71,7 @@ func (r *Runtime) usesDaemon(ctx context.Context, containerID string) (bool, err
 	return v, nil
 }
 
-func (r *Runtime) dialDaemon(ctx context.Context, containerID string, diag io.Writer) (superstream.Stream, error) {
+func (r *Runtime) dialDaemon(ctx context.Context, containerID string, diag io.Writer) (supervisor.Stream, error) {
 	// As root (with no capability, like every exec here): the jobs, uid
 	// 1000, cannot signal it, so none can cut the server off its workspace.
 	ex, err := r.cli.ExecCreate(ctx, containerID, client.ExecCreateOptions{
@@ -80,20 +80,20 @@ func (r *Runtime) dialDaemon(ctx context.Context, containerID string, diag io.Wr
 	})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
-			return superstream.Stream{}, fmt.Errorf("workspace container %.12s is not running: %w", containerID, sandbox.ErrNotFound)
+			return supervisor.Stream{}, fmt.Errorf("workspace container %.12s is not running: %w", containerID, sandbox.ErrNotFound)
 		}
-		return superstream.Stream{}, r.engineErr(fmt.Errorf("create exec: %w", err))
+		return supervisor.Stream{}, r.engineErr(fmt.Errorf("create exec: %w", err))
 	}
 	attach, err := r.cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
 	if err != nil {
-		return superstream.Stream{}, r.engineErr(fmt.Errorf("start exec: %w", err))
+		return supervisor.Stream{}, r.engineErr(fmt.Errorf("start exec: %w", err))
 	}
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := stdcopy.StdCopy(pw, diag, attach.Reader)
 		pw.CloseWithError(err)
 	}()
-	return superstream.Stream{Conn: attach.Conn, R: pr, CloseR: func() { pr.Close(); attach.Close() }}, nil
+	return supervisor.Stream{Conn: attach.Conn, R: pr, CloseR: func() { pr.Close(); attach.Close() }}, nil
 }
 
 // startDaemonJob runs spec on a new channel of the workspace's stream.
@@ -130,7 +130,7 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, containerID, key string, s
 		}
 		return nil, err
 	}
-	ch, pr := superstream.NewChannel(key, skipStdout, skipStderr)
+	ch, pr := supervisor.NewChannel(key, skipStdout, skipStderr)
 	h := newHandle(r, containerID, func() {})
 	h.ws, h.key = c, key
 	h.setConn(ch)

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
+	"github.com/sandboxer/sandboxer/internal/supervisor"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
@@ -27,7 +27,7 @@ const deadlineBackstop = time.Second
 type handle struct {
 	rt   *Runtime
 	name string
-	c    *superstream.Client // the supervisor's stream
+	c    *supervisor.Client // the supervisor's stream
 
 	stdin      *io.PipeWriter // frames to the supervisor (the attach's stdin); nil when adopted
 	cancel     context.CancelFunc
@@ -35,9 +35,9 @@ type handle struct {
 	attachErr  error
 	// ws is set when the job is a channel of a workspace daemon's stream
 	// (kill mode "tree"); key names it there, ch is its side of the stream.
-	ws  *superstream.Daemon
+	ws  *supervisor.Daemon
 	key string
-	ch  *superstream.Channel
+	ch  *supervisor.Channel
 	// tunnel is the job's egress tunnel (network egress), closed with it.
 	tunnel *sandbox.Tunnel
 
@@ -50,7 +50,7 @@ type handle struct {
 func newHandle(rt *Runtime, name string) *handle {
 	return &handle{
 		rt: rt, name: name,
-		c:         superstream.New(),
+		c:         supervisor.New(),
 		done:      make(chan struct{}),
 		destroyed: make(chan struct{}),
 	}
@@ -85,7 +85,7 @@ func (h *handle) attach() error {
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stdin, h.cancel = inW, cancel
-	h.c.W = superstream.PipeWriter(inW)
+	h.c.W = supervisor.PipeWriter(inW)
 	go func() {
 		// No stderr: the supervisor's goes to the termination message (see
 		// podFor), and containerd ends an attach whose stderr ends, closing
@@ -130,14 +130,14 @@ func (h *handle) openTunnel(ctx context.Context, spec sandbox.Spec) error {
 
 // launch hands the supervisor its job.
 func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output) error {
-	ps := sandbox.SupervisorSpec(spec, defaultWorkDir)
+	ps := supervisor.JobSpec(spec, defaultWorkDir)
 	ps.KillMode = proto.KillContainer
 	if h.ws != nil {
 		// A workspace's pod is shared: a kill or timeout takes the job's tree only.
 		ps.KillMode = proto.KillTree
 	}
 	// No per-pod ulimits in a pod spec: the supervisor lowers them for the job.
-	ps.Rlimits = sandbox.JobRlimits(spec.Limits)
+	ps.Rlimits = supervisor.JobRlimits(spec.Limits)
 	ps.Rlimits["core"] = 0
 	if spec.Timeout > 0 {
 		ps.TimeoutMS = (spec.Timeout + deadlineBackstop).Milliseconds()
@@ -243,7 +243,7 @@ func (h *handle) waitForEnd() {
 	if h.ws != nil {
 		// A job in a workspace: the pod is the workspace's, never removed here.
 		if e := h.c.Exit(); e != nil {
-			h.status = superstream.ExitStatus(e)
+			h.status = supervisor.ExitStatus(e)
 		} else {
 			h.status = h.rt.daemons.Verdict(ctx, h.name, h.ws)
 		}
@@ -252,7 +252,7 @@ func (h *handle) waitForEnd() {
 		return
 	}
 	if e := h.c.Exit(); e != nil {
-		h.status = superstream.ExitStatus(e)
+		h.status = supervisor.ExitStatus(e)
 		if e.ExitCode > 128 && h.wasDestroyed() {
 			// Destroyed: the kubelet's TERM (then KILL) of the deleted pod
 			// ended it. Said as Docker's kill says it (137), so the caller
@@ -350,7 +350,7 @@ func (r *Runtime) checkHello(ctx context.Context, name string) error {
 			if typ != proto.TypeHello {
 				return fmt.Errorf("the sandbox supervisor in pod %s began with a %s frame, not Hello: rebuild the images (make images)", name, proto.TypeName(typ))
 			}
-			return superstream.CheckHello(p)
+			return supervisor.CheckHello(p)
 		}
 		select {
 		case <-ctx.Done():

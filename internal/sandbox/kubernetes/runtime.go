@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
+	"github.com/sandboxer/sandboxer/internal/supervisor"
 )
 
 const (
@@ -80,7 +80,7 @@ type Runtime struct {
 	onError func(operation string) // WithErrorHook
 
 	// daemons are the streams to workspace pods' daemons (workspace.go).
-	daemons *superstream.Daemons
+	daemons *supervisor.Daemons
 
 	// egressProxy serves the egress tunnels (egress.go); nil: none.
 	egressProxy http.Handler
@@ -151,7 +151,7 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 	for _, o := range opts {
 		o(r)
 	}
-	r.daemons = &superstream.Daemons{Dial: r.dialDaemon, Running: r.WorkspaceRunning, EngineErr: r.engineErr}
+	r.daemons = &supervisor.Daemons{Dial: r.dialDaemon, Running: r.WorkspaceRunning, EngineErr: r.engineErr}
 	return r, nil
 }
 

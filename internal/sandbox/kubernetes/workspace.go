@@ -17,13 +17,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/superstream"
+	"github.com/sandboxer/sandboxer/internal/supervisor"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 // A workspace on Kubernetes is a PersistentVolumeClaim (its files, at
 // /workspace) and, while it runs, a pod of the same name whose main process
-// is the supervisor's daemon (see superstream.Daemons): stopping it deletes
+// is the supervisor's daemon (see supervisor.Daemons): stopping it deletes
 // the pod and keeps the claim; starting it makes the pod again from the
 // spec kept on the claim. Jobs go over one pods/exec of `sandboxer-supervisor
 // connect` per workspace; plain commands, file helpers and tar copies are
@@ -356,11 +356,11 @@ func (r *Runtime) OOMKilled(ctx context.Context, id string) (bool, error) {
 // dialDaemon makes the stream to a workspace pod's daemon: a pods/exec of
 // `sandboxer-supervisor connect`, which pipes it to the daemon's socket.
 // pods/exec cannot choose a user: it runs as the pod's (uid 1000).
-func (r *Runtime) dialDaemon(ctx context.Context, id string, diag io.Writer) (superstream.Stream, error) {
+func (r *Runtime) dialDaemon(ctx context.Context, id string, diag io.Writer) (supervisor.Stream, error) {
 	if running, err := r.WorkspaceRunning(ctx, id); err != nil {
-		return superstream.Stream{}, err
+		return supervisor.Stream{}, err
 	} else if !running {
-		return superstream.Stream{}, fmt.Errorf("workspace pod %s is not running: %w", id, sandbox.ErrNotFound)
+		return supervisor.Stream{}, fmt.Errorf("workspace pod %s is not running: %w", id, sandbox.ErrNotFound)
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -379,7 +379,7 @@ func (r *Runtime) dialDaemon(ctx context.Context, id string, diag io.Writer) (su
 		cancel()
 		go func() { _, _ = io.Copy(io.Discard, outR) }()
 	}
-	return superstream.Stream{Conn: superstream.PipeConn(inW), R: outR, CloseR: closeR}, nil
+	return supervisor.Stream{Conn: supervisor.PipeConn(inW), R: outR, CloseR: closeR}, nil
 }
 
 // StartIn runs spec as a job on a new channel of the workspace's stream.
@@ -395,7 +395,7 @@ func (r *Runtime) StartIn(ctx context.Context, id string, spec sandbox.Spec, out
 	}
 	h := newHandle(r, id)
 	h.ws, h.key, h.ch = ch.Stream(), ch.Key(), ch
-	h.c.W = superstream.ConnWriter(ch)
+	h.c.W = supervisor.ConnWriter(ch)
 	go h.c.ReadUntilEnd(pr, func() { pr.Close() })
 	if err := h.launch(ctx, spec, out); err != nil {
 		ch.Close()
@@ -415,10 +415,10 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, id, key string, skipStdout
 		}
 		return nil, err
 	}
-	ch, pr := superstream.NewChannel(key, skipStdout, skipStderr)
+	ch, pr := supervisor.NewChannel(key, skipStdout, skipStderr)
 	h := newHandle(r, id)
 	h.ws, h.key, h.ch = c, key, ch
-	h.c.W = superstream.ConnWriter(ch)
+	h.c.W = supervisor.ConnWriter(ch)
 	h.c.Out.Set(out, 0, 0) // the daemon sends only what was not captured
 	// Reading first: the replay comes before the daemon's answer.
 	go h.c.ReadUntilEnd(pr, func() { pr.Close() })

@@ -1,4 +1,4 @@
-package superstream
+package supervisor
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package main
+package program
 
 // The workspace daemon: a workspace container's main process. It takes job
 // specs from the server over one long-lived stream (see the "Workspace

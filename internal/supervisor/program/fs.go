@@ -1,4 +1,4 @@
-package main
+package program
 
 // The fs subcommand: file helpers for write_file, read_file and list_files,
 // run by the server as a plain exec in a workspace container (see

@@ -1,11 +1,13 @@
-// Package superstream is the server's side of the sandbox supervisor's frame
-// protocol (internal/supervisor/proto), the same on every runtime: a Client
+// Package supervisor is the server's side of the sandbox supervisor: its
+// frame protocol (internal/supervisor/proto) spoken the same on every
+// runtime, and the job spec it takes. The program itself is
+// internal/supervisor/program (cmd/sandboxer-supervisor is its main). A Client
 // for one supervisor's stream (a job's frames: input with flow control,
 // signals, output, acks, the exit report) and a Daemon for the long-lived
 // stream to a workspace's supervisor daemon, on which each job is a channel.
 // Neither knows the engine: a runtime hands them a byte stream (a container
 // attach, an exec, a pod attach) and reads the result.
-package superstream
+package supervisor
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package main
+package program
 
 // These tests build the supervisor and drive it over pipes exactly as the
 // server does, on the host, always in "tree" kill mode (kill(-1) would hit
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	if raceEnabled {
 		args = append(args, "-race") // the supervisor's own goroutines are checked too
 	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append(args, ".")...)
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append(args, "../../../cmd/sandboxer-supervisor")...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the supervisor:", err)

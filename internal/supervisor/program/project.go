@@ -1,4 +1,4 @@
-package main
+package program
 
 // Project helpers (see proto.ScanCommand): scan sums up a granted mount's
 // tree before an import copies it, changes compares /workspace with an

@@ -1,11 +1,14 @@
-package sandbox
+package supervisor
 
-import "github.com/sandboxer/sandboxer/internal/supervisor/proto"
+import (
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
+)
 
-// SupervisorSpec is spec's job as the sandbox supervisor takes it: argv,
+// JobSpec is spec's job as the sandbox supervisor takes it: argv,
 // environment, working directory (defaultCwd when spec has none), stdin and
 // terminal. Each runtime adds its kill mode, deadline and rlimits.
-func SupervisorSpec(spec Spec, defaultCwd string) proto.Spec {
+func JobSpec(spec sandbox.Spec, defaultCwd string) proto.Spec {
 	ps := proto.Spec{Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir, Stdin: proto.StdinClosed}
 	if ps.Cwd == "" {
 		ps.Cwd = defaultCwd
@@ -21,7 +24,7 @@ func SupervisorSpec(spec Spec, defaultCwd string) proto.Spec {
 
 // JobRlimits are the per-job rlimits the supervisor sets where the engine
 // cannot set them on the sandbox itself (a shared workspace, a pod).
-func JobRlimits(l Limits) map[string]uint64 {
+func JobRlimits(l sandbox.Limits) map[string]uint64 {
 	r := map[string]uint64{}
 	if l.OpenFiles > 0 {
 		r["nofile"] = uint64(l.OpenFiles)
