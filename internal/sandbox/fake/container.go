@@ -24,6 +24,7 @@ type container struct {
 	seq       int
 	prog      program
 	command   string // its command line, as Processes shows it
+	fs        *files // its files (a workspace's volume is shared)
 	engineLog bool
 
 	mu         sync.Mutex
@@ -45,7 +46,7 @@ type container struct {
 
 func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int) *container {
 	c := &container{
-		eng: e, info: info, seq: seq, prog: parse(scriptOf(spec.Cmd)), command: strings.Join(spec.Cmd, " "),
+		eng: e, info: info, seq: seq, prog: parse(scriptOf(spec.Cmd)), command: strings.Join(spec.Cmd, " "), fs: newFiles(),
 		engineLog: spec.EngineLog != "none",
 		wake:      make(chan struct{}),
 		exited:    make(chan struct{}),
@@ -193,16 +194,26 @@ func (c *container) interpret() (code int, oom bool) {
 		}
 		var err error
 		status = 0
+		if o.toFile != "" {
+			c.fs.write(o.toFile, "", o.append) // the redirection makes (or empties) the file first
+		}
+		emit := func(p string) {
+			if o.toFile != "" {
+				c.fs.write(o.toFile, p, true)
+				return
+			}
+			c.write(stream, p)
+		}
 		switch o.name {
 		case "echo":
 			args, nl := o.args, "\n"
 			if len(args) > 0 && args[0] == "-n" {
 				args, nl = args[1:], ""
 			}
-			c.write(stream, strings.Join(args, " ")+nl)
+			emit(strings.Join(args, " ") + nl)
 		case "printf":
 			if len(o.args) > 0 {
-				c.write(stream, strings.NewReplacer(`\n`, "\n", `\t`, "\t", `\\`, `\`).Replace(o.args[0]))
+				emit(strings.NewReplacer(`\n`, "\n", `\t`, "\t", `\\`, `\`).Replace(o.args[0]))
 			}
 		case "sleep":
 			elapsed := make(chan struct{})
@@ -214,7 +225,18 @@ func (c *container) interpret() (code int, oom bool) {
 		case "oom":
 			return 137, true
 		case "cat":
-			err = c.cat(stream, ignored)
+			if len(o.args) == 0 {
+				err = c.cat(stream, ignored)
+				break
+			}
+			for _, name := range o.args {
+				if data, ok := c.fs.read(name); ok {
+					emit(data)
+				} else {
+					c.write(sandbox.Stderr, "cat: "+name+": No such file or directory\n")
+					status = 1
+				}
+			}
 		case "trap":
 			if len(o.args) > 1 {
 				for _, s := range o.args[1:] {
@@ -230,12 +252,12 @@ func (c *container) interpret() (code int, oom bool) {
 				b = strconv.AppendInt(b, int64(n), 10)
 				b = append(b, '\n')
 				if len(b) >= 64<<10 {
-					c.write(stream, string(b))
+					emit(string(b))
 					b = b[:0]
 				}
 			}
 			if len(b) > 0 {
-				c.write(stream, string(b))
+				emit(string(b))
 			}
 		case "false":
 			status = 1

@@ -19,6 +19,13 @@
 //	cat                  copy stdin to stdout until end-of-file
 //	true, :, false       status 0, 0, 1
 //	seq FIRST LAST       the numbers FIRST to LAST, one a line
+//	cat FILE             write FILE (the container's files, below)
+//
+// `> FILE` and `>> FILE` (words of their own) send a statement's output to
+// a file of the container instead: files live in memory, one set per
+// container, shared by a workspace's container, its jobs, execs and
+// installer (its volume).
+//
 //	trap '' SIG...       ignore those signals (e.g. trap '' TERM); trap - SIG... restores
 //
 // The script ends with the status of its last statement, as bash does. An
@@ -110,7 +117,7 @@ func (r *Runtime) Host() string { return Host }
 
 // Capabilities: the fake has the parts the contract suites cover on it.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Warm: r, Volumes: r, Processes: r}
+	return sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, Processes: r}
 }
 
 // New makes a runtime on a fresh engine.
@@ -355,7 +362,10 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
 		return nil, engineDown()
 	}
 	cs := make([]*container, 0, len(r.containers))
-	for _, c := range r.containers {
+	for id, c := range r.containers {
+		if _, isJob := sandbox.WorkspaceJob(id); isJob {
+			continue // a workspace's job: its container is the workspace's
+		}
 		if r.instance == "" || c.info.Instance == r.instance {
 			cs = append(cs, c)
 		}

@@ -12,6 +12,8 @@ type op struct {
 	name        string   // echo, printf, sleep, exit, cat, oom, trap, true, false, seq, unknown
 	args        []string // words after the command name (redirection removed)
 	stderr      bool     // >&2
+	toFile      string   // > FILE or >> FILE: the output goes to the container's files
+	append      bool     // >> FILE
 	dur         time.Duration
 	code        int
 	first, last int // seq's range
@@ -50,11 +52,16 @@ func parse(script string) program {
 			continue
 		}
 		o := op{name: words[0]}
-		for _, w := range words[1:] {
-			switch w {
+		for i := 1; i < len(words); i++ {
+			switch w := words[i]; w {
 			case ">&2", "1>&2":
 				o.stderr = true
 			case ">&1", "2>&1":
+			case ">", ">>":
+				if i+1 < len(words) {
+					o.toFile, o.append = words[i+1], w == ">>"
+					i++
+				}
 			default:
 				o.args = append(o.args, w)
 			}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -451,7 +452,7 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pod %s did not start within %s: %w", pod.Name, startTimeout, ctx.Err())
+			return fmt.Errorf("pod %s did not start within %s (%s): %w", pod.Name, startTimeout, r.whyNotStarted(pod.Name), ctx.Err())
 		case ev, open := <-w.ResultChan():
 			if !open {
 				p, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -475,6 +476,62 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string
 			}
 		}
 	}
+}
+
+// whyNotStarted says what held a pod back, for the error of a start that
+// missed its deadline: its phase and containers' waiting reasons, and its
+// last events (scheduling, image, sandbox creation), newest last.
+func (r *Runtime) whyNotStarted(name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var parts []string
+	if p, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		phase := "phase " + string(p.Status.Phase)
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil {
+				phase += fmt.Sprintf(", container waiting: %s %s", w.Reason, w.Message)
+			}
+		}
+		parts = append(parts, strings.TrimSpace(phase))
+	}
+	evs, err := r.cs.CoreV1().Events(r.namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		parts = append(parts, "its events could not be read: "+err.Error())
+	} else {
+		parts = append(parts, podEvents(evs.Items, maxStartEvents))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// maxStartEvents is how many of a pod's last events a start error quotes.
+const maxStartEvents = 5
+
+// podEvents are a pod's last n events as "Reason: message", oldest first.
+func podEvents(evs []corev1.Event, n int) string {
+	if len(evs) == 0 {
+		return "no events"
+	}
+	at := func(e corev1.Event) time.Time {
+		for _, t := range []time.Time{e.EventTime.Time, e.LastTimestamp.Time, e.FirstTimestamp.Time} {
+			if !t.IsZero() {
+				return t
+			}
+		}
+		return e.CreationTimestamp.Time
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return at(evs[i]).Before(at(evs[j])) })
+	if len(evs) > n {
+		evs = evs[len(evs)-n:]
+	}
+	lines := make([]string, 0, len(evs))
+	for _, e := range evs {
+		msg := strings.TrimSpace(e.Message)
+		if len(msg) > 300 {
+			msg = msg[:300] + "…"
+		}
+		lines = append(lines, e.Reason+": "+msg)
+	}
+	return "events: " + strings.Join(lines, " | ")
 }
 
 // Adopt follows a pod a previous server process started: the supervisor's

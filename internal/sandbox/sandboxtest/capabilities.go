@@ -1,10 +1,13 @@
 package sandboxtest
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -30,6 +33,7 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 		{"Warm", func(c sandbox.Capabilities) bool { return c.Warm != nil }, runWarm},
 		{"Volumes", func(c sandbox.Capabilities) bool { return c.Volumes != nil }, runVolumes},
 		{"Processes", func(c sandbox.Capabilities) bool { return c.Processes != nil }, runProcesses},
+		{"Workspaces", func(c sandbox.Capabilities) bool { return c.Workspaces != nil }, runWorkspaces},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
@@ -187,6 +191,107 @@ func runProcesses(t *testing.T, e sandbox.Engine, image string) {
 	}
 	if st := waitDone(t, h, "the killed job"); st.ExitCode == 0 {
 		t.Fatalf("the killed job ended %s, want a non-zero exit", describe(st))
+	}
+}
+
+// runWorkspaces: a workspace's container runs jobs and plain commands
+// whose files stay in its volume across jobs and a stop; its files can be
+// copied out; removing it removes it, and removing it again is no error.
+func runWorkspaces(t *testing.T, e sandbox.Engine, image string) {
+	w := e.Capabilities().Workspaces
+	ctx := context.Background()
+	base := Spec(image, "")
+	refs, err := w.CreateWorkspace(ctx, sandbox.WorkspaceSpec{Name: "contract-" + randomHex(4), Image: image, Limits: base.Limits})
+	if err != nil {
+		t.Fatalf("CreateWorkspace: %v", err)
+	}
+	t.Cleanup(func() { _ = w.RemoveWorkspace(context.Background(), refs) })
+	id := refs.ContainerID
+	if err := w.StartWorkspace(ctx, id); err != nil {
+		t.Fatalf("StartWorkspace: %v", err)
+	}
+	if running, err := w.WorkspaceRunning(ctx, id); err != nil || !running {
+		t.Fatalf("WorkspaceRunning after start: %v, %v", running, err)
+	}
+	job := func(cmd string) (sandbox.ExitStatus, *sandbox.Buffer) {
+		t.Helper()
+		out := newBuffer()
+		h, err := w.StartIn(ctx, id, Spec(image, cmd), out)
+		if err != nil {
+			t.Fatalf("StartIn(%q): %v", cmd, err)
+		}
+		return waitDone(t, h, cmd), out
+	}
+	if st, out := job("echo kept > /workspace/f; echo in; echo err >&2; exit 3"); st.ExitCode != 3 || out.Stdout() != "in\n" || out.Stderr() != "err\n" {
+		t.Fatalf("a workspace job: %s, stdout %q, stderr %q; want exit 3, in and err", describe(st), out.Stdout(), out.Stderr())
+	}
+	if st, out := job("cat /workspace/f"); st.ExitCode != 0 || out.Stdout() != "kept\n" {
+		t.Fatalf("the next job reads %q (%s), want the first job's file", out.Stdout(), describe(st))
+	}
+	exec := func(cmd ...string) (int, string) {
+		t.Helper()
+		var stdout strings.Builder
+		code, err := w.Exec(ctx, id, sandbox.ExecOptions{Cmd: cmd, Stdout: &stdout})
+		if err != nil {
+			t.Fatalf("Exec(%q): %v", cmd, err)
+		}
+		return code, stdout.String()
+	}
+	if code, out := exec("bash", "-c", "cat /workspace/f; exit 4"); code != 4 || out != "kept\n" {
+		t.Fatalf("Exec: exit %d, stdout %q; want 4 and the file", code, out)
+	}
+	if err := w.StopWorkspace(ctx, id); err != nil {
+		t.Fatalf("StopWorkspace: %v", err)
+	}
+	if running, err := w.WorkspaceRunning(ctx, id); err != nil || running {
+		t.Fatalf("WorkspaceRunning after stop: %v, %v", running, err)
+	}
+	if err := w.StartWorkspace(ctx, id); err != nil {
+		t.Fatalf("StartWorkspace after stop: %v", err)
+	}
+	if code, out := exec("cat", "/workspace/f"); code != 0 || out != "kept\n" {
+		t.Fatalf("after a stop and a start: exit %d, %q; want the file kept", code, out)
+	}
+	rc, err := w.CopyFrom(ctx, id, "/workspace/f")
+	if err != nil {
+		t.Fatalf("CopyFrom: %v", err)
+	}
+	files := readTar(t, rc)
+	if files["f"] != "kept\n" {
+		t.Fatalf("CopyFrom /workspace/f gave %v, want f with its content", files)
+	}
+	if err := w.RemoveWorkspace(ctx, refs); err != nil {
+		t.Fatalf("RemoveWorkspace: %v", err)
+	}
+	if _, err := w.WorkspaceRunning(ctx, id); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("WorkspaceRunning after removal: %v, want ErrNotFound", err)
+	}
+	if err := w.RemoveWorkspace(ctx, refs); err != nil {
+		t.Fatalf("second RemoveWorkspace: %v, want none", err)
+	}
+}
+
+// readTar reads a tar stream's regular files, by base name.
+func readTar(t *testing.T, rc io.ReadCloser) map[string]string {
+	t.Helper()
+	defer rc.Close()
+	files := map[string]string{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatalf("reading the tar: %v", err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[path.Base(h.Name)] = string(b)
+		}
 	}
 }
 

@@ -1,0 +1,104 @@
+package fake
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// files are a container's files, in memory, by absolute path (a relative
+// one is taken from /workspace, the working directory).
+type files struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func newFiles() *files { return &files{m: map[string]string{}} }
+
+func abs(name string) string {
+	if !path.IsAbs(name) {
+		name = path.Join("/workspace", name)
+	}
+	return path.Clean(name)
+}
+
+// write appends p to name (or, with add false, replaces its content).
+func (f *files) write(name, p string, add bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if add {
+		f.m[abs(name)] += p
+	} else {
+		f.m[abs(name)] = p
+	}
+}
+
+func (f *files) read(name string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.m[abs(name)]
+	return s, ok
+}
+
+// tar is the file at p, or the files under directory p ("dir/." names its
+// contents, as Docker's archive API does), as a tar stream.
+func (f *files) tar(p string) (io.ReadCloser, bool) {
+	contents := strings.HasSuffix(p, "/.")
+	p = abs(p)
+	f.mu.Lock()
+	var names []string
+	for name := range f.m {
+		if name == p || strings.HasPrefix(name, p+"/") {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	snapshot := map[string]string{}
+	for _, n := range names {
+		snapshot[n] = f.m[n]
+	}
+	f.mu.Unlock()
+	if len(names) == 0 {
+		return nil, false
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	base := path.Dir(p)
+	if contents {
+		base = p
+	}
+	for _, n := range names {
+		rel := strings.TrimPrefix(strings.TrimPrefix(n, base), "/")
+		_ = tw.WriteHeader(&tar.Header{Name: rel, Mode: 0o644, Size: int64(len(snapshot[n])), Typeflag: tar.TypeReg, ModTime: time.Now(), Uid: 1000, Gid: 1000})
+		_, _ = tw.Write([]byte(snapshot[n]))
+	}
+	_ = tw.Close()
+	return io.NopCloser(&buf), true
+}
+
+// untar writes an archive's regular files under dir.
+func (f *files) untar(dir string, archive io.Reader) error {
+	tr := tar.NewReader(archive)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return err
+		}
+		f.write(path.Join(abs(dir), h.Name), string(b), false)
+	}
+}

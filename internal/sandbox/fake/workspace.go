@@ -1,0 +1,270 @@
+package fake
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+)
+
+// The fake's workspaces (sandbox.WorkspaceRuntime): a workspace is a
+// listed container of kind workspace, running until stopped, whose files
+// (its volume) outlive its stops and are shared with its jobs (StartIn),
+// its execs (fake scripts, run to their end) and its installer. Its jobs
+// are containers "<workspace id>/<key>", never listed, as on the engines.
+
+var _ sandbox.WorkspaceRuntime = (*Runtime)(nil)
+
+// idle is the main process of a long-lived fake container.
+const idle = "sleep 1000000"
+
+var jobKeys atomic.Int64
+
+func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec) (sandbox.WorkspaceRefs, error) {
+	if ws.Network != "" && ws.Network != sandbox.NetworkEgress {
+		return sandbox.WorkspaceRefs{}, fmt.Errorf("a workspace's network is none or %s, not %q", sandbox.NetworkEgress, ws.Network)
+	}
+	c, err := r.create(sandbox.Spec{Kind: sandbox.KindWorkspace, Image: ws.Image, Cmd: []string{"bash", "-c", idle}, EngineLog: "none"})
+	if err != nil {
+		return sandbox.WorkspaceRefs{}, err
+	}
+	vol := "sandboxer-ws-" + ws.Name + "-" + c.info.ID[:12]
+	if err := r.CreateVolume(ctx, vol, map[string]string{sandbox.LabelWorkspace: ws.Name}); err != nil {
+		_, _ = r.remove(ctx, c.info.ID, false)
+		return sandbox.WorkspaceRefs{}, err
+	}
+	return sandbox.WorkspaceRefs{ContainerID: c.info.ID, Volume: vol}, nil
+}
+
+// StartWorkspace starts a stopped workspace's container again: a new
+// process in the same container, with the same files.
+func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return engineDown()
+	}
+	c := r.containers[id]
+	if c == nil {
+		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
+	}
+	c.mu.Lock()
+	running, ended := c.running, c.ended
+	c.mu.Unlock()
+	switch {
+	case running:
+		return nil
+	case ended:
+		again := newContainer(r.Engine, c.info, sandbox.Spec{Cmd: []string{"bash", "-c", idle}, EngineLog: "none"}, c.seq)
+		again.fs = c.fs
+		r.containers[id] = again
+		c = again
+	}
+	c.start()
+	return nil
+}
+
+// StopWorkspace ends the workspace's process and its jobs; its files stay.
+func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
+	r.mu.Lock()
+	c := r.containers[id]
+	var jobs []*container
+	for jid, j := range r.containers {
+		if strings.HasPrefix(jid, id+"/") {
+			jobs = append(jobs, j)
+		}
+	}
+	down := r.down
+	r.mu.Unlock()
+	if down {
+		return engineDown()
+	}
+	if c == nil {
+		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
+	}
+	for _, j := range append(jobs, c) {
+		j.kill()
+		<-j.exited
+	}
+	return nil
+}
+
+func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error) {
+	c, err := r.existing(id)
+	if err != nil {
+		return false, err
+	}
+	return c.isRunning(), nil
+}
+
+// RemoveWorkspace removes the container (its jobs first) and the volume.
+func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRefs) error {
+	if refs.ContainerID != "" {
+		if err := r.StopWorkspace(ctx, refs.ContainerID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			return err
+		}
+		if _, err := r.remove(ctx, refs.ContainerID, true); err != nil {
+			return err
+		}
+	}
+	if refs.Volume != "" {
+		return r.RemoveVolume(ctx, refs.Volume)
+	}
+	return nil
+}
+
+// StartInstaller is a running container that shares the workspace's files.
+func (r *Runtime) StartInstaller(ctx context.Context, workspaceID, network string) (string, error) {
+	ws, down := r.lookup(workspaceID)
+	switch {
+	case down:
+		return "", engineDown()
+	case ws == nil:
+		return "", fmt.Errorf("%w: %s", sandbox.ErrNotFound, workspaceID)
+	}
+	c, err := r.create(sandbox.Spec{Kind: "install", Cmd: []string{"bash", "-c", idle}, EngineLog: "none", Network: network})
+	if err != nil {
+		return "", err
+	}
+	c.fs = ws.fs
+	c.start()
+	return c.info.ID, nil
+}
+
+// StartHelper is a running container with files of its own (the fake
+// mounts nothing).
+func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbox.Mount) (string, error) {
+	c, err := r.create(sandbox.Spec{Kind: sandbox.KindHelper, Image: image, Cmd: []string{"bash", "-c", idle}, EngineLog: "none"})
+	if err != nil {
+		return "", err
+	}
+	c.start()
+	return c.info.ID, nil
+}
+
+func (r *Runtime) OOMKilled(ctx context.Context, id string) (bool, error) {
+	c, err := r.existing(id)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.oom, nil
+}
+
+// StartIn runs spec as a job in a running workspace container, on its files.
+func (r *Runtime) StartIn(ctx context.Context, id string, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	r.mu.Lock()
+	ws := r.containers[id]
+	switch {
+	case r.down:
+		r.mu.Unlock()
+		return nil, engineDown()
+	case ws == nil || !ws.isRunning():
+		r.mu.Unlock()
+		return nil, fmt.Errorf("workspace container %.12s is not running", id)
+	}
+	r.seq++
+	c := newContainer(r.Engine, sandbox.Container{ID: fmt.Sprintf("%s/%d", id, jobKeys.Add(1)), JobID: spec.JobID, Kind: spec.Kind,
+		Instance: r.instance, Server: r.server}, spec, r.seq)
+	c.fs = ws.fs
+	r.containers[c.info.ID] = c
+	downCh := r.downCh
+	r.mu.Unlock()
+	return r.run(c, downCh, spec.OpenStdin, out), nil
+}
+
+// Exec runs a fake script (opts.Cmd) in a running container, on its files,
+// until it ends or ctx does.
+func (r *Runtime) Exec(ctx context.Context, id string, o sandbox.ExecOptions) (int, error) {
+	if o.Proxy != nil {
+		return -1, errors.New("the fake engine has no tunnel")
+	}
+	host, down := r.lookup(id)
+	switch {
+	case down:
+		return -1, engineDown()
+	case host == nil:
+		return -1, sandbox.ErrNotFound
+	case !host.isRunning():
+		return -1, fmt.Errorf("container %.12s is not running", id)
+	}
+	c := newContainer(r.Engine, sandbox.Container{ID: id + "/exec"}, sandbox.Spec{Cmd: o.Cmd, OpenStdin: o.Stdin != nil}, 0)
+	c.fs = host.fs
+	if o.Stdin != nil {
+		b, err := io.ReadAll(o.Stdin)
+		if err != nil {
+			return -1, err
+		}
+		_, _ = c.stdin.write(ctx, b)
+		c.stdin.closeWrite()
+	}
+	c.start()
+	select {
+	case <-c.exited:
+	case <-ctx.Done():
+		c.kill()
+		<-c.exited
+		return -1, ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var stdout, stderr bytes.Buffer
+	for _, ch := range c.log {
+		if ch.stream == sandbox.Stderr {
+			stderr.Write(ch.data)
+		} else {
+			stdout.Write(ch.data)
+		}
+	}
+	if o.Stdout != nil {
+		_, _ = o.Stdout.Write(stdout.Bytes())
+	}
+	errTo := o.Stderr
+	if errTo == nil {
+		errTo = o.Stdout
+	}
+	if errTo != nil {
+		_, _ = errTo.Write(stderr.Bytes())
+	}
+	return c.exitCode, nil
+}
+
+// CopyFrom is a tar of a path of the container's files.
+func (r *Runtime) CopyFrom(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	c, err := r.existing(id)
+	if err != nil {
+		return nil, err
+	}
+	rc, ok := c.fs.tar(path)
+	if !ok {
+		return nil, fmt.Errorf("copy from container %.12s: no such file or directory: %s", id, path)
+	}
+	return rc, nil
+}
+
+// CopyTo writes an archive's files under dir of the container's files.
+func (r *Runtime) CopyTo(ctx context.Context, id, dir string, archive io.Reader) error {
+	c, err := r.existing(id)
+	if err != nil {
+		return err
+	}
+	return c.fs.untar(dir, archive)
+}
+
+// existing is container id, or why there is none.
+func (r *Runtime) existing(id string) (*container, error) {
+	c, down := r.lookup(id)
+	switch {
+	case down:
+		return nil, engineDown()
+	case c == nil:
+		return nil, sandbox.ErrNotFound
+	}
+	return c, nil
+}

@@ -1,0 +1,186 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/fake"
+	"github.com/sandboxer/sandboxer/internal/sandbox/sandboxtest"
+	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/tenant"
+)
+
+// newFakeManager is a workspace manager over the fake engine (which keeps
+// the same Workspaces contract as Docker and Kubernetes, in sandboxtest)
+// and a real store.
+func newFakeManager(t *testing.T, pol *policy.Policy) (*Manager, *fake.Runtime) {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := fake.New("ws-" + t.Name())
+	m := New(e, st, pol, "server-1", zerolog.Nop(), Options{})
+	if m == nil {
+		t.Fatal("no manager over an engine that declares workspaces")
+	}
+	t.Cleanup(m.Close)
+	return m, e
+}
+
+// limits are the policy's defaults for a workspace.
+func limits(t *testing.T, pol *policy.Policy) policy.Resolved {
+	t.Helper()
+	l, err := pol.Resolve(policy.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// idle waits until no job holds workspace id.
+func idle(t *testing.T, m *Manager, id string) {
+	t.Helper()
+	s := m.ws(id)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m.mu.Lock()
+		busy := s.busy
+		m.mu.Unlock()
+		if busy == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workspace %s still busy (%d)", id, busy)
+		}
+	}
+}
+
+func as(name string) context.Context {
+	return tenant.With(context.Background(), tenant.Tenant{Name: name})
+}
+
+// run runs cmd as a job of workspace ws through the workspace runtime.
+func run(t *testing.T, ctx context.Context, rt sandbox.Runtime, ws, cmd string) (int, string) {
+	t.Helper()
+	spec := sandboxtest.Spec("fake/base", cmd)
+	spec.Workspace = ws
+	out := &sandbox.Buffer{Max: 1 << 20}
+	h, err := rt.Start(ctx, spec, out)
+	if err != nil {
+		t.Fatalf("job %q in %s: %v", cmd, ws, err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("job %q did not end", cmd)
+	}
+	return h.Status().ExitCode, out.Stdout() + out.Stderr()
+}
+
+// TestLifecycle: a workspace is made running, keeps its files across jobs
+// and a stop (a job starts it again), and its delete removes its container
+// and volume from the engine and its record from the store.
+func TestLifecycle(t *testing.T) {
+	m, e := newFakeManager(t, policy.Default())
+	ctx := as("alice")
+	w, _, err := m.Create(ctx, CreateRequest{Name: "proj", Language: "bash", Image: "fake/base", Limits: limits(t, policy.Default())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.State != StateRunning || w.ContainerID == "" || w.Volume == "" || e.VolumeCount() != 1 {
+		t.Fatalf("made %+v (%d volumes), want running with a container and a volume", w, e.VolumeCount())
+	}
+	rt := NewRuntime(e, m)
+	if code, out := run(t, ctx, rt, "proj", "echo kept > notes.txt; echo done"); code != 0 || out != "done\n" {
+		t.Fatalf("first job: %d %q", code, out)
+	}
+	idle(t, m, w.ID) // a job's end releases its workspace just after Done
+	if err := m.StopNow(ctx, "proj"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.Get(ctx, "proj"); got.State != StateStopped {
+		t.Fatalf("after StopNow: %s, want stopped", got.State)
+	}
+	if running, _ := e.WorkspaceRunning(ctx, w.ContainerID); running {
+		t.Fatal("the engine still runs a stopped workspace")
+	}
+	if code, out := run(t, ctx, rt, "proj", "cat notes.txt"); code != 0 || out != "kept\n" {
+		t.Fatalf("a job of the stopped workspace: %d %q, want it started again with its file", code, out)
+	}
+	if got, _ := m.Get(ctx, "proj"); got.State != StateRunning {
+		t.Fatalf("after the job: %s, want running", got.State)
+	}
+	if err := m.Delete(ctx, "proj"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Get(ctx, "proj"); !errors.Is(err, record.ErrWorkspaceNotFound) {
+		t.Fatalf("Get after Delete: %v", err)
+	}
+	if _, err := e.WorkspaceRunning(ctx, w.ContainerID); !errors.Is(err, sandbox.ErrNotFound) || e.VolumeCount() != 0 {
+		t.Fatalf("after Delete the engine keeps its container (%v) or volume (%d)", err, e.VolumeCount())
+	}
+}
+
+// TestTenantsOwnTheirNames: two tenants' workspaces of one name are two
+// containers; each job sees its own tenant's files, and a name of another
+// tenant's is not found.
+func TestTenantsOwnTheirNames(t *testing.T) {
+	m, e := newFakeManager(t, policy.Default())
+	rt := NewRuntime(e, m)
+	for _, who := range []string{"alice", "bob"} {
+		if _, _, err := m.Create(as(who), CreateRequest{Name: "proj", Language: "bash", Image: "fake/base", Limits: limits(t, policy.Default())}); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := run(t, as(who), rt, "proj", "echo "+who+" > owner"); code != 0 {
+			t.Fatalf("%s's job failed", who)
+		}
+	}
+	for _, who := range []string{"alice", "bob"} {
+		if _, out := run(t, as(who), rt, "proj", "cat owner"); out != who+"\n" {
+			t.Fatalf("%s's workspace holds %q", who, out)
+		}
+	}
+	if _, err := m.Get(as("carol"), "proj"); !errors.Is(err, record.ErrWorkspaceNotFound) {
+		t.Fatalf("carol sees a workspace: %v", err)
+	}
+	if err := m.Delete(as("alice"), "proj"); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := run(t, as("bob"), rt, "proj", "cat owner"); out != "bob\n" {
+		t.Fatalf("alice's delete touched bob's workspace: %q", out)
+	}
+}
+
+// TestCreateRefusals: a duplicate name, a bad name and one past
+// workspaces.max make nothing on the engine.
+func TestCreateRefusals(t *testing.T) {
+	pol := policy.Default()
+	pol.Workspaces.Max = 1
+	m, e := newFakeManager(t, pol)
+	ctx := as("alice")
+	req := CreateRequest{Name: "one", Language: "bash", Image: "fake/base", Limits: limits(t, pol)}
+	if _, _, err := m.Create(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	before := e.Count()
+	if _, _, err := m.Create(ctx, req); !errors.Is(err, ErrTooMany) && !errors.Is(err, record.ErrWorkspaceExists) {
+		t.Fatalf("a second workspace past max 1: %v", err)
+	}
+	req.Name = "Bad Name"
+	if _, _, err := m.Create(ctx, req); err == nil || !strings.Contains(err.Error(), "not valid") {
+		t.Fatalf("a bad name: %v", err)
+	}
+	if e.Count() != before {
+		t.Fatalf("refusals made containers: %d, were %d", e.Count(), before)
+	}
+}
