@@ -248,11 +248,20 @@ func TestFailureText(t *testing.T) {
 		want string
 	}{
 		{fmt.Errorf("%w: malformed", record.ErrBadCursor), "cursor is not one list_jobs gave"},
-		{fmt.Errorf("%w: x", record.ErrJobNotFound), "no such job: x"},
+		{fmt.Errorf("%w: x", record.ErrJobNotFound), "no such job: x: list_jobs shows the known ones"},
+		{fmt.Errorf("%w: %q (create_workspace makes it; list_workspaces shows those that exist)", record.ErrWorkspaceNotFound, "w"), `no such workspace: "w" (create_workspace makes it`},
 		{fmt.Errorf("%w %q: list_jobs shows the known ones", record.ErrJobNotFound, "x"), `no such job "x": list_jobs shows the known ones`},
 		{fmt.Errorf("record job: %w", fmt.Errorf("store: create job x: %w", errors.New("disk full"))), "record job: create job x: disk full"},
 		{errors.New("output: read /s/x: EOF"), "read /s/x: EOF"},
 		{&policy.LimitError{Field: "cpus", Message: "cpus 9 is over the policy ceiling of 2 (limits.cpus.max)"}, "cpus 9 is over the policy ceiling of 2 (limits.cpus.max)"},
+	}
+	for err, want := range map[error]string{
+		fmt.Errorf("%w: w", record.ErrWorkspaceNotFound): "no such workspace: w: list_workspaces shows those that exist",
+		fmt.Errorf("%w: %q (create_workspace makes it; list_workspaces shows those that exist)", record.ErrWorkspaceNotFound, "w"): `no such workspace: "w" (create_workspace makes it; list_workspaces shows those that exist)`,
+	} {
+		if got := resultText(workspaceFailure(err)); got != want {
+			t.Errorf("workspaceFailure(%v) = %q, want %q", err, got, want)
+		}
 	}
 	for _, tt := range tests {
 		res := failure(tt.err)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -136,7 +137,11 @@ func failure(err error) *mcp.CallToolResult {
 	if errors.Is(err, record.ErrBadCursor) {
 		return errorResult("cursor is not one list_jobs gave: pass next_cursor of the previous page unchanged, or omit cursor for the first page")
 	}
-	return errorResult("%s", cleanMessage(err.Error()))
+	msg := cleanMessage(err.Error())
+	if errors.Is(err, record.ErrJobNotFound) && !strings.Contains(msg, "list_jobs") {
+		return errorResult("%s: list_jobs shows the known ones", msg) // the store's, which names it but says no more
+	}
+	return errorResult("%s", msg)
 }
 
 // internalPrefix matches the package prefixes of errors from below, at the

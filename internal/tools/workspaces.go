@@ -69,8 +69,8 @@ func (d Deps) workspaces() (*workspace.Manager, *mcp.CallToolResult) {
 
 // workspaceFailure turns a workspace error into a tool error.
 func workspaceFailure(err error) *mcp.CallToolResult {
-	if errors.Is(err, record.ErrWorkspaceNotFound) {
-		return errorResult("no such workspace: list_workspaces shows those that exist")
+	if msg := cleanMessage(err.Error()); errors.Is(err, record.ErrWorkspaceNotFound) && !strings.Contains(msg, "list_workspaces") {
+		return errorResult("%s: list_workspaces shows those that exist", msg) // the store's, which names it but says no more
 	}
 	return failure(err)
 }
