@@ -124,6 +124,10 @@ type Client struct {
 	Out OutputSwitch
 	// Diag keeps the tail of the supervisor's own stderr, for errors.
 	Diag TailBuffer
+	// AckExit answers the Exit frame with TypeExitAck (the spec asked the
+	// supervisor to wait for it: proto.Spec.AwaitExitAck). Set before
+	// ReadUntilEnd.
+	AckExit bool
 
 	turn chan struct{} // one stdin writer (or closer) at a time
 
@@ -338,9 +342,19 @@ func (c *Client) Parse(src io.Reader) {
 				c.exit = &e
 				// The last frame: every output frame came before it.
 				close(c.exited)
+				if c.AckExit {
+					go c.ackExit()
+				}
 			}
 		}
 	}
+}
+
+// ackExit tells the supervisor its Exit frame arrived, so it may end.
+func (c *Client) ackExit() {
+	ctx, cancel := context.WithTimeout(context.Background(), proto.ExitAckWait)
+	defer cancel()
+	_ = c.WriteFrame(ctx, proto.TypeExitAck, nil) // gone already: it ends on its own
 }
 
 // ExitStatus is the job's end as the supervisor reported it.

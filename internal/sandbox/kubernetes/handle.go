@@ -135,6 +135,10 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if h.ws != nil {
 		// A workspace's pod is shared: a kill or timeout takes the job's tree only.
 		ps.KillMode = proto.KillTree
+	} else {
+		// The pod's attach may drop what the job wrote last when the pod's
+		// container ends: the supervisor waits until the server has it all.
+		ps.AwaitExitAck, h.c.AckExit = true, true
 	}
 	// No per-pod ulimits in a pod spec: the supervisor lowers them for the job.
 	ps.Rlimits = supervisor.JobRlimits(spec.Limits)

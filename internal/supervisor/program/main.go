@@ -266,9 +266,29 @@ wait:
 		exit.GoBuilds = collectGoBuilds(envValue(spec.Env, proto.GoBuildsEnv), caches, &exit.Events)
 	}
 	out.exit(exit)
+	if spec.AwaitExitAck {
+		awaitExitAck(frames)
+	}
 	// The container's exit code is the job's, so the engine's record agrees
 	// with the Exit frame (and stands in for it if that frame is lost).
 	return exit.ExitCode & 0xff
+}
+
+// awaitExitAck waits until the server acknowledges the Exit frame, its
+// input ends, or proto.ExitAckWait passes (Spec.AwaitExitAck).
+func awaitExitAck(frames <-chan frame) {
+	t := time.NewTimer(proto.ExitAckWait)
+	defer t.Stop()
+	for {
+		select {
+		case f, ok := <-frames:
+			if !ok || f.err != nil || f.typ == proto.TypeExitAck {
+				return
+			}
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // super runs one job.

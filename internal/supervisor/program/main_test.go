@@ -826,3 +826,43 @@ func TestKillOnDetach(t *testing.T) {
 	}
 	assertGone(t, markers...)
 }
+
+// TestAwaitExitAck: with Spec.AwaitExitAck the supervisor outlives its
+// Exit frame until the server acknowledges it (an engine's attach may drop
+// what a container wrote last as it ends); without the ack it ends when its
+// input does.
+func TestAwaitExitAck(t *testing.T) {
+	s := spec("sh", "-c", "echo last")
+	s.AwaitExitAck = true
+	c := startSupervisor(t)
+	c.sendJSON(proto.TypeSpec, s)
+	if !c.pump(func() bool { return c.exit != nil }, hangSlack*5*time.Second) {
+		t.Fatal("no Exit frame")
+	}
+	select {
+	case err := <-c.procDone:
+		t.Fatalf("the supervisor ended before the ack: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	c.send(proto.TypeExitAck, nil)
+	select {
+	case <-c.procDone:
+	case <-time.After(hangSlack * 2 * time.Second):
+		t.Fatal("the supervisor did not end after the ack")
+	}
+	if c.stdout.String() != "last\n" {
+		t.Fatalf("stdout %q", c.stdout.String())
+	}
+
+	c = startSupervisor(t)
+	c.sendJSON(proto.TypeSpec, s)
+	if !c.pump(func() bool { return c.exit != nil }, hangSlack*5*time.Second) {
+		t.Fatal("no Exit frame")
+	}
+	c.closeInput()
+	select {
+	case <-c.procDone:
+	case <-time.After(hangSlack * 2 * time.Second):
+		t.Fatal("the supervisor did not end when its input did")
+	}
+}

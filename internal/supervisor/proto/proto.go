@@ -97,7 +97,16 @@ const (
 	TypeSignal byte = 'G'
 	TypeResize byte = 'R'
 	TypeKill   byte = 'K'
+	// TypeExitAck: the server has the Exit frame (and so every frame
+	// before it); a supervisor told to wait for it (Spec.AwaitExitAck)
+	// may end.
+	TypeExitAck byte = 'X'
 )
+
+// ExitAckWait bounds how long a supervisor waits for TypeExitAck after its
+// Exit frame: a server that is gone (or reads the log instead) costs the
+// sandbox this much more life, no more.
+const ExitAckWait = 10 * time.Second
 
 // Frame types, supervisor → server.
 const (
@@ -140,6 +149,8 @@ func TypeName(t byte) string {
 		return "Resize"
 	case TypeKill:
 		return "Kill"
+	case TypeExitAck:
+		return "ExitAck"
 	case TypeHello:
 		return "Hello"
 	case TypeStarted:
@@ -313,6 +324,12 @@ type Spec struct {
 	// in a shared workspace container sets it: no later server can re-join
 	// an exec's output, so a job nobody can watch must not linger.
 	KillOnDetach bool `json:"kill_on_detach,omitempty"`
+	// AwaitExitAck keeps the supervisor (and so the container) alive after
+	// its Exit frame until the server acknowledges it (TypeExitAck), its
+	// input ends, or ExitAckWait passes. An engine whose attach may lose
+	// what a container wrote last when the container ends (Kubernetes)
+	// sets it, so the stream stays open until the server has it all.
+	AwaitExitAck bool `json:"await_exit_ack,omitempty"`
 }
 
 // TTYSpec is a terminal size; also the payload of the 'R' (Resize) frame.
