@@ -20,8 +20,11 @@ import (
 
 var _ sandbox.WorkspaceRuntime = (*Runtime)(nil)
 
-// idle is the main process of a long-lived fake container.
-const idle = "sleep 1000000"
+// idleSpec is a long-lived fake container of kind: its main process sleeps
+// until it is stopped or removed.
+func idleSpec(kind, image string) sandbox.Spec {
+	return sandbox.Spec{Kind: kind, Image: image, Cmd: []string{"bash", "-c", "sleep 1000000"}, EngineLog: "none"}
+}
 
 var jobKeys atomic.Int64
 
@@ -29,7 +32,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	if ws.Network != "" && ws.Network != sandbox.NetworkEgress {
 		return sandbox.WorkspaceRefs{}, fmt.Errorf("a workspace's network is none or %s, not %q", sandbox.NetworkEgress, ws.Network)
 	}
-	c, err := r.create(sandbox.Spec{Kind: sandbox.KindWorkspace, Image: ws.Image, Cmd: []string{"bash", "-c", idle}, EngineLog: "none"})
+	c, err := r.create(idleSpec(sandbox.KindWorkspace, ws.Image))
 	if err != nil {
 		return sandbox.WorkspaceRefs{}, err
 	}
@@ -60,7 +63,7 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 	case running:
 		return nil
 	case ended:
-		again := newContainer(r.Engine, c.info, sandbox.Spec{Cmd: []string{"bash", "-c", idle}, EngineLog: "none"}, c.seq)
+		again := newContainer(r.Engine, c.info, idleSpec(c.info.Kind, ""), c.seq)
 		again.fs = c.fs
 		r.containers[id] = again
 		c = again
@@ -127,7 +130,9 @@ func (r *Runtime) StartInstaller(ctx context.Context, workspaceID, network strin
 	case ws == nil:
 		return "", fmt.Errorf("%w: %s", sandbox.ErrNotFound, workspaceID)
 	}
-	c, err := r.create(sandbox.Spec{Kind: "install", Cmd: []string{"bash", "-c", idle}, EngineLog: "none", Network: network})
+	spec := idleSpec("install", "")
+	spec.Network = network
+	c, err := r.create(spec)
 	if err != nil {
 		return "", err
 	}
@@ -139,7 +144,7 @@ func (r *Runtime) StartInstaller(ctx context.Context, workspaceID, network strin
 // StartHelper is a running container with files of its own (the fake
 // mounts nothing).
 func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbox.Mount) (string, error) {
-	c, err := r.create(sandbox.Spec{Kind: sandbox.KindHelper, Image: image, Cmd: []string{"bash", "-c", idle}, EngineLog: "none"})
+	c, err := r.create(idleSpec(sandbox.KindHelper, image))
 	if err != nil {
 		return "", err
 	}

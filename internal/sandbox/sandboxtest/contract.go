@@ -6,8 +6,6 @@ package sandboxtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -63,10 +61,8 @@ func RunContract(t *testing.T, newRuntime NewRuntime, image string) {
 
 // Spec is a small sandbox running `bash -c cmd` in image, with a unique job id.
 func Spec(image, cmd string) sandbox.Spec {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
 	return sandbox.Spec{
-		JobID: "contract-" + hex.EncodeToString(b[:]), Kind: "command",
+		JobID: "contract-" + randomHex(6), Kind: "command",
 		Image: image, Cmd: []string{"bash", "-c", cmd}, WorkDir: "/workspace",
 		Limits: sandbox.Limits{MemoryBytes: 128 << 20, NanoCPUs: 5e8, Pids: 64, OpenFiles: 256,
 			FileSizeBytes: 16 << 20, TmpBytes: 16 << 20, WorkdirBytes: 16 << 20, LogBytes: 1 << 20},
