@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -22,6 +23,12 @@ import (
 type Grant struct {
 	Tenant, Job string
 	Allow       List
+	// Secrets are swapped in for their placeholders on requests to their
+	// hosts (see Proxy.swap); every one's hosts lie within Allow.
+	Secrets []SecretGrant
+	// OnValue, when set, learns each secret value the proxy put into a
+	// request, with its placeholder (the job's output is redacted with it).
+	OnValue func(value []byte, placeholder string)
 }
 
 // Event is one decision of the proxy, for the audit log.
@@ -34,6 +41,7 @@ type Event struct {
 	Reason      string // why it was refused
 	BytesUp     int64  // job -> host
 	BytesDown   int64  // host -> job
+	Secrets     []string // names of the secrets put into the request (never their values)
 }
 
 // Resolver resolves names (net.DefaultResolver in production).
@@ -46,6 +54,11 @@ type Proxy struct {
 	Resolver    Resolver
 	DialTimeout time.Duration // default 10 s
 	Audit       func(Event)   // called once per request, after it ends
+	// CA signs the certificates the proxy shows a job for the hosts its
+	// secrets are bound to; nil: no grant may carry secrets.
+	CA *CA
+	// RootCAs verifies those hosts; nil = the host's trust store.
+	RootCAs *x509.CertPool
 
 	mu     sync.Mutex
 	grants map[string]Grant // token -> grant
@@ -135,6 +148,12 @@ func (p *Proxy) check(ctx context.Context, g Grant, host string, port int) (neti
 	return addrs[0].Unmap(), nil
 }
 
+func (p *Proxy) audit(ev Event) {
+	if p.Audit != nil {
+		p.Audit(ev)
+	}
+}
+
 func (p *Proxy) dialTimeout() time.Duration {
 	if p.DialTimeout > 0 {
 		return p.DialTimeout
@@ -170,11 +189,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev := Event{Tenant: g.Tenant, Job: g.Job, Host: host, Port: port}
-	defer func() {
-		if p.Audit != nil {
-			p.Audit(ev)
-		}
-	}()
+	defer func() { p.audit(ev) }()
 	addr, err := p.check(r.Context(), g, host, port)
 	if err != nil {
 		ev.Reason = err.Error()
@@ -186,7 +201,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "sandboxer egress proxy: "+err.Error(), status)
 		return
 	}
+	bound := g.bound(host, port)
+	if len(bound) > 0 && (r.Method != http.MethodConnect || p.CA == nil) {
+		ev.Reason = fmt.Sprintf("plain http:// to %s, a host secret %s is bound to, is refused: use https://, so the value never crosses the network in clear", host, boundNames(bound))
+		if p.CA == nil {
+			ev.Reason = "secrets need the proxy's CA, which this proxy has not got"
+		}
+		http.Error(w, "sandboxer egress proxy: "+ev.Reason, http.StatusForbidden)
+		return
+	}
 	ev.Addr = netip.AddrPortFrom(addr, uint16(port)).String()
+	if len(bound) > 0 {
+		ev.Allowed = true
+		p.swap(w, g, host, port, ev.Addr, bound, &ev)
+		return
+	}
 	d := net.Dialer{Timeout: p.dialTimeout()}
 	conn, err := d.DialContext(r.Context(), "tcp", ev.Addr)
 	if err != nil {

@@ -101,6 +101,9 @@ func parse(data []byte) (*Policy, error) {
 	if p.Block.Commands == nil {
 		p.Block.Commands = []string{}
 	}
+	if p.Secrets == nil {
+		p.Secrets = map[string]Secret{}
+	}
 	return p, nil
 }
 

@@ -17,7 +17,10 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/sandboxer/sandboxer/internal/secret"
 )
 
 // Policy is the whole operator policy. The zero value is not useful: start from
@@ -32,6 +35,10 @@ type Policy struct {
 	Network string `yaml:"network"`
 	// Egress is what network "egress" allows.
 	Egress Egress `yaml:"egress"`
+	// Secrets are credentials jobs use without holding them, by name: the
+	// sandbox sees a placeholder, the egress proxy swaps in the value for
+	// the secret's hosts (docs/security.md). Never nil after Default() or Load().
+	Secrets map[string]Secret `yaml:"secrets"`
 	// Runtime is the OCI runtime of job containers; "" = engine default (e.g. "runsc" for gVisor).
 	Runtime string `yaml:"runtime"`
 	// Backend is where sandboxes run: "docker" (default) or "kubernetes"
@@ -301,6 +308,7 @@ func Default() *Policy {
 		},
 		Network:    NetworkNone,
 		Egress:     Egress{Allow: []string{}, Hosts: map[string]string{}},
+		Secrets:    map[string]Secret{},
 		Runtime:    "",
 		Backend:    BackendDocker,
 		Kubernetes: Kubernetes{MountMB: 256},
@@ -338,6 +346,39 @@ type Egress struct {
 	// Hosts are addresses of names the proxy resolves without DNS (an
 	// internal mirror's name): name -> IP address.
 	Hosts map[string]string `yaml:"hosts"`
+}
+
+// Secret is one credential: where its value lives on the server (exactly
+// one of ValueFile and Env), the hosts the proxy puts it in requests to,
+// and the tenants that may use it.
+type Secret struct {
+	// ValueFile is an absolute host path, mode 0600; read at each use.
+	ValueFile string `yaml:"value_file"`
+	// Env is a variable of the server's environment; read at each use.
+	Env string `yaml:"env"`
+	// Hosts are egress.allow entries, each within egress.allow.
+	Hosts []string `yaml:"hosts"`
+	// Tenants are the token file's names that may use it; empty = every
+	// tenant (and the stdio server's single user).
+	Tenants []string `yaml:"tenants"`
+}
+
+// Source is where s's value lives.
+func (s Secret) Source() secret.Source { return secret.Source{File: s.ValueFile, Env: s.Env} }
+
+// MayUse says whether tenant may use s.
+func (s Secret) MayUse(tenant string) bool {
+	return len(s.Tenants) == 0 || slices.Contains(s.Tenants, tenant)
+}
+
+// SecretNames are the policy's secrets' names, sorted.
+func (p *Policy) SecretNames() []string {
+	names := make([]string, 0, len(p.Secrets))
+	for n := range p.Secrets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Retention is Jobs.RetentionS as a duration.

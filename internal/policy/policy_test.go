@@ -781,3 +781,50 @@ func TestKubernetesEgress(t *testing.T) {
 		t.Fatalf("network egress on kubernetes: %v", err)
 	}
 }
+
+func TestSecretsValidate(t *testing.T) {
+	p, err := Load(writeFile(t, `
+egress:
+  allow: ["api.example.com", "*.git.example.com:443"]
+secrets:
+  API_KEY: {env: API_KEY_VALUE, hosts: [api.example.com]}
+  GIT_TOKEN: {value_file: /etc/sandboxer/git-token, hosts: ["code.git.example.com:443"], tenants: [alice]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatalf("good secrets refused: %v", err)
+	}
+	if !p.Secrets["API_KEY"].MayUse("bob") || p.Secrets["GIT_TOKEN"].MayUse("bob") || !p.Secrets["GIT_TOKEN"].MayUse("alice") {
+		t.Fatal("tenants not applied")
+	}
+	if got := p.SecretNames(); len(got) != 2 || got[0] != "API_KEY" {
+		t.Fatalf("names %v", got)
+	}
+
+	for _, c := range []struct {
+		yaml, want string
+	}{
+		{`{A: {env: X, hosts: [evil.example.org]}}`, `secrets.A.hosts: "evil.example.org" is not within`},
+		{`{A: {env: X, value_file: /x, hosts: [api.example.com]}}`, "secrets.A: set exactly one of value_file and env"},
+		{`{A: {hosts: [api.example.com]}}`, "secrets.A: set exactly one of value_file and env"},
+		{`{A: {value_file: rel/path, hosts: [api.example.com]}}`, "secrets.A.value_file: must be an absolute path"},
+		{`{A: {env: X}}`, "secrets.A.hosts: must name at least one host"},
+		{`{"9A": {env: X, hosts: [api.example.com]}}`, "secrets.9A: invalid secret name"},
+		{`{HTTPS_PROXY: {env: X, hosts: [api.example.com]}}`, "secrets.HTTPS_PROXY: HTTPS_PROXY is a variable the server sets"},
+		{`{A: {env: X, hosts: [api.example.com], tenants: [""]}}`, "secrets.A.tenants[0]: must be a token name"},
+	} {
+		p, err := Load(writeFile(t, "egress:\n  allow: [api.example.com]\nsecrets: "+c.yaml+"\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", c.yaml, err)
+		}
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", c.yaml, err, c.want)
+		}
+	}
+	p, _ = Load(writeFile(t, "secrets: {A: {env: X, hosts: [api.example.com]}}\n"))
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "secrets.A.hosts: egress.allow is empty") {
+		t.Errorf("no allowlist: %v", err)
+	}
+}

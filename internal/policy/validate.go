@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/sandboxer/sandboxer/internal/egress"
+	"github.com/sandboxer/sandboxer/internal/secret"
 )
 
 // Sanity bounds. They exist to catch typos (and int64 overflow when a value is
@@ -172,6 +174,7 @@ func (p *Policy) Validate() error {
 	if _, err := egress.ParseHosts(p.Egress.Hosts); err != nil {
 		ps.add("egress.hosts", "%v", err)
 	}
+	p.validateSecrets(&ps)
 	if p.Runtime == RuntimeRunsc && l.Pids.Default < MinPidsRunsc {
 		ps.add("limits.pids.default", "must be at least %d with runtime runsc: gVisor's own threads count against the pids limit, and below that containers fail to start or hang; got %d", MinPidsRunsc, l.Pids.Default)
 	}
@@ -405,5 +408,54 @@ func (p *Policy) validateBackend(ps *problems) {
 		// Pods have no network: a job's only way out is the egress tunnel to
 		// the server's proxy (network: egress).
 		ps.add("network", "must be %q or %q with backend: kubernetes (pods have no network; their only way out is the egress tunnel to the server's proxy), got %q", NetworkNone, NetworkEgress, p.Network)
+	}
+}
+
+// reservedSecretNames are variables the server sets in a sandbox itself:
+// a secret of that name would be overwritten or would break the proxy path.
+var reservedSecretNames = []string{"HOME", "PATH", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+	"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT"}
+
+// validateSecrets: each secret has a valid name, exactly one source, and
+// hosts within egress.allow (the proxy is the only place a value goes).
+func (p *Policy) validateSecrets(ps *problems) {
+	ceiling, err := egress.ParseList(p.Egress.Allow)
+	if err != nil {
+		ceiling = nil
+	}
+	for _, name := range p.SecretNames() {
+		s := p.Secrets[name]
+		key := "secrets." + name
+		switch {
+		case !secret.NamePattern.MatchString(name):
+			ps.add(key, "invalid secret name %q: it becomes an environment variable (want %s)", name, secret.NamePattern)
+			continue
+		case slices.Contains(reservedSecretNames, name) || strings.HasPrefix(name, "SANDBOXER_"):
+			ps.add(key, "%s is a variable the server sets in sandboxes itself: name the secret otherwise", name)
+		}
+		switch {
+		case (s.ValueFile == "") == (s.Env == ""):
+			ps.add(key, "set exactly one of value_file and env")
+		case s.ValueFile != "" && !filepath.IsAbs(s.ValueFile):
+			ps.add(key+".value_file", "must be an absolute path, got %q", s.ValueFile)
+		case s.Env != "" && !secret.NamePattern.MatchString(s.Env):
+			ps.add(key+".env", "invalid variable name %q", s.Env)
+		}
+		if len(s.Hosts) == 0 {
+			ps.add(key+".hosts", "must name at least one host (egress.allow syntax): the value goes only to these")
+			continue
+		}
+		if len(p.Egress.Allow) == 0 {
+			ps.add(key+".hosts", "egress.allow is empty: a secret's hosts must be within it")
+			continue
+		}
+		if _, err := egress.Narrow(ceiling, s.Hosts); err != nil {
+			ps.add(key+".hosts", "%v", err)
+		}
+		for i, t := range s.Tenants {
+			if strings.TrimSpace(t) == "" {
+				ps.add(fmt.Sprintf("%s.tenants[%d]", key, i), "must be a token name, got an empty string")
+			}
+		}
 	}
 }
