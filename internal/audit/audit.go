@@ -50,6 +50,11 @@ type Entry struct {
 	Port      int    `json:"port,omitempty"`
 	BytesUp   int64  `json:"bytes_up,omitempty"`
 	BytesDown int64  `json:"bytes_down,omitempty"`
+	// Secrets are the secrets the proxy put into a request (tool "secret"),
+	// by name: a value is never written here.
+	Secrets []string `json:"secrets,omitempty"`
+	// SecretNames are the secrets a job or workspace was given, by name.
+	SecretNames []string `json:"secret_names,omitempty"`
 }
 
 // Decisions.

@@ -38,9 +38,9 @@ type Event struct {
 	Port        int
 	Addr        string // the address dialled ("" when refused before)
 	Allowed     bool
-	Reason      string // why it was refused
-	BytesUp     int64  // job -> host
-	BytesDown   int64  // host -> job
+	Reason      string   // why it was refused
+	BytesUp     int64    // job -> host
+	BytesDown   int64    // host -> job
 	Secrets     []string // names of the secrets put into the request (never their values)
 }
 

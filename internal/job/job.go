@@ -41,6 +41,8 @@ type Request struct {
 	// Egress, with Network egress, is the job's own allowlist (within the
 	// policy's egress.allow); nil = the policy's whole list.
 	Egress []string
+	// Secrets are the policy's secrets the job uses (sandbox.Spec.Secrets).
+	Secrets []sandbox.SecretUse
 	// TTY runs the job on a terminal of this size (pty sessions).
 	TTY *sandbox.TTY
 	// Mounts are engine volumes mounted into the job's sandbox (dependency caches).
@@ -82,6 +84,7 @@ func SandboxSpec(pol *policy.Policy, req Request) sandbox.Spec {
 		Workspace: req.Workspace,
 		Mounts:    req.Mounts,
 		Prestart:  req.Prestart,
+		Secrets:   req.Secrets,
 	}
 }
 

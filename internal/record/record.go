@@ -180,6 +180,16 @@ type WorkspaceDetails struct {
 	// its container is on the egress network and its jobs reach these
 	// hosts through the proxy. Empty: no network.
 	Egress []string `json:"egress,omitempty"`
+	// Secrets are the secrets its jobs use (create_workspace's secrets),
+	// each with the workspace's placeholder: never a value.
+	Secrets []SecretUse `json:"secrets,omitempty"`
+}
+
+// SecretUse is a secret as a workspace's jobs hold it: its name and the
+// workspace's placeholder for it.
+type SecretUse struct {
+	Name        string `json:"name"`
+	Placeholder string `json:"placeholder"`
 }
 
 // Workspace is one workspace's record. Its name is unique within

@@ -67,6 +67,14 @@ type Spec struct {
 	// Mounts are engine volumes mounted into the sandbox (never host paths).
 	// A spec with mounts is never served from the warm pool (see PoolKey).
 	Mounts []Mount
+	// Files are written in the sandbox before the job starts (paths under
+	// proto.FilesDir): the egress proxy's CA for a job with secrets.
+	Files []proto.File
+	// Secrets are the policy's secrets the job uses: the egress runtime
+	// puts each in the job's environment as its placeholder (a fresh one
+	// when empty) and swaps the value in at its proxy (internal/egress); an
+	// engine never sees a value.
+	Secrets []SecretUse
 	// Prestart, when set, lets a warm sandbox of this shape start Cmd's
 	// program before its job comes (see Prestart). A runtime may ignore it.
 	Prestart *Prestart
@@ -84,6 +92,13 @@ type Prestart struct {
 	Argv     []string
 	EarlyEnv []string
 	LateEnv  []string
+}
+
+// SecretUse is a secret as a job holds it: its name (the variable in the
+// sandbox) and its placeholder, unique to the job or workspace.
+type SecretUse struct {
+	Name        string `json:"name"`
+	Placeholder string `json:"placeholder"`
 }
 
 // Mount is a named engine volume mounted at Target.
@@ -198,6 +213,10 @@ type Runtime interface {
 	ImageExists(ctx context.Context, ref string) (bool, error)
 	Close() error
 }
+
+// StartFunc starts a job's sandbox: a Runtime's Start, or a workspace's
+// exec (a layer that wraps either takes one).
+type StartFunc func(ctx context.Context, spec Spec, out Output) (Handle, error)
 
 // KindPool labels a sandbox started before its job (a warm pool's); its job
 // is known by the container id stored with the job, not by its labels.

@@ -15,6 +15,8 @@ import (
 	"os"
 	"regexp"
 	"strings"
+
+	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
 // MaxValueBytes bounds a secret's value: a credential, not a file.
@@ -95,15 +97,8 @@ func NewPlaceholder() string {
 	return placeholderPrefix + hex.EncodeToString(b)
 }
 
-// Use is one secret as a job holds it: its name (the variable in the
-// sandbox) and the job's placeholder for it.
-type Use struct {
-	Name        string `json:"name"`
-	Placeholder string `json:"placeholder"`
-}
-
 // Env is the environment that gives a job its placeholders.
-func Env(uses []Use) []string {
+func Env(uses []sandbox.SecretUse) []string {
 	env := make([]string, len(uses))
 	for i, u := range uses {
 		env[i] = u.Name + "=" + u.Placeholder
@@ -112,10 +107,10 @@ func Env(uses []Use) []string {
 }
 
 // NewUses gives each name a fresh placeholder.
-func NewUses(names []string) []Use {
-	uses := make([]Use, len(names))
+func NewUses(names []string) []sandbox.SecretUse {
+	uses := make([]sandbox.SecretUse, len(names))
 	for i, n := range names {
-		uses[i] = Use{Name: n, Placeholder: NewPlaceholder()}
+		uses[i] = sandbox.SecretUse{Name: n, Placeholder: NewPlaceholder()}
 	}
 	return uses
 }

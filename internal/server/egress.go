@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/audit"
@@ -18,28 +20,59 @@ import (
 // for an engine whose sandboxes have no network (Capabilities.EgressTunnel),
 // the engine serves the proxy over each egress sandbox's tunnel instead.
 // Every decision of the proxy goes to the audit log.
-func startEgress(rt sandbox.Runtime, caps sandbox.Capabilities, pol *policy.Policy, auditLog *audit.Log, server string) (*egress.Runtime, error) {
-	allow, err := egress.ParseList(pol.Egress.Allow)
-	if err != nil {
-		return nil, err // the policy was validated: not reached
-	}
-	hosts, err := egress.ParseHosts(pol.Egress.Hosts)
+func startEgress(rt sandbox.Runtime, caps sandbox.Capabilities, pol *policy.Policy, stateDir string, auditLog *audit.Log, server string) (*egress.Runtime, error) {
+	cfg, err := egressConfig(pol, stateDir, auditLog, server)
 	if err != nil {
 		return nil, err
 	}
 	if caps.EgressTunnel != nil {
-		return egress.StartTunneled(rt, caps.EgressTunnel, allow, hosts, egressAudit(auditLog, server)), nil
+		return egress.StartTunneled(rt, caps.EgressTunnel, cfg), nil
 	}
 	if caps.EgressNetwork == nil {
 		return nil, fmt.Errorf("policy egress.allow: this server's runtime has no egress network (backend: %s)", pol.Backend)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := egress.Start(ctx, rt, caps.EgressNetwork, allow, hosts, egressAudit(auditLog, server))
+	e, err := egress.Start(ctx, rt, caps.EgressNetwork, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("egress proxy (policy egress.allow): %w", err)
 	}
 	return e, nil
+}
+
+// egressCADir keeps the proxy's CA (for secrets) under the state directory.
+const egressCADir = "egress-ca"
+
+// egressConfig is the proxy's configuration from the policy: the
+// allowlist, pinned names, the audit, and the secrets with the CA that
+// signs their hosts' certificates (made under the state directory when
+// the policy first names a secret).
+func egressConfig(pol *policy.Policy, stateDir string, auditLog *audit.Log, server string) (egress.Config, error) {
+	allow, err := egress.ParseList(pol.Egress.Allow)
+	if err != nil {
+		return egress.Config{}, err // the policy was validated: not reached
+	}
+	hosts, err := egress.ParseHosts(pol.Egress.Hosts)
+	if err != nil {
+		return egress.Config{}, err
+	}
+	cfg := egress.Config{Allow: allow, Hosts: hosts, Audit: egressAudit(auditLog, server)}
+	if len(pol.Secrets) == 0 {
+		return cfg, nil
+	}
+	if cfg.CA, err = egress.LoadCA(filepath.Join(stateDir, egressCADir)); err != nil {
+		return egress.Config{}, fmt.Errorf("policy secrets: %w", err)
+	}
+	cfg.Secrets = map[string]egress.Secret{}
+	for name, s := range pol.Secrets {
+		list, err := egress.Narrow(allow, s.Hosts)
+		if err != nil {
+			return egress.Config{}, fmt.Errorf("policy secrets.%s.hosts: %w", name, err) // validated: not reached
+		}
+		src := s.Source()
+		cfg.Secrets[name] = egress.Secret{Hosts: list, Tenants: s.Tenants, Read: func() ([]byte, error) { return src.Read(os.Getenv) }}
+	}
+	return cfg, nil
 }
 
 // egressAudit writes each of the proxy's decisions to the audit log.
@@ -47,6 +80,9 @@ func egressAudit(auditLog *audit.Log, server string) func(egress.Event) {
 	return func(ev egress.Event) {
 		entry := audit.Entry{Time: time.Now().UTC(), Client: ev.Tenant, Server: server, Tool: "egress", JobID: ev.Job,
 			Decision: audit.Allowed, Outcome: "ok", Host: ev.Host, Port: ev.Port, BytesUp: ev.BytesUp, BytesDown: ev.BytesDown}
+		if len(ev.Secrets) > 0 {
+			entry.Tool, entry.Secrets = "secret", ev.Secrets // each use, by name: never the value
+		}
 		if !ev.Allowed {
 			entry.Decision, entry.Outcome, entry.Error = audit.Refused, "error", ev.Reason
 		}

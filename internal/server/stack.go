@@ -63,7 +63,7 @@ func newStack(cfg *config.Config, engine sandbox.Engine, languages *lang.Registr
 		// through the proxy; so do jobs and workspaces that ask for some of
 		// them (the egress argument), whatever the policy's network.
 		var err error
-		if s.egress, err = startEgress(s.rt, caps, pol, auditLog, server); err != nil {
+		if s.egress, err = startEgress(s.rt, caps, pol, cfg.StateDir, auditLog, server); err != nil {
 			return nil, err
 		}
 		s.rt = s.egress
@@ -81,7 +81,7 @@ func newStack(cfg *config.Config, engine sandbox.Engine, languages *lang.Registr
 	// runtime without workspaces leaves them nil, and their tools refuse.
 	opts := workspace.Options{Observer: obs, TunnelProxy: s.tunnelProxy, Baselines: baseline.New(filepath.Join(cfg.StateDir, "baselines"))}
 	if s.egress != nil {
-		opts.Egress, opts.GrantEgress = s.egress.Grant, s.egress.GrantOwn
+		opts.Egress, opts.Through = s.egress.Grant, s.egress.Through
 	}
 	if s.workspaces = workspace.New(engine, st, pol, server, log, opts); s.workspaces != nil {
 		s.rt = workspace.NewRuntime(s.rt, s.workspaces)

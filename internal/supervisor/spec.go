@@ -6,10 +6,10 @@ import (
 )
 
 // JobSpec is spec's job as the sandbox supervisor takes it: argv,
-// environment, working directory (defaultCwd when spec has none), stdin and
+// environment, files, working directory (defaultCwd when spec has none), stdin and
 // terminal. Each runtime adds its kill mode, deadline and rlimits.
 func JobSpec(spec sandbox.Spec, defaultCwd string) proto.Spec {
-	ps := proto.Spec{Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir, Stdin: proto.StdinClosed}
+	ps := proto.Spec{Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir, Stdin: proto.StdinClosed, Files: spec.Files}
 	if ps.Cwd == "" {
 		ps.Cwd = defaultCwd
 	}

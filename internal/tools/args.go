@@ -83,7 +83,10 @@ func (a *argSchema) check(rawArgs any) (map[string]any, error) {
 			delete(args, name) // null: omitted
 			continue
 		}
-		if _, ok := s.Properties[name]; !ok {
+		if why, ok := a.absent[name]; ok {
+			problems = append(problems, fmt.Sprintf("%s: %s", name, why))
+			delete(args, name)
+		} else if _, ok := s.Properties[name]; !ok {
 			unknown = append(unknown, name)
 		}
 	}

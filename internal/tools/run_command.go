@@ -38,6 +38,7 @@ type RunCommandArgs struct {
 	Pids          *int64            `json:"pids,omitempty"`
 	Mounts        []string          `json:"mounts,omitempty"`
 	Egress        []string          `json:"egress,omitempty"`
+	Secrets       []string          `json:"secrets,omitempty"`
 }
 
 // RunResult is run_command's result.
@@ -84,8 +85,9 @@ func RunCommand(d Deps) Tool {
 			"CPU cores; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
 			"process limit; default %d", l.Pids.Default),
-		"mounts": d.mountsParam(),
-		"egress": d.egressParam(),
+		"mounts":  d.mountsParam(),
+		"egress":  d.egressParam(),
+		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("run_command",
 		mcp.WithDescription("Run a shell command in a fresh sandbox (no network, non-root, capped). Waits up to wait_s, then returns a job_id with the output so far while the job goes on; a non-zero exit is a result. Docs: sandboxer://docs/run_command"),
@@ -162,7 +164,14 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 	if problem := noWorkspaceEgress(args.Egress, wsName); problem != nil {
 		return job.Request{}, 0, problem
 	}
+	if problem := noWorkspaceSecrets(args.Secrets, wsName); problem != nil {
+		return job.Request{}, 0, problem
+	}
 	network, allow, problem := d.egressFor(args.Egress)
+	if problem != nil {
+		return job.Request{}, 0, problem
+	}
+	secrets, problem := d.secretsFor(ctx, args.Secrets, args.Env)
 	if problem != nil {
 		return job.Request{}, 0, problem
 	}
@@ -207,7 +216,7 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
 		Stdin: stdin, KeepStdinOpen: keepOpen,
 		Limits:  limits,
-		Network: network, Egress: allow,
+		Network: network, Egress: allow, Secrets: secrets,
 		Mounts: mounts,
 	}, wait, nil
 }

@@ -51,6 +51,7 @@ type RunScriptArgs struct {
 	Dependencies  []string          `json:"dependencies,omitempty" jsonschema:"e.g. requests==2.31.0, lodash@4"`
 	Mounts        []string          `json:"mounts,omitempty"`
 	Egress        []string          `json:"egress,omitempty"`
+	Secrets       []string          `json:"secrets,omitempty"`
 }
 
 // DependenciesResult says how a script's dependencies were made ready.
@@ -146,7 +147,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	jr, wait, problem := d.commandRequest(ctx, RunCommandArgs{
 		Command: driver, Language: scriptLanguageIn(rec.Name, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
 		TimeoutS: args.TimeoutS, WaitS: args.WaitS, Background: args.Background, Output: args.Output,
-		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids, Mounts: args.Mounts, Egress: args.Egress,
+		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids, Mounts: args.Mounts, Egress: args.Egress, Secrets: args.Secrets,
 	})
 	if problem != nil {
 		return nil, problem
@@ -344,8 +345,9 @@ func RunScript(d Deps) Tool {
 			"CPU cores; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
 			"process limit; default %d", l.Pids.Default),
-		"mounts": d.mountsParam(),
-		"egress": d.egressParam(),
+		"mounts":  d.mountsParam(),
+		"egress":  d.egressParam(),
+		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("run_script",
 		mcp.WithDescription("Run code in a fresh sandbox, compiled if needed, dependencies cached; waits as run_command. Docs: sandboxer://docs/run_script"),

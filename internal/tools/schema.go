@@ -37,6 +37,10 @@ type param struct {
 	// more useful than the generic one (the policy key of a ceiling, a
 	// normalised signal name, list_languages); bind checks only the type.
 	byHandler bool
+	// absent, when set, leaves the argument out of the schema (the policy
+	// gives it nothing to name, and every token counts); given anyway, it
+	// is refused with this sentence.
+	absent string
 }
 
 func between(lo, hi float64) param { return param{min: &lo, max: &hi} }
@@ -48,6 +52,11 @@ func oneOf(values ...string) param { return param{enum: values} }
 func (p param) describe(format string, args ...any) param {
 	p.desc = fmt.Sprintf(format, args...)
 	return p
+}
+
+// absentBecause leaves the argument out of the schema; see param.absent.
+func absentBecause(format string, args ...any) param {
+	return param{absent: fmt.Sprintf(format, args...)}
 }
 
 func (p param) checkedByHandler() param {
@@ -68,6 +77,7 @@ type argSchema struct {
 	schema    *jsonschema.Schema
 	raw       json.RawMessage
 	byHandler map[string]bool
+	absent    map[string]string // argument -> why it is not in the schema
 }
 
 // inputSchema reflects T's schema and refines it with params (by property
@@ -83,11 +93,16 @@ func inputSchema[T any](params map[string]param) *argSchema {
 		s.Properties = map[string]*jsonschema.Schema{}
 	}
 	s.AdditionalProperties = &jsonschema.Schema{Not: &jsonschema.Schema{}} // false
-	a := &argSchema{schema: s, byHandler: map[string]bool{}}
+	a := &argSchema{schema: s, byHandler: map[string]bool{}, absent: map[string]string{}}
 	for name, p := range params {
 		prop, ok := s.Properties[name]
 		if !ok {
 			panic(fmt.Sprintf("input schema of %T: param %q is not a property", *new(T), name))
+		}
+		if p.absent != "" {
+			delete(s.Properties, name)
+			a.absent[name] = p.absent
+			continue
 		}
 		if p.desc != "" {
 			prop.Description = p.desc

@@ -49,6 +49,7 @@ type StartSessionArgs struct {
 	TimeoutS     *float64          `json:"timeout_s,omitempty"`
 	Mounts       []string          `json:"mounts,omitempty"`
 	Egress       []string          `json:"egress,omitempty"`
+	Secrets      []string          `json:"secrets,omitempty"`
 }
 
 // StartSessionResult is start_session's result.
@@ -89,8 +90,9 @@ func StartSession(d Deps) Tool {
 			"end after this many idle seconds; default %d", idle.Default),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
 			"end this many seconds after start; default %d", l.TimeoutS.Max),
-		"mounts": d.mountsParam(),
-		"egress": d.egressParam(),
+		"mounts":  d.mountsParam(),
+		"egress":  d.egressParam(),
+		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("start_session",
 		mcp.WithDescription("Start an interactive program (shell, REPL, top) on a terminal or pipes in a fresh sandbox; drive it with send_input and read_output. Docs: sandboxer://docs/start_session"),
@@ -239,7 +241,14 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 	if problem := noWorkspaceEgress(args.Egress, wsName); problem != nil {
 		return job.Request{}, job.ReadRequest{}, problem
 	}
+	if problem := noWorkspaceSecrets(args.Secrets, wsName); problem != nil {
+		return job.Request{}, job.ReadRequest{}, problem
+	}
 	network, allow, problem := d.egressFor(args.Egress)
+	if problem != nil {
+		return job.Request{}, job.ReadRequest{}, problem
+	}
+	secrets, problem := d.secretsFor(ctx, args.Secrets, args.Env)
 	if problem != nil {
 		return job.Request{}, job.ReadRequest{}, problem
 	}
@@ -301,7 +310,7 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 	return job.Request{
 		Kind: job.KindSession, Command: commandLine(argv), Cmd: argv,
 		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
-		KeepStdinOpen: true, Limits: limits, Network: network, Egress: allow,
+		KeepStdinOpen: true, Limits: limits, Network: network, Egress: allow, Secrets: secrets,
 		TTY: tty, Details: record.Details{Session: details}, Mounts: mounts,
 	}, rr, nil
 }

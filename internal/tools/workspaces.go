@@ -34,17 +34,22 @@ type WorkspaceInfo struct {
 	DiskMB     int64                `json:"disk_mb" jsonschema:"the most its /workspace may hold, in MiB (checked by polling while jobs run)"`
 	Ports      []workspace.PortInfo `json:"ports,omitempty" jsonschema:"ports open with expose_port"`
 	Egress     []string             `json:"egress,omitempty" jsonschema:"hosts its jobs reach through the proxy (create_workspace's egress); none: no network"`
+	Secrets    []string             `json:"secrets,omitempty" jsonschema:"secrets its jobs use"`
 }
 
 // workspaceInfo shows w to ctx's caller: another tenant's workspace (only
 // an admin sees one) is named TENANT/NAME, as the admin names it back.
 func workspaceInfo(ctx context.Context, ws *workspace.Manager, w *record.Workspace) WorkspaceInfo {
-	return WorkspaceInfo{Ports: ws.Ports(w.ID),
+	info := WorkspaceInfo{Ports: ws.Ports(w.ID),
 		Name: workspaceRef(ctx, w), Language: w.Language, Image: w.Image, State: w.State,
 		CreatedAt: stamp(w.CreatedAt), LastUsedAt: stamp(w.LastUsedAt),
 		MemoryMB: w.Limits.MemoryBytes >> 20, CPUs: float64(w.Limits.NanoCPUs) / 1e9, Pids: w.Limits.Pids,
 		DiskMB: w.Limits.DiskBytes >> 20, Egress: w.Details.Egress,
 	}
+	for _, u := range w.Details.Secrets {
+		info.Secrets = append(info.Secrets, u.Name)
+	}
+	return info
 }
 
 // workspaceRef is how ctx's caller names w: its name, or TENANT/NAME for
@@ -86,6 +91,7 @@ type CreateWorkspaceArgs struct {
 	Import   string   `json:"import,omitempty"`
 	From     string   `json:"from,omitempty"`
 	Egress   []string `json:"egress,omitempty"`
+	Secrets  []string `json:"secrets,omitempty"`
 }
 
 // WorkspaceResult is create_workspace's result.
@@ -107,10 +113,11 @@ func CreateWorkspace(d Deps) Tool {
 			"CPU cores, shared; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
 			"process limit, shared; default %d", l.Pids.Default),
-		"mounts": d.mountsParam(),
-		"import": d.importParam(),
-		"from":   {desc: "workspace to fork: copy its files"},
-		"egress": d.egressParam(),
+		"mounts":  d.mountsParam(),
+		"import":  d.importParam(),
+		"from":    {desc: "workspace to fork: copy its files"},
+		"egress":  d.egressParam(),
+		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("create_workspace",
 		mcp.WithDescription("Create a named persistent sandbox with a volume at /workspace; jobs with its workspace argument share its files and packages. Docs: sandboxer://docs/create_workspace"),
@@ -170,8 +177,12 @@ func CreateWorkspace(d Deps) Tool {
 				return problem, nil
 			}
 		}
+		secrets, problem := d.secretsFor(ctx, args.Secrets, nil)
+		if problem != nil {
+			return problem, nil
+		}
 		w, origin, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Name, Image: image, Limits: limits,
-			Mounts: mounts, Import: imp, From: args.From, Egress: allow})
+			Mounts: mounts, Import: imp, From: args.From, Egress: allow, Secrets: secretNames(secrets)})
 		if err != nil {
 			return workspaceFailure(err), nil
 		}

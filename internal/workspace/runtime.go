@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
@@ -32,28 +33,42 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err != nil {
 		return nil, err
 	}
-	if allow := w.Details.Egress; len(allow) > 0 {
-		// A workspace made with its own allowlist: each job holds a grant
-		// of it for its life.
-		if r.ws.GrantEgress == nil {
-			release()
-			return nil, fmt.Errorf("workspace %q was made with egress %v, but the egress proxy is not running (the policy's egress.allow is empty now): delete_workspace it and create it again without egress", w.Name, allow)
-		}
-		env, revoke, err := r.ws.GrantEgress(ctx, spec.JobID, allow)
-		if err != nil {
-			release()
-			return nil, fmt.Errorf("workspace %q: %w (the policy changed since it was made: delete_workspace it and create it again)", w.Name, err)
-		}
-		spec.Env = append(append([]string(nil), spec.Env...), env...)
-		prev := release
-		release = func() { revoke(); prev() }
+	start := func(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+		return r.ws.rt.StartIn(ctx, w.ContainerID, spec, out)
 	}
-	inner, err := r.ws.rt.StartIn(ctx, w.ContainerID, spec, out)
+	var inner sandbox.Handle
+	if d := w.Details; len(d.Egress) > 0 || len(d.Secrets) > 0 {
+		// A workspace made with its own allowlist or secrets: each job holds
+		// a grant of them for its life.
+		if r.ws.Through == nil {
+			release()
+			return nil, fmt.Errorf("workspace %q was made with egress %v and secrets %v, but the egress proxy is not running (the policy's egress.allow is empty now): delete_workspace it and create it again without them", w.Name, d.Egress, secretNames(d.Secrets))
+		}
+		spec.Network, spec.Egress = sandbox.NetworkEgress, append([]string{}, d.Egress...) // none of the policy's beyond its own
+		for _, u := range d.Secrets {
+			spec.Secrets = append(spec.Secrets, sandbox.SecretUse{Name: u.Name, Placeholder: u.Placeholder})
+		}
+		inner, err = r.ws.Through(ctx, spec, out, start)
+		if err != nil {
+			err = fmt.Errorf("workspace %q: %w (the policy changed since it was made: delete_workspace it and create it again)", w.Name, err)
+		}
+	} else {
+		inner, err = start(ctx, spec, out)
+	}
 	if err != nil {
 		release()
 		return nil, err
 	}
 	return r.track(w.ID, inner, release), nil
+}
+
+// secretNames names a workspace's secrets for a message.
+func secretNames(uses []record.SecretUse) []string {
+	names := make([]string, len(uses))
+	for i, u := range uses {
+		names[i] = u.Name
+	}
+	return names
 }
 
 // track counts a job of a workspace until it ends: the workspace is busy

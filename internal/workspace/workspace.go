@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/secret"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
@@ -123,10 +124,11 @@ type Options struct {
 	// network (Capabilities.TunnelInstalls) the proxy its tunnel reaches,
 	// until revoke.
 	TunnelProxy func(ctx context.Context, job string) (proxy http.Handler, revoke func())
-	// GrantEgress grants a job of a workspace made with its own allowlist
-	// that list (checked against the policy's at each grant) until revoke,
-	// with the environment pointing at the proxy.
-	GrantEgress func(ctx context.Context, job string, allow []string) (env []string, revoke func(), err error)
+	// Through starts a job of a workspace made with its own allowlist or
+	// secrets with start, holding a grant of the proxy for the job's life
+	// (the list checked against the policy's at each grant; the secrets as
+	// placeholders, swapped at the proxy): egress.Runtime.Through.
+	Through func(ctx context.Context, spec sandbox.Spec, out sandbox.Output, start sandbox.StartFunc) (sandbox.Handle, error)
 	// Baselines keeps imports' baselines (nil: imports and forks'
 	// baselines are not available).
 	Baselines *baseline.Store
@@ -208,6 +210,11 @@ type CreateRequest struct {
 	// checked against the policy's): its container joins the egress network
 	// and its jobs reach these hosts through the proxy, for its life.
 	Egress []string
+	// Secrets name the policy's secrets its jobs use (already checked
+	// against the policy and the tenant): the workspace keeps a placeholder
+	// for each, its jobs are on the egress path and the proxy swaps the
+	// values in for the secrets' hosts.
+	Secrets []string
 }
 
 // Create makes a workspace and starts its container; with Import or From,
@@ -287,9 +294,12 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*record.Worksp
 			DiskBytes: m.pol.Workspaces.DiskMB << 20},
 		CreatedAt: time.Now(), LastUsedAt: time.Now(), Details: record.WorkspaceDetails{Egress: req.Egress},
 	}
+	for _, name := range req.Secrets {
+		rec.Details.Secrets = append(rec.Details.Secrets, record.SecretUse{Name: name, Placeholder: secret.NewPlaceholder()})
+	}
 	network := ""
-	if len(req.Egress) > 0 {
-		if m.GrantEgress == nil {
+	if len(req.Egress) > 0 || len(req.Secrets) > 0 {
+		if m.Through == nil {
 			return nil, errors.New("egress: the egress proxy is not running (policy key egress.allow is empty)")
 		}
 		network = sandbox.NetworkEgress

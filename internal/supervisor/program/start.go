@@ -28,6 +28,9 @@ func (s *super) start() (int, error) {
 		sp.Env = overlayEnv(os.Environ(), sp.Env)
 	}
 	sp.Env = withUnpackedApt(sp.Env)
+	if err := writeJobFiles(sp.Files); err != nil {
+		return codeCannotExec, fmt.Errorf("cannot start: the job's files: %v", err)
+	}
 	cwd := sp.Cwd
 	if cwd != "" {
 		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {

@@ -71,6 +71,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strings"
 	"time"
 )
@@ -330,7 +331,26 @@ type Spec struct {
 	// what a container wrote last when the container ends (Kubernetes)
 	// sets it, so the stream stays open until the server has it all.
 	AwaitExitAck bool `json:"await_exit_ack,omitempty"`
+	// Files are written before the job starts (see File).
+	Files []File `json:"files,omitempty"`
 }
+
+// File is a file the supervisor writes for the job before starting it, as
+// the job's user: Base's content when Base is readable (a file of the
+// image, e.g. its CA bundle), then Content. Paths are absolute, under
+// FilesDir, so a file never lands where the image or a workspace keeps
+// anything.
+type File struct {
+	Path    string `json:"path"`
+	Base    string `json:"base,omitempty"`
+	Content []byte `json:"content,omitempty"`
+}
+
+// FilesDir holds every File: on the sandbox's /tmp tmpfs.
+const FilesDir = "/tmp/.sandboxer/"
+
+// MaxFilesBytes bounds the Files of one spec, together.
+const MaxFilesBytes = 1 << 20
 
 // TTYSpec is a terminal size; also the payload of the 'R' (Resize) frame.
 type TTYSpec struct {
@@ -455,6 +475,18 @@ func (s *Spec) Validate() error {
 	}
 	if strings.IndexByte(s.Cwd, 0) >= 0 {
 		return errors.New("spec: NUL byte in cwd")
+	}
+	total := 0
+	for _, f := range s.Files {
+		if !strings.HasPrefix(f.Path, FilesDir) || path.Clean(f.Path) != f.Path || strings.IndexByte(f.Path, 0) >= 0 {
+			return fmt.Errorf("spec: file %q is not a clean path under %s", truncate(f.Path, 80), FilesDir)
+		}
+		if f.Base != "" && (!path.IsAbs(f.Base) || strings.IndexByte(f.Base, 0) >= 0) {
+			return fmt.Errorf("spec: file base %q is not an absolute path", truncate(f.Base, 80))
+		}
+		if total += len(f.Content); total > MaxFilesBytes {
+			return fmt.Errorf("spec: files hold more than %d bytes", MaxFilesBytes)
+		}
 	}
 	switch s.Stdin {
 	case "", StdinPipe, StdinClosed:
