@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -49,6 +50,7 @@ func doctor(args []string) error {
 		return err
 	}
 	defer lock.Release()
+	reportSecrets(cfg.Policy, report)
 	if cfg.Policy.Backend == policy.BackendKubernetes {
 		if err := doctorKubernetes(cfg, lock.ID(), report); err != nil {
 			return err
@@ -133,6 +135,25 @@ func doctor(args []string) error {
 	}
 	fmt.Println("all checks passed")
 	return nil
+}
+
+// reportSecrets checks each secret's value can be read now (never showing
+// it) and names the hosts it goes to (the policy's load checked that they
+// lie within egress.allow).
+func reportSecrets(pol *policy.Policy, report func(ok bool, what, detail, fix string)) {
+	for _, name := range pol.SecretNames() {
+		sec := pol.Secrets[name]
+		where := "env " + sec.Env
+		if sec.ValueFile != "" {
+			where = "value_file " + sec.ValueFile
+		}
+		detail := fmt.Sprintf("%s: readable; goes to %s only", where, strings.Join(sec.Hosts, ", "))
+		_, err := sec.Source().Read(os.Getenv)
+		if err != nil {
+			detail = err.Error()
+		}
+		report(err == nil, "secret "+name, detail, "fix policy key secrets."+name+": a mode-0600 file the server can read, or a variable set in its environment")
+	}
 }
 
 // reportPool says what the policy asks of the warm pool and how many warm

@@ -143,6 +143,18 @@ func egressCommand(port, gw string) string {
 // egressAudit reads the server's audit log's egress entries.
 func egressAudit(t *testing.T, s *server) []map[string]any {
 	t.Helper()
+	var out []map[string]any
+	for _, e := range auditEntries(t, s) {
+		if e["tool"] == "egress" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// auditEntries reads the server's audit log.
+func auditEntries(t *testing.T, s *server) []map[string]any {
+	t.Helper()
 	f, err := os.Open(filepath.Join(s.stateDir, "audit.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +165,7 @@ func egressAudit(t *testing.T, s *server) []map[string]any {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var e map[string]any
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e["tool"] == "egress" {
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
 			out = append(out, e)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 // chunk is one write of the process, as the engine's log keeps it.
@@ -42,6 +43,10 @@ type container struct {
 	killOnce sync.Once
 	sigs     chan int
 	stdin    *pipe
+	// jobFiles are written to fs before the job runs, as the supervisor
+	// writes a spec's files (a base file of an image the fake has not got
+	// adds nothing).
+	jobFiles []proto.File
 }
 
 func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int) *container {
@@ -53,6 +58,7 @@ func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int)
 		killCh:    make(chan struct{}),
 		sigs:      make(chan int, 16),
 		stdin:     newPipe(),
+		jobFiles:  spec.Files,
 	}
 	if !spec.OpenStdin {
 		c.stdin.closeWrite() // stdin closed at start: the process reads end-of-file
@@ -173,6 +179,9 @@ func (c *container) block(ch <-chan struct{}, ignored map[int]bool) error {
 }
 
 func (c *container) run() {
+	for _, f := range c.jobFiles {
+		c.fs.write(f.Path, string(f.Content), false)
+	}
 	code, oom := c.interpret()
 	c.end(code, oom)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 // endWithin bounds every wait for a sandbox that should end.
@@ -34,6 +35,7 @@ func RunContract(t *testing.T, newRuntime NewRuntime, image string) {
 		{"ExitZero", testExitZero},
 		{"OutputDrainedBeforeDone", testOutputDrained},
 		{"BigOutputWhole", testBigOutput},
+		{"JobFilesWritten", testJobFiles},
 		{"StdinWrittenThenClosed", testStdin},
 		{"NoStdinIsEOF", testNoStdin},
 		{"DestroyMidRun", testDestroy},
@@ -141,6 +143,19 @@ func testOutputAndExitCode(t *testing.T, rt sandbox.Runtime, spec func(string) s
 	}
 	// Removed then or shortly after Done (a result need not wait for it).
 	waitFor(t, "sandbox removed after Done", func() bool { _, ok := listed(t, rt, h.ContainerID()); return !ok })
+}
+
+// A spec's files are in place before its job starts (the egress proxy's
+// CA for a job with secrets).
+func testJobFiles(t *testing.T, rt sandbox.Runtime, spec func(string) sandbox.Spec) {
+	out := newBuffer()
+	sp := spec("cat /tmp/.sandboxer/contract/ca.pem")
+	sp.Files = []proto.File{{Path: "/tmp/.sandboxer/contract/ca.pem", Content: []byte("CERTIFICATE\n")}}
+	h := start(t, rt, sp, out)
+	st := waitDone(t, h, "cat a spec's file")
+	if st.ExitCode != 0 || out.Stdout() != "CERTIFICATE\n" {
+		t.Fatalf("status %s, stdout %q, stderr %q", describe(st), out.Stdout(), out.Stderr())
+	}
 }
 
 func testExitZero(t *testing.T, rt sandbox.Runtime, spec func(string) sandbox.Spec) {
