@@ -128,6 +128,13 @@ func serial() *big.Int {
 // CertPEM is the CA's certificate, what a sandbox is given to trust.
 func (c *CA) CertPEM() []byte { return c.certPEM }
 
+// ServeAs answers a TLS handshake with the certificate of the name the
+// client asked for (SNI), signed by the CA: for a test's or the bench's
+// upstream standing in for a real host.
+func (c *CA) ServeAs(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return c.certFor(h.ServerName)
+}
+
 // certFor is host's certificate, signed by the CA (made on first use).
 func (c *CA) certFor(host string) (*tls.Certificate, error) {
 	c.mu.Lock()

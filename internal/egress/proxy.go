@@ -60,8 +60,9 @@ type Proxy struct {
 	// RootCAs verifies those hosts; nil = the host's trust store.
 	RootCAs *x509.CertPool
 
-	mu     sync.Mutex
-	grants map[string]Grant // token -> grant
+	mu        sync.Mutex
+	grants    map[string]Grant           // token -> grant
+	upstreams map[string]*http.Transport // host|addr -> TLS to a secret's host
 }
 
 // proxyUser is the user name of a grant's proxy credentials (its token is

@@ -79,18 +79,7 @@ func (p *Proxy) swap(w http.ResponseWriter, g Grant, host string, port int, addr
 		return
 	}
 	defer tconn.Close()
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			d := net.Dialer{Timeout: p.dialTimeout()}
-			return d.DialContext(ctx, "tcp", addr)
-		},
-		TLSClientConfig:       &tls.Config{ServerName: host, RootCAs: p.RootCAs, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:   p.dialTimeout(),
-		ResponseHeaderTimeout: 5 * time.Minute,
-		MaxIdleConnsPerHost:   1,
-		DisableCompression:    true, // pass the body as the host sent it
-	}
-	defer tr.CloseIdleConnections()
+	tr := p.upstream(host, addr)
 	target := net.JoinHostPort(host, fmt.Sprint(port))
 	r := bufio.NewReader(tconn)
 	for {
@@ -103,6 +92,36 @@ func (p *Proxy) swap(w http.ResponseWriter, g Grant, host string, port int, addr
 			return
 		}
 	}
+}
+
+// upstream is the transport to host at addr: kept per host and address,
+// so a job's fresh connection reuses one the proxy already has (a TLS
+// handshake saved per request). Requests carry their own headers: a
+// connection holds nothing of the job that used it before.
+func (p *Proxy) upstream(host, addr string) *http.Transport {
+	key := host + "|" + addr
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tr, ok := p.upstreams[key]; ok {
+		return tr
+	}
+	if p.upstreams == nil {
+		p.upstreams = map[string]*http.Transport{}
+	}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			d := net.Dialer{Timeout: p.dialTimeout()}
+			return d.DialContext(ctx, "tcp", addr)
+		},
+		TLSClientConfig:       &tls.Config{ServerName: host, RootCAs: p.RootCAs, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   p.dialTimeout(),
+		ResponseHeaderTimeout: 5 * time.Minute,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       30 * time.Second,
+		DisableCompression:    true, // pass the body as the host sent it
+	}
+	p.upstreams[key] = tr
+	return tr
 }
 
 // swapOne carries one request; false ends the connection.
