@@ -22,7 +22,7 @@ func (d Deps) secretsParam() param {
 	if len(names) == 0 {
 		return absentBecause("the policy names no secrets (policy key secrets)")
 	}
-	return oneOf(names...).checkedByHandler().describe("env vars holding placeholders; the proxy adds the values for their hosts")
+	return oneOf(names...).checkedByHandler().describe("env vars of placeholders; values added at the proxy")
 }
 
 // secretsFor checks the secrets argument: each a secret of the policy that
