@@ -196,12 +196,15 @@ func (l List) covers(r Rule) (narrowed, ok bool) {
 }
 
 // String is the list as the policy writes it.
-func (l List) String() string {
+func (l List) String() string { return strings.Join(l.Strings(), ", ") }
+
+// Strings are the list's entries as the policy writes them.
+func (l List) Strings() []string {
 	s := make([]string, len(l))
 	for i, r := range l {
 		s[i] = r.String()
 	}
-	return strings.Join(s, ", ")
+	return s
 }
 
 // cgnat is the shared address space (RFC 6598), private in practice.

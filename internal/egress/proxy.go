@@ -75,13 +75,18 @@ func (p *Proxy) Add(g Grant) (token string, revoke func()) {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	token = hex.EncodeToString(b)
+	return token, p.addToken(token, g)
+}
+
+// addToken registers g under token (a kept grant's, after a restart).
+func (p *Proxy) addToken(token string, g Grant) (revoke func()) {
 	p.mu.Lock()
 	if p.grants == nil {
 		p.grants = map[string]Grant{}
 	}
 	p.grants[token] = g
 	p.mu.Unlock()
-	return token, func() {
+	return func() {
 		p.mu.Lock()
 		delete(p.grants, token)
 		p.mu.Unlock()

@@ -40,6 +40,9 @@ type Config struct {
 	Secrets map[string]Secret
 	CA      *CA
 	RootCAs *x509.CertPool // verifies secrets' hosts; nil = the host's trust store
+	// GrantsDir keeps running jobs' grants for a server that adopts them
+	// after a restart ("" = not kept: adopted jobs lose their grants).
+	GrantsDir string
 }
 
 // Secret is a policy secret as the proxy uses it.
@@ -60,7 +63,11 @@ func Start(ctx context.Context, next sandbox.Runtime, rt sandbox.EgressRuntime, 
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(gw, 0).String())
+	// The port the kept grants' jobs have in HTTP_PROXY, when it is free.
+	ln, err := net.Listen("tcp", net.JoinHostPort(gw.String(), keptPort(cfg.GrantsDir)))
+	if err != nil {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(gw, 0).String())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +79,9 @@ func Start(ctx context.Context, next sandbox.Runtime, rt sandbox.EgressRuntime, 
 	p := cfg.proxy()
 	srv := &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	return &Runtime{Runtime: next, proxy: p, addr: ln.Addr().String(), cfg: cfg, srv: srv, unfence: unfence}, nil
+	r := &Runtime{Runtime: next, proxy: p, addr: ln.Addr().String(), cfg: cfg, srv: srv, unfence: unfence}
+	r.prune(ctx)
+	return r, nil
 }
 
 // StartTunneled is Start for a runtime whose sandboxes have no network
@@ -82,7 +91,11 @@ func Start(ctx context.Context, next sandbox.Runtime, rt sandbox.EgressRuntime, 
 // Start's.
 func StartTunneled(next sandbox.Runtime, t sandbox.EgressTunneler, cfg Config) *Runtime {
 	p := cfg.proxy()
-	return &Runtime{Runtime: next, proxy: p, addr: t.TunnelEgress(p), cfg: cfg}
+	r := &Runtime{Runtime: next, proxy: p, addr: t.TunnelEgress(p), cfg: cfg}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r.prune(ctx)
+	return r
 }
 
 // Addr is where the proxy listens (for a tunneled runtime: the tunnel,
@@ -106,50 +119,34 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 // the proxy's CA through a bundle of the image's roots and it; and its
 // output shows the placeholder wherever the value was printed.
 func (r *Runtime) Through(ctx context.Context, spec sandbox.Spec, out sandbox.Output, start sandbox.StartFunc) (sandbox.Handle, error) {
-	var allow List
+	var own []string // the job's own hosts, as the policy writes them
 	if spec.Network == sandbox.NetworkEgress {
-		allow = r.cfg.Allow
+		allow := r.cfg.Allow
 		if spec.Egress != nil {
 			var err error
 			if allow, err = Narrow(r.cfg.Allow, spec.Egress); err != nil {
 				return nil, fmt.Errorf("egress: %w", err)
 			}
 		}
+		own = allow.Strings()
 	}
-	g := Grant{Tenant: tenant.Owner(ctx), Job: spec.JobID}
-	var redact *secret.Redactor
+	uses := slices.Clone(spec.Secrets)
+	for i := range uses {
+		if uses[i].Placeholder == "" {
+			uses[i].Placeholder = secret.NewPlaceholder()
+		}
+	}
+	who := tenant.Owner(ctx)
+	g, redact, err := r.grant(who, spec.JobID, own, uses, out)
+	if err != nil {
+		return nil, err
+	}
 	env := []string{}
-	if len(spec.Secrets) > 0 {
-		if r.cfg.CA == nil {
-			return nil, errors.New("secrets: the egress proxy has no CA (the policy names no secrets)")
-		}
-		redact = secret.NewRedactor(out)
+	if redact != nil {
 		out = redact
-		g.OnValue = redact.Add
-		uses := make([]sandbox.SecretUse, len(spec.Secrets))
-		for i, u := range spec.Secrets {
-			s, ok := r.cfg.Secrets[u.Name]
-			switch {
-			case !ok:
-				return nil, fmt.Errorf("secrets: %q is not a secret of the policy (policy key secrets)", u.Name)
-			case len(s.Tenants) > 0 && !slices.Contains(s.Tenants, g.Tenant):
-				return nil, fmt.Errorf("secrets: tenant %q may not use secret %s (policy key secrets.%s.tenants)", g.Tenant, u.Name, u.Name)
-			}
-			if u.Placeholder == "" {
-				u.Placeholder = secret.NewPlaceholder()
-			}
-			uses[i] = u
-			g.Secrets = append(g.Secrets, SecretGrant{Name: u.Name, Placeholder: u.Placeholder, Hosts: s.Hosts, Value: s.Read})
-			allow = append(allow, s.Hosts...)
-			if v, err := s.Read(); err == nil {
-				redact.Add(v, u.Placeholder) // the value of now; one the proxy reads later is added then
-			}
-		}
-		env = append(env, secret.Env(uses)...)
-		env = append(env, CAEnv()...)
-		spec.Files = append(append([]proto.File(nil), spec.Files...), CAFiles(r.cfg.CA.CertPEM())...)
+		env = append(append(env, secret.Env(uses)...), CAEnv()...)
+		spec.Files = append(slices.Clone(spec.Files), CAFiles(r.cfg.CA.CertPEM())...)
 	}
-	g.Allow = allow
 	token, revoke := r.proxy.Add(g)
 	spec.Network = sandbox.NetworkEgress
 	spec.Env = append(append(append([]string(nil), spec.Env...), env...), ProxyEnv(ProxyURL(token, r.addr))...)
@@ -158,15 +155,59 @@ func (r *Runtime) Through(ctx context.Context, spec sandbox.Spec, out sandbox.Ou
 		revoke()
 		return nil, err
 	}
+	forget := r.keep(h.ContainerID(), keptGrant{Token: token, Tenant: who, Job: spec.JobID, Allow: own, Secrets: uses, Addr: r.addr})
+	return r.hold(h, redact, func() { revoke(); forget() }), nil
+}
+
+// grant is a job's grant: its own hosts (within the policy's list of now)
+// and each secret's, the secret's placeholder swapped for its value there.
+// With secrets, the redactor in front of out learns their values.
+func (r *Runtime) grant(who, job string, own []string, uses []sandbox.SecretUse, out sandbox.Output) (Grant, *secret.Redactor, error) {
+	g := Grant{Tenant: who, Job: job}
+	if len(own) > 0 {
+		var err error
+		if g.Allow, err = Narrow(r.cfg.Allow, own); err != nil {
+			return Grant{}, nil, fmt.Errorf("egress: %w", err)
+		}
+	}
+	if len(uses) == 0 {
+		return g, nil, nil
+	}
+	if r.cfg.CA == nil {
+		return Grant{}, nil, errors.New("secrets: the egress proxy has no CA (the policy names no secrets)")
+	}
+	redact := secret.NewRedactor(out)
+	g.OnValue = redact.Add
+	for _, u := range uses {
+		s, ok := r.cfg.Secrets[u.Name]
+		switch {
+		case !ok:
+			return Grant{}, nil, fmt.Errorf("secrets: %q is not a secret of the policy (policy key secrets)", u.Name)
+		case len(s.Tenants) > 0 && !slices.Contains(s.Tenants, who):
+			return Grant{}, nil, fmt.Errorf("secrets: tenant %q may not use secret %s (policy key secrets.%s.tenants)", who, u.Name, u.Name)
+		}
+		g.Secrets = append(g.Secrets, SecretGrant{Name: u.Name, Placeholder: u.Placeholder, Hosts: s.Hosts, Value: s.Read})
+		g.Allow = append(g.Allow, s.Hosts...)
+		if v, err := s.Read(); err == nil {
+			redact.Add(v, u.Placeholder) // the value of now; one the proxy reads later is added then
+		}
+	}
+	return g, redact, nil
+}
+
+// hold ends a job's grant (done) when the job ends; with a redactor, the
+// job is done once it has passed on what it held back.
+func (r *Runtime) hold(h sandbox.Handle, redact *secret.Redactor, done func()) sandbox.Handle {
 	if redact != nil {
-		h = &flushing{Handle: h, redact: redact, done: make(chan struct{})}
-		go h.(*flushing).wait()
+		f := &flushing{Handle: h, redact: redact, done: make(chan struct{})}
+		go f.wait()
+		h = f
 	}
 	go func() {
 		<-h.Done()
-		revoke()
+		done()
 	}()
-	return h, nil
+	return h
 }
 
 // flushing is a job whose output is redacted: it is done once the

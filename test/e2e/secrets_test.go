@@ -352,3 +352,50 @@ secrets:
 		t.Fatalf("doctor with secrets: %v\n%s", err, out)
 	}
 }
+
+// A job adopted after the server crashed keeps its grant: the proxy comes
+// back on the port in the job's HTTP_PROXY and takes the job's token, its
+// hosts and its secret's placeholder again.
+func TestSecretsAndEgressSurviveRestart(t *testing.T) {
+	gw := egressGateway(t)
+	caPEM, cert := upstreamCA(t, "bound.sbx.test", "free.sbx.test")
+	value := "restart-value-" + fmt.Sprint(time.Now().UnixNano())
+	up := startSecretUpstream(t, gw, cert, value)
+	dir := t.TempDir()
+	caFile, valueFile := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "api-token")
+	os.WriteFile(caFile, caPEM, 0o644)
+	os.WriteFile(valueFile, []byte(value), 0o600)
+	env := []string{"SSL_CERT_FILE=" + caFile, policyEnv(t, fmt.Sprintf(`
+egress:
+  allow: ["bound.sbx.test:%[1]s", "free.sbx.test:%[1]s"]
+  hosts: {bound.sbx.test: %[2]s, free.sbx.test: %[2]s}
+secrets:
+  API_TOKEN: {value_file: %[3]s, hosts: ["bound.sbx.test:%[1]s"]}
+`, up.port, gw, valueFile))}
+	s := startServer(t, env...)
+	r := s.ok("run_command", map[string]any{"secrets": []any{"API_TOKEN"}, "egress": []any{"free.sbx.test:" + up.port}, "background": true, "timeout_s": 120,
+		"command": fmt.Sprintf(`echo started; sleep 8; echo "bound=$(curl -sS -H "X-Api-Key: $API_TOKEN" https://bound.sbx.test:%[1]s/after)"; echo "free=$(curl -ksS https://free.sbx.test:%[1]s/after)"`, up.port)})
+	id := str(r, "job_id")
+	if rd := s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "started", "wait_s": 30}); rd["matched"] != true {
+		t.Fatalf("the job did not start: %v", rd)
+	}
+	s.kill9()
+	time.Sleep(2 * time.Second)
+	s2 := startServerIn(t, s.stateDir, env...)
+	g := s2.ok("get_job", map[string]any{"job_id": id, "wait_s": 40})
+	out, _ := s2.readAll(id)
+	if str(g, "status") != "completed" || !strings.Contains(out, "bound=ok") || !strings.Contains(out, "free=ok") {
+		t.Fatalf("the adopted job: %v\n%s", g, out)
+	}
+	var got bool
+	for _, q := range up.requests() {
+		got = got || (q.path == "/after" && q.host == "bound.sbx.test" && q.apiKey == value)
+	}
+	if !got {
+		t.Fatalf("the bound host did not receive the value after the restart: %+v", up.requests())
+	}
+	// Its grant is forgotten once it ended.
+	if files, _ := filepath.Glob(filepath.Join(s.stateDir, "egress-grants", "*.json")); len(files) != 0 {
+		t.Errorf("grants kept after their jobs ended: %v", files)
+	}
+}
