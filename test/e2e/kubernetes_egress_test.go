@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -186,4 +189,39 @@ workspaces:
 	s.waitNoPods(false, 30*time.Second)
 	s.stop()
 	s.waitNoPods(true, 30*time.Second)
+}
+
+// Secrets on backend kubernetes: the proxy behind the pod's tunnel swaps
+// the placeholder for the value at the bound host, as on Docker.
+func TestKubernetesSecrets(t *testing.T) {
+	pol := kubernetesPolicyFor(t)
+	caPEM, cert := upstreamCA(t, "bound.sbx.test", "free.sbx.test")
+	value := "k8s-value-" + fmt.Sprint(time.Now().UnixNano())
+	up := startSecretUpstream(t, "127.0.0.1", cert, value)
+	dir := t.TempDir()
+	caFile, valueFile := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "api-token")
+	os.WriteFile(caFile, caPEM, 0o644)
+	os.WriteFile(valueFile, []byte(value), 0o600)
+	s := startServer(t, "SSL_CERT_FILE="+caFile, policyEnv(t, pol+fmt.Sprintf(`
+egress:
+  allow: ["bound.sbx.test:%[1]s", "free.sbx.test:%[1]s"]
+  hosts: {bound.sbx.test: 127.0.0.1, free.sbx.test: 127.0.0.1}
+secrets:
+  API_TOKEN: {value_file: %[2]s, hosts: ["bound.sbx.test:%[1]s"]}
+`, up.port, valueFile)))
+	r := s.ok("run_command", map[string]any{"language": "python", "secrets": []any{"API_TOKEN"}, "egress": []any{"free.sbx.test:" + up.port}, "timeout_s": 120,
+		"command": fmt.Sprintf(`echo "var=$API_TOKEN"; echo "bound=$(curl -sS -H "X-Api-Key: $API_TOKEN" https://bound.sbx.test:%[1]s/k8s)"; echo "free=$(curl -ksS -H "X-Api-Key: $API_TOKEN" https://free.sbx.test:%[1]s/k8s)"; echo "plain=$(curl -s -o /dev/null -w '%%{http_code}' http://bound.sbx.test:%[1]s/k8s)"`, up.port)})
+	out := str(r, "stdout")
+	f := fFields(out)
+	if str(r, "status") != "completed" || !strings.HasPrefix(f["var"], "sbx_placeholder_") || f["bound"] != "ok" || f["free"] != "ok" || f["plain"] != "403" {
+		t.Fatalf("secrets in a pod: %v\n%s\nstderr:\n%s", r, out, tail(s.stderr.String(), 3000))
+	}
+	var bound, free bool
+	for _, q := range up.requests() {
+		bound = bound || (q.host == "bound.sbx.test" && q.apiKey == value)
+		free = free || (q.host == "free.sbx.test" && q.apiKey == f["var"])
+	}
+	if !bound || !free {
+		t.Fatalf("upstream: value at the bound host %v, placeholder at the free host %v: %+v", bound, free, up.requests())
+	}
 }
