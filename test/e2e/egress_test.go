@@ -198,7 +198,7 @@ egress:
 		t.Fatalf("after the install: %q", out)
 	}
 	// Debian's mirror is not on the list: apt is refused by the proxy.
-	r, msg := s.failedWith("install_packages", map[string]any{"workspace": name, "manager": "apt", "packages": []any{"jq"}})
+	r, msg := s.failedWith("install_packages", map[string]any{"workspace": name, "manager": "apt", "packages": []any{"sqlite3"}})
 	if r["installed"] != false {
 		t.Fatalf("apt install off the list: %v (%s)", r, msg)
 	}

@@ -502,23 +502,23 @@ func TestKubernetesInstall(t *testing.T) {
 	if out := s.wsOut(name, `node -e 'console.log(require("is-number")(5))'; env | grep -ci _proxy || true`); out != "true\n0\n" {
 		t.Fatalf("a job requiring the installed package: %q", out)
 	}
-	// apt without root: jq and the two libraries it needs, unpacked into
-	// the claim, found by the workspace's jobs and by no one else's.
-	r = s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"jq"}, "manager": "apt"})
-	if r["installed"] != true || !strings.HasPrefix(str(r["packages"].([]any)[0].(map[string]any), "version"), "1.") {
+	// apt without root: sqlite3 and the two libraries it needs, unpacked
+	// into the claim, found by the workspace's jobs and by no one else's.
+	r = s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"sqlite3"}, "manager": "apt"})
+	if r["installed"] != true || !strings.HasPrefix(str(r["packages"].([]any)[0].(map[string]any), "version"), "3.") {
 		t.Fatalf("apt install through the tunnel: %v", r)
 	}
-	if out := s.wsOut(name, `echo '{"a":[1,2]}' | jq -c '.a | add'; command -v jq; stat -c %u /workspace/.apt/root/usr/bin/jq; ls /workspace/.apt`); out != "3\n/workspace/.apt/root/usr/bin/jq\n1000\nroot\nstatus\n" {
-		t.Fatalf("a job running the apt-installed jq: %q", out)
+	if out := s.wsOut(name, `echo 'select 1+2;' | sqlite3; command -v sqlite3; stat -c %u /workspace/.apt/root/usr/bin/sqlite3; ls /workspace/.apt`); out != "3\n/workspace/.apt/root/usr/bin/sqlite3\n1000\nroot\nstatus\n" {
+		t.Fatalf("a job running the apt-installed sqlite3: %q", out)
 	}
 	lc := s.ok("list_commands", map[string]any{"workspace": name})
-	if !slices.Contains(lc["commands"].([]any), any("jq")) || !strings.Contains(fmt.Sprint(lc["packages"]), "libonig5 ") {
+	if !slices.Contains(lc["commands"].([]any), any("sqlite3")) || !strings.Contains(fmt.Sprint(lc["packages"]), "libsqlite3-0 ") {
 		t.Fatalf("list_commands after the apt install: commands %v, packages %v", lc["command_count"], lc["packages"])
 	}
-	if r := s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"jq"}, "manager": "apt"}); r["installed"] != true || !strings.Contains(fmt.Sprint(r), "already") {
+	if r := s.ok("install_packages", map[string]any{"workspace": name, "packages": []any{"sqlite3"}, "manager": "apt"}); r["installed"] != true || !strings.Contains(fmt.Sprint(r), "already") {
 		t.Fatalf("apt install of a package unpacked before: %v", r)
 	}
-	if r := s.ok("run_command", map[string]any{"command": "command -v jq || echo none"}); str(r, "stdout") != "none\n" {
+	if r := s.ok("run_command", map[string]any{"command": "command -v sqlite3 || echo none"}); str(r, "stdout") != "none\n" {
 		t.Fatalf("a fresh job after the workspace's apt install: %v", r)
 	}
 	r, msg := s.failedWith("install_packages", map[string]any{"workspace": name, "packages": []any{"no-such-package-sbx"}, "manager": "apt"})
