@@ -59,8 +59,11 @@ func TestToolContract(t *testing.T) {
 	for _, tool := range All(Deps{}) {
 		d := tool.Def
 		a := d.Annotations
-		if d.Title == "" || a.Title == "" {
+		if d.Title == "" {
 			t.Errorf("%s: no title", d.Name)
+		}
+		if a.Title != "" {
+			t.Errorf("%s: annotations.title repeats the title in tools/list: leave it out", d.Name)
 		}
 		if a.ReadOnlyHint == nil || a.DestructiveHint == nil || a.IdempotentHint == nil || a.OpenWorldHint == nil {
 			t.Errorf("%s: annotations not all set explicitly: %+v", d.Name, a)

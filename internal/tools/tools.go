@@ -110,8 +110,8 @@ func All(d Deps) []Tool {
 
 // annotations sets all four hints explicitly, as the tool contract requires.
 func annotations(title string, readOnly, destructive, idempotent, openWorld bool) mcp.ToolOption {
+	_ = title // the tool's own title (WithToolTitle) says it once: annotations.title would repeat it in tools/list
 	return mcp.WithToolAnnotation(mcp.ToolAnnotation{
-		Title:           title,
 		ReadOnlyHint:    mcp.ToBoolPtr(readOnly),
 		DestructiveHint: mcp.ToBoolPtr(destructive),
 		IdempotentHint:  mcp.ToBoolPtr(idempotent),
