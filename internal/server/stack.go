@@ -68,6 +68,11 @@ func newStack(cfg *config.Config, engine sandbox.Engine, languages *lang.Registr
 		}
 		s.rt = s.egress
 	}
+	if len(pol.Secrets) > 0 && s.egress == nil {
+		// Only the egress runtime gives a job its placeholders: a spec's
+		// secrets below it would be dropped without a word.
+		return nil, fmt.Errorf("policy secrets: this server's runtime has no egress proxy to swap them at (backend: %s)", pol.Backend)
+	}
 	// A runtime whose installers have no network (workspaces' installs,
 	// dependency caches) has them reach the proxy through the tunnel over
 	// their exec.
