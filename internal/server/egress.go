@@ -40,8 +40,12 @@ func startEgress(rt sandbox.Runtime, caps sandbox.Capabilities, pol *policy.Poli
 	return e, nil
 }
 
-// egressCADir keeps the proxy's CA (for secrets) under the state directory.
-const egressCADir = "egress-ca"
+// Under the state directory: the proxy's CA (for secrets), and the grants
+// of running jobs (for a server that adopts them after a restart).
+const (
+	egressCADir     = "egress-ca"
+	egressGrantsDir = "egress-grants"
+)
 
 // egressConfig is the proxy's configuration from the policy: the
 // allowlist, pinned names, the audit, and the secrets with the CA that
@@ -56,7 +60,7 @@ func egressConfig(pol *policy.Policy, stateDir string, auditLog *audit.Log, serv
 	if err != nil {
 		return egress.Config{}, err
 	}
-	cfg := egress.Config{Allow: allow, Hosts: hosts, Audit: egressAudit(auditLog, server)}
+	cfg := egress.Config{Allow: allow, Hosts: hosts, Audit: egressAudit(auditLog, server), GrantsDir: filepath.Join(stateDir, egressGrantsDir)}
 	if len(pol.Secrets) == 0 {
 		return cfg, nil
 	}

@@ -391,19 +391,26 @@ secrets:
   API_TOKEN: {value_file: %[3]s, hosts: ["bound.sbx.test:%[1]s"]}
 `, up.port, gw, valueFile))}
 	s := startServer(t, env...)
-	r := s.ok("run_command", map[string]any{"secrets": []any{"API_TOKEN"}, "egress": []any{"free.sbx.test:" + up.port}, "background": true, "timeout_s": 120,
-		"command": fmt.Sprintf(`echo started; sleep 8; echo "bound=$(curl -sS -H "X-Api-Key: $API_TOKEN" https://bound.sbx.test:%[1]s/after)"; echo "free=$(curl -ksS https://free.sbx.test:%[1]s/after)"`, up.port)})
+	r := s.ok("run_command", map[string]any{"secrets": []any{"API_TOKEN"}, "egress": []any{"free.sbx.test:" + up.port}, "background": true, "timeout_s": 300,
+		// After the crash the proxy is down until the new server is up:
+		// the job tries each request again, once a second, for a minute.
+		"command": fmt.Sprintf(`echo started; sleep 5
+get() { for i in $(seq 20); do curl -fsS "$@" && return; sleep 1; done; }
+echo "bound=$(get -H "X-Api-Key: $API_TOKEN" https://bound.sbx.test:%[1]s/after)"; echo "free=$(get -k https://free.sbx.test:%[1]s/after)"`, up.port)})
 	id := str(r, "job_id")
 	if rd := s.ok("read_output", map[string]any{"job_id": id, "cursor": 0, "until": "started", "wait_s": 30}); rd["matched"] != true {
 		t.Fatalf("the job did not start: %v", rd)
 	}
 	s.kill9()
 	time.Sleep(2 * time.Second)
+	if kept, _ := filepath.Glob(filepath.Join(s.stateDir, "egress-grants", "*.json")); len(kept) != 1 {
+		t.Fatalf("grants kept for the running job: %v, want one", kept)
+	}
 	s2 := startServerIn(t, s.stateDir, env...)
-	g := s2.ok("get_job", map[string]any{"job_id": id, "wait_s": 40})
+	g := s2.waitJob(id, "", 200*time.Second)
 	out, _ := s2.readAll(id)
 	if str(g, "status") != "completed" || !strings.Contains(out, "bound=ok") || !strings.Contains(out, "free=ok") {
-		t.Fatalf("the adopted job: %v\n%s", g, out)
+		t.Fatalf("the adopted job: %v\n%s\nstderr:\n%s", g, out, tail(s2.stderr.String(), 4000))
 	}
 	var got bool
 	for _, q := range up.requests() {
