@@ -53,8 +53,6 @@ type Entry struct {
 	// Secrets are the secrets the proxy put into a request (tool "secret"),
 	// by name: a value is never written here.
 	Secrets []string `json:"secrets,omitempty"`
-	// SecretNames are the secrets a job or workspace was given, by name.
-	SecretNames []string `json:"secret_names,omitempty"`
 }
 
 // Decisions.

@@ -27,8 +27,8 @@ type keptGrant struct {
 	Addr    string              `json:"addr"` // the proxy's, as the job has it
 }
 
-// containerFile is a sandbox's id as a file name (a workspace job's id has
-// a slash).
+// unsafeName is what a sandbox's id may hold that a file name must not (a
+// workspace job's id has a slash).
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 
 func (r *Runtime) grantFile(containerID string) string {

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
@@ -237,26 +238,38 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.forward(w, r, conn, &ev)
 }
 
-// tunnel joins the client's connection and the dialled one.
-func (p *Proxy) tunnel(w http.ResponseWriter, conn net.Conn, ev *Event) {
-	defer conn.Close()
+// established takes over a CONNECT's connection and answers 200: what
+// the job sends next is read from the returned reader (the HTTP server
+// may have buffered some of it). ok is false when the connection is gone.
+func established(w http.ResponseWriter) (client net.Conn, r *bufio.Reader, ok bool) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		http.Error(w, "tunnels are not supported here", http.StatusInternalServerError)
-		return
+		return nil, nil, false
 	}
 	client, buf, err := hj.Hijack()
 	if err != nil {
+		return nil, nil, false
+	}
+	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		client.Close()
+		return nil, nil, false
+	}
+	return client, buf.Reader, true
+}
+
+// tunnel joins the client's connection and the dialled one.
+func (p *Proxy) tunnel(w http.ResponseWriter, conn net.Conn, ev *Event) {
+	defer conn.Close()
+	client, r, ok := established(w)
+	if !ok {
 		return
 	}
 	defer client.Close()
-	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
-		return
-	}
 	var up, down atomic.Int64
 	done := make(chan struct{})
 	go func() {
-		n, _ := io.Copy(conn, io.MultiReader(buf.Reader, client))
+		n, _ := io.Copy(conn, io.MultiReader(r, client))
 		up.Store(n)
 		if tc, ok := conn.(closeWriter); ok {
 			_ = tc.CloseWrite()

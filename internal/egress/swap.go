@@ -51,20 +51,12 @@ const handshakeTimeout = 10 * time.Second
 // store) to addr, the address check resolved. One audit event per
 // request that used a secret, the CONNECT's own at the end.
 func (p *Proxy) swap(w http.ResponseWriter, g Grant, host string, port int, addr string, secrets []SecretGrant, ev *Event) {
-	hj, ok := w.(http.Hijacker)
+	client, buffered, ok := established(w)
 	if !ok {
-		http.Error(w, "tunnels are not supported here", http.StatusInternalServerError)
-		return
-	}
-	client, buf, err := hj.Hijack()
-	if err != nil {
 		return
 	}
 	defer client.Close()
-	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
-		return
-	}
-	tconn := tls.Server(&bufferedConn{Conn: client, r: buf.Reader}, &tls.Config{
+	tconn := tls.Server(&bufferedConn{Conn: client, r: buffered}, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"http/1.1"},
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -72,7 +64,7 @@ func (p *Proxy) swap(w http.ResponseWriter, g Grant, host string, port int, addr
 		},
 	})
 	hctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
-	err = tconn.HandshakeContext(hctx)
+	err := tconn.HandshakeContext(hctx)
 	cancel()
 	if err != nil {
 		ev.Reason = "TLS with the job: " + err.Error()

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 
@@ -411,10 +410,20 @@ func (p *Policy) validateBackend(ps *problems) {
 	}
 }
 
-// reservedSecretNames are variables the server sets in a sandbox itself:
-// a secret of that name would be overwritten or would break the proxy path.
-var reservedSecretNames = []string{"HOME", "PATH", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-	"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT"}
+// reservedSecretName says whether name is a variable the server sets in a
+// sandbox itself (the image's HOME and PATH, the proxy's and its CA's): a
+// secret of that name would be overwritten or would break the proxy path.
+func reservedSecretName(name string) bool {
+	if name == "HOME" || name == "PATH" || strings.HasPrefix(name, "SANDBOXER_") {
+		return true
+	}
+	for _, kv := range append(egress.ProxyEnv(""), egress.CAEnv()...) {
+		if k, _, _ := strings.Cut(kv, "="); k == name {
+			return true
+		}
+	}
+	return false
+}
 
 // validateSecrets: each secret has a valid name, exactly one source, and
 // hosts within egress.allow (the proxy is the only place a value goes).
@@ -430,7 +439,7 @@ func (p *Policy) validateSecrets(ps *problems) {
 		case !secret.NamePattern.MatchString(name):
 			ps.add(key, "invalid secret name %q: it becomes an environment variable (want %s)", name, secret.NamePattern)
 			continue
-		case slices.Contains(reservedSecretNames, name) || strings.HasPrefix(name, "SANDBOXER_"):
+		case reservedSecretName(name):
 			ps.add(key, "%s is a variable the server sets in sandboxes itself: name the secret otherwise", name)
 		}
 		switch {

@@ -105,12 +105,3 @@ func Env(uses []sandbox.SecretUse) []string {
 	}
 	return env
 }
-
-// NewUses gives each name a fresh placeholder.
-func NewUses(names []string) []sandbox.SecretUse {
-	uses := make([]sandbox.SecretUse, len(names))
-	for i, n := range names {
-		uses[i] = sandbox.SecretUse{Name: n, Placeholder: NewPlaceholder()}
-	}
-	return uses
-}

@@ -48,7 +48,7 @@ func TestPlaceholdersAreFreshEachTime(t *testing.T) {
 	if a == b || !strings.HasPrefix(a, placeholderPrefix) || len(a) != len(placeholderPrefix)+32 {
 		t.Fatalf("placeholders %q %q", a, b)
 	}
-	uses := NewUses([]string{"A", "B"})
+	uses := []sandbox.SecretUse{{Name: "A", Placeholder: NewPlaceholder()}, {Name: "B", Placeholder: NewPlaceholder()}}
 	if env := Env(uses); len(env) != 2 || env[0] != "A="+uses[0].Placeholder {
 		t.Fatalf("env %v", env)
 	}

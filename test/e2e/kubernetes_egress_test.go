@@ -195,12 +195,12 @@ workspaces:
 // the placeholder for the value at the bound host, as on Docker.
 func TestKubernetesSecrets(t *testing.T) {
 	pol := kubernetesPolicyFor(t)
-	caPEM, cert := upstreamCA(t, "bound.sbx.test", "free.sbx.test")
+	upCA := upstreamCA(t)
 	value := "k8s-value-" + fmt.Sprint(time.Now().UnixNano())
-	up := startSecretUpstream(t, "127.0.0.1", cert, value)
+	up := startSecretUpstream(t, "127.0.0.1", upCA, value)
 	dir := t.TempDir()
 	caFile, valueFile := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "api-token")
-	os.WriteFile(caFile, caPEM, 0o644)
+	os.WriteFile(caFile, upCA.CertPEM(), 0o644)
 	os.WriteFile(valueFile, []byte(value), 0o600)
 	s := startServer(t, "SSL_CERT_FILE="+caFile, policyEnv(t, pol+fmt.Sprintf(`
 egress:

@@ -2,18 +2,12 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
 	"io/fs"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -25,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/egress"
 	"github.com/sandboxer/sandboxer/internal/testutil"
 )
 
@@ -32,27 +27,15 @@ import (
 // server's trust store through SSL_CERT_FILE), reached through the proxy
 // by allowed names, with a Git repository behind `git http-backend`.
 
-// upstreamCA makes a CA and a certificate of it for names.
-func upstreamCA(t *testing.T, names ...string) (caPEM []byte, cert tls.Certificate) {
+// upstreamCA is the CA of the test's upstream, which answers any name
+// with a certificate of it (SNI): the proxy's own CA type, made afresh.
+func upstreamCA(t *testing.T) *egress.CA {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e upstream CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ca, err := egress.LoadCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return ca
 }
 
 // seenRequest is what the upstream received.
@@ -73,7 +56,7 @@ func (u *secretUpstream) requests() []seenRequest {
 	return append([]seenRequest(nil), u.seen...)
 }
 
-func startSecretUpstream(t *testing.T, gw string, cert tls.Certificate, value string) *secretUpstream {
+func startSecretUpstream(t *testing.T, gw string, ca *egress.CA, value string) *secretUpstream {
 	t.Helper()
 	repo := gitRepo(t)
 	execPath, err := exec.Command("git", "--exec-path").Output()
@@ -83,7 +66,7 @@ func startSecretUpstream(t *testing.T, gw string, cert tls.Certificate, value st
 	backend := &cgi.Handler{Path: filepath.Join(strings.TrimSpace(string(execPath)), "git-http-backend"), Root: "/git",
 		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(repo), "GIT_HTTP_EXPORT_ALL=1"}}
 	u := &secretUpstream{}
-	ln, err := tls.Listen("tcp", gw+":0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	ln, err := tls.Listen("tcp", gw+":0", &tls.Config{GetCertificate: ca.ServeAs})
 	if err != nil {
 		t.Skipf("cannot listen on the egress network's gateway %s: %v", gw, err)
 	}
@@ -134,15 +117,15 @@ func gitRepo(t *testing.T) string {
 
 func TestSecretsSwappedAtTheProxy(t *testing.T) {
 	gw := egressGateway(t)
-	caPEM, cert := upstreamCA(t, "bound.sbx.test", "free.sbx.test")
+	upCA := upstreamCA(t)
 	b := make([]byte, 16)
 	rand.Read(b)
 	value := "real-" + hex.EncodeToString(b)
-	up := startSecretUpstream(t, gw, cert, value)
+	up := startSecretUpstream(t, gw, upCA, value)
 
 	dir := t.TempDir()
 	caFile, valueFile := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "api-token")
-	os.WriteFile(caFile, caPEM, 0o644)
+	os.WriteFile(caFile, upCA.CertPEM(), 0o644)
 	os.WriteFile(valueFile, []byte(value+"\n"), 0o600)
 	state := t.TempDir()
 	s := startServerIn(t, state, "SSL_CERT_FILE="+caFile, "OTHER_SECRET_VALUE=other-"+value, policyEnv(t, fmt.Sprintf(`
@@ -376,12 +359,12 @@ secrets:
 // hosts and its secret's placeholder again.
 func TestSecretsAndEgressSurviveRestart(t *testing.T) {
 	gw := egressGateway(t)
-	caPEM, cert := upstreamCA(t, "bound.sbx.test", "free.sbx.test")
+	upCA := upstreamCA(t)
 	value := "restart-value-" + fmt.Sprint(time.Now().UnixNano())
-	up := startSecretUpstream(t, gw, cert, value)
+	up := startSecretUpstream(t, gw, upCA, value)
 	dir := t.TempDir()
 	caFile, valueFile := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "api-token")
-	os.WriteFile(caFile, caPEM, 0o644)
+	os.WriteFile(caFile, upCA.CertPEM(), 0o644)
 	os.WriteFile(valueFile, []byte(value), 0o600)
 	env := []string{"SSL_CERT_FILE=" + caFile, policyEnv(t, fmt.Sprintf(`
 egress:
