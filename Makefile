@@ -59,6 +59,8 @@ doctor: images
 # Unit, Docker integration and end-to-end tests, then a check that no sandbox was left behind.
 # The end-to-end tests drive a -race build of the server, and fail on any race it reports.
 # It is built here, after `images` (through `build`) made the supervisor it embeds.
+# The leftover check counts only containers made since SUITE_START (when make read this file).
+test: SUITE_START := $(shell date +%s)
 test: images
 	@bash scripts/test-deps.sh
 	$(GO) build -race -o $(BIN)-race ./cmd/sandboxer
@@ -66,7 +68,7 @@ test: images
 	bash scripts/conformance.sh $(CURDIR)/$(BIN)-race
 	@# Fault tests restart the Docker daemon, so they run alone, after the rest.
 	SANDBOXER_FAULT_TESTS=1 SANDBOXER_BIN=$(CURDIR)/$(BIN)-race $(GO) test -count=1 ./test/faults
-	SANDBOXER_CHECK_LEFTOVERS=1 $(GO) test -count=1 -run TestNoLeftoverContainers ./test/leftovers
+	SANDBOXER_CHECK_LEFTOVERS=1 SANDBOXER_SUITE_START=$(SUITE_START) $(GO) test -count=1 -run TestNoLeftoverContainers ./test/leftovers
 
 # The runtime contract suite, the runtime's engine tests and the e2e core (jobs, stdin, hardening
 # read from inside, a session, a workspace, restart adoption, doctor) against rootful Podman's
