@@ -5,6 +5,7 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -145,6 +146,8 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 		server.WithToolHandlerMiddleware(s.trimMiddleware),
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
+		// Tasks are answered in front of mcp-go (tasks.go); this announces them.
+		server.WithTaskCapabilities(true, true, true),
 		// No server.WithInputSchemaValidation: each tool checks its arguments
 		// against its own input schema (tools' bind), after taking a single
 		// value for a list, with messages written for agents.
@@ -192,6 +195,9 @@ func (s *Server) ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writ
 	}
 	// stdio's client is the tenant "local" (internal/tenant).
 	ctx = tenant.With(ctx, tenant.Tenant{Name: tenant.Local})
+	s.wire.tasks = func(method string, params json.RawMessage, notify notifyFunc) (any, *rpcError) {
+		return s.handleTask(ctx, method, params, notify)
+	}
 	err := stdio.Listen(ctx, s.wire.reader(stdin, maxMessageBytes), s.notifier.w)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil

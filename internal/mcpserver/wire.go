@@ -65,6 +65,9 @@ type wire struct {
 	overrides   map[string]mcp.JSONRPCErrorDetails
 	initTokens  map[string]bool // tokens of initialize requests
 	initialized atomic.Bool
+	// tasks answers MCP task requests (tasks.go) in front of mcp-go; nil:
+	// they go to mcp-go.
+	tasks func(method string, params json.RawMessage, notify notifyFunc) (any, *rpcError)
 }
 
 const (
@@ -215,6 +218,12 @@ func (w *wire) inbound(line []byte) []byte {
 		w.reply(rawID, mcp.INVALID_REQUEST, fmt.Sprintf(
 			"%s before initialize: send initialize (and notifications/initialized) first, or use the stateless 2026-07-28 revision with %q in params._meta",
 			truncate(method, 64), metaVersionKey))
+		return nil
+	}
+
+	if w.tasks != nil && isTaskRequest(method, paramsOf(line, params, hasParams)) {
+		p := append(json.RawMessage(nil), paramsOf(line, params, hasParams)...)
+		go w.answerTask(append(json.RawMessage(nil), rawID...), method, p)
 		return nil
 	}
 
@@ -393,6 +402,38 @@ func (w *wire) reply(id json.RawMessage, code int, message string) {
 	_, _ = w.writeLine(append(data, '\n'))
 }
 
+// answerTask answers a task request on its own (tasks/result may wait for
+// the job's end), with the request's id as it came.
+func (w *wire) answerTask(id json.RawMessage, method string, params json.RawMessage) {
+	res, rerr := w.tasks(method, params, w.notify)
+	if rerr != nil {
+		w.reply(id, rerr.code, rerr.msg)
+		return
+	}
+	data, err := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  any             `json:"result"`
+	}{mcp.JSONRPC_VERSION, id, res})
+	if err != nil {
+		w.reply(id, mcp.INTERNAL_ERROR, err.Error())
+		return
+	}
+	_, _ = w.writeLine(append(unescapeHTML(data), '\n'))
+}
+
+// notify writes a notification of the server's own.
+func (w *wire) notify(method string, params any) {
+	data, err := json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  any    `json:"params"`
+	}{mcp.JSONRPC_VERSION, method, params})
+	if err == nil {
+		_, _ = w.writeLine(append(unescapeHTML(data), '\n'))
+	}
+}
+
 var responsePrefix = []byte(`{"jsonrpc":"2.0","id":"` + tokenPrefix)
 
 // Write is the transport's output: one message per call.
@@ -529,4 +570,12 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// paramsOf is a request's params, or nil when it has none.
+func paramsOf(line []byte, params span, has bool) []byte {
+	if !has {
+		return nil
+	}
+	return params.of(line)
 }

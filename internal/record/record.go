@@ -6,6 +6,7 @@
 package record
 
 import (
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -82,6 +83,18 @@ type Usage struct {
 type Details struct {
 	Session *SessionDetails `json:"session,omitempty"`
 	Script  *ScriptDetails  `json:"script,omitempty"`
+	Task    *TaskDetails    `json:"task,omitempty"`
+}
+
+// TaskDetails mark a job started by a task-augmented tools/call (MCP tasks):
+// the task's id is the job's, and tasks/result rebuilds the call's result
+// from the record with these.
+type TaskDetails struct {
+	Tool  string `json:"tool"`   // the tool the call named
+	TTLMS int64  `json:"ttl_ms"` // how long the task is kept after it was created
+	// Render is the tool's own account of the call (its output argument,
+	// ...): what it needs, beside the record, to build the call's result.
+	Render json.RawMessage `json:"render,omitempty"`
 }
 
 // SessionDetails describes an interactive session's terminal.
@@ -150,6 +163,7 @@ type ListFilter struct {
 	Kind      string
 	Workspace string
 	Language  string
+	Tasks     bool   // only jobs started as MCP tasks (Details.Task set)
 	Limit     int    // <= 0 means DefaultListLimit; values above MaxListLimit are clamped
 	Cursor    string // "" for the first page, else the next cursor ListJobs returned
 }

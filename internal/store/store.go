@@ -804,6 +804,9 @@ func (s *Store) ListJobs(ctx context.Context, f record.ListFilter) ([]*record.Jo
 		where = append(where, `language = ?`)
 		args = append(args, f.Language)
 	}
+	if f.Tasks {
+		where = append(where, `json_extract(details, '$.task') IS NOT NULL`)
+	}
 	if f.Cursor != "" {
 		ns, id, err := decodeCursor(f.Cursor)
 		if err != nil {

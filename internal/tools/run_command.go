@@ -93,6 +93,7 @@ func RunCommand(d Deps) Tool {
 		mcp.WithDescription("Run a shell command in a fresh sandbox (no network, non-root, capped). Waits up to wait_s, then returns a job_id with the output so far while the job goes on; a non-zero exit is a result. Docs: sandboxer://docs/run_command"),
 		mcp.WithToolTitle("Run a command in a sandbox"),
 		annotations("Run a command in a sandbox", false, true, false, false),
+		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 		withInput(in),
 		withOutput[RunResult](),
 	)
@@ -108,16 +109,33 @@ func RunCommand(d Deps) Tool {
 		if problem := d.checkBlocked(ctx, args.Command, args.Stdin, "command"); problem != nil {
 			return problem, nil
 		}
-		rec, problem := d.submitAndWait(ctx, req, jr, args.Background, wait)
-		if problem != nil {
-			return problem, nil
-		}
-		res, text, err := d.runResult(ctx, rec, args.Output)
+		task, err := asTask(ctx, req, &jr, commandRender{Output: args.Output})
 		if err != nil {
 			return failure(err), nil
 		}
-		return structured(res, text), nil
-	}}
+		rec, problem := d.submitAndWait(ctx, req, jr, args.Background || task, wait)
+		if problem != nil {
+			return problem, nil
+		}
+		if task {
+			return taskStarted(ctx, rec), nil
+		}
+		return d.commandResult(ctx, rec, commandRender{Output: args.Output}), nil
+	}, TaskResult: taskResult(d.commandResult)}
+}
+
+// commandRender is what run_command's result depends on beside the job.
+type commandRender struct {
+	Output string `json:"output,omitempty"`
+}
+
+// commandResult is run_command's result for the job it started.
+func (d Deps) commandResult(ctx context.Context, rec *record.Job, r commandRender) *mcp.CallToolResult {
+	res, text, err := d.runResult(ctx, rec, r.Output)
+	if err != nil {
+		return failure(err)
+	}
+	return structured(res, text)
 }
 
 // checkImage turns an unreachable engine or a missing image into a tool error.

@@ -350,9 +350,10 @@ func RunScript(d Deps) Tool {
 		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("run_script",
-		mcp.WithDescription("Run code in a fresh sandbox, compiled if needed, dependencies cached; waits as run_command. Docs: sandboxer://docs/run_script"),
+		mcp.WithDescription("Run code in a fresh sandbox, compiled if needed; waits as run_command. Docs: sandboxer://docs/run_script"),
 		mcp.WithToolTitle("Run a script in a sandbox"),
 		annotations("Run a script in a sandbox", false, true, false, false),
+		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 		withInput(in),
 		withOutput[RunScriptResult](),
 	)
@@ -365,24 +366,44 @@ func RunScript(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
-		rec, problem := d.submitAndWait(ctx, req, run.req, args.Background, run.wait)
-		if problem != nil {
-			return problem, nil
-		}
-		res, text, err := d.scriptResult(ctx, rec, args.Output, run.version)
+		render := scriptRender{Output: args.Output, Version: run.version, Deps: run.deps}
+		task, err := asTask(ctx, req, &run.req, render)
 		if err != nil {
 			return failure(err), nil
 		}
-		if run.deps != nil {
-			res.Dependencies = run.deps
-			text += fmt.Sprintf("\n(dependencies: %s, %s", strings.Join(run.deps.List, " "), run.deps.Cache)
-			if run.deps.Cache == deps.CacheInstalled {
-				text += fmt.Sprintf(" in %d ms", run.deps.InstallMS)
-			}
-			text += ")"
+		rec, problem := d.submitAndWait(ctx, req, run.req, args.Background || task, run.wait)
+		if problem != nil {
+			return problem, nil
 		}
-		return structured(res, text), nil
-	}}
+		if task {
+			return taskStarted(ctx, rec), nil
+		}
+		return d.scriptCallResult(ctx, rec, render), nil
+	}, TaskResult: taskResult(d.scriptCallResult)}
+}
+
+// scriptRender is what run_script's result depends on beside the job.
+type scriptRender struct {
+	Output  string              `json:"output,omitempty"`
+	Version string              `json:"version,omitempty"`
+	Deps    *DependenciesResult `json:"deps,omitempty"`
+}
+
+// scriptCallResult is run_script's result for the job it started.
+func (d Deps) scriptCallResult(ctx context.Context, rec *record.Job, r scriptRender) *mcp.CallToolResult {
+	res, text, err := d.scriptResult(ctx, rec, r.Output, r.Version)
+	if err != nil {
+		return failure(err)
+	}
+	if r.Deps != nil {
+		res.Dependencies = r.Deps
+		text += fmt.Sprintf("\n(dependencies: %s, %s", strings.Join(r.Deps.List, " "), r.Deps.Cache)
+		if r.Deps.Cache == deps.CacheInstalled {
+			text += fmt.Sprintf(" in %d ms", r.Deps.InstallMS)
+		}
+		text += ")"
+	}
+	return structured(res, text)
 }
 
 // scriptResult is runResult plus the compile step, which is taken out of the

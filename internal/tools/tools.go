@@ -69,6 +69,9 @@ type Tool struct {
 	Toolset string
 	Def     mcp.Tool
 	Handler server.ToolHandlerFunc
+	// TaskResult, for a tool that may run as an MCP task, builds the result
+	// the plain call would have returned from the finished job it started.
+	TaskResult func(ctx context.Context, rec *record.Job) *mcp.CallToolResult
 	// args is the input schema the handler binds arguments with.
 	args *argSchema
 }

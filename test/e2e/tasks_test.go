@@ -1,0 +1,226 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/testutil"
+)
+
+// sdkClient finds the TypeScript SDK and node that scripts/conformance.sh
+// installs into conformance/node_modules (pinned), installing them first when
+// they are missing.
+func sdkClient(t *testing.T) (node, sdkDir string) {
+	t.Helper()
+	dir, err := filepath.Abs("../../conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node = filepath.Join(dir, "node_modules/node/bin/node")
+	sdkDir = filepath.Join(dir, "node_modules/@modelcontextprotocol/sdk")
+	if _, err := os.Stat(filepath.Join(sdkDir, "package.json")); err != nil {
+		if _, err := exec.LookPath("npm"); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("npm is needed to install the TypeScript SDK under CI=true: %v", err)
+			}
+			t.Skipf("skipping: npm not found, so the TypeScript SDK cannot be installed (%v)", err)
+		}
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in conformance/: %v\n%s", err, out)
+		}
+	}
+	return node, sdkDir
+}
+
+// TestTasksWithTheTypeScriptSDK drives MCP tasks with the TypeScript SDK's
+// client: a task-augmented run_command answers with a task at once (the
+// client polls it working before it completes), tasks/result carries the
+// output and the job id, tasks/cancel ends a long task's job (get_job says
+// killed), and after a server restart tasks/get and tasks/result of the
+// earlier task still answer.
+func TestTasksWithTheTypeScriptSDK(t *testing.T) {
+	testutil.RequireDocker(t)
+	node, sdkDir := sdkClient(t)
+	stateDir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, node, "testdata/tasks-client.mjs", sdkDir, binPath, stateDir)
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tasks client: %v\n%s\nstderr:\n%s", err, raw, tail(stderr.String(), 4000))
+	}
+	var out struct {
+		Capabilities struct {
+			List     *struct{} `json:"list"`
+			Cancel   *struct{} `json:"cancel"`
+			Requests struct {
+				Tools struct {
+					Call *struct{} `json:"call"`
+				} `json:"tools"`
+			} `json:"requests"`
+		} `json:"capabilities"`
+		TaskSupport map[string]string `json:"taskSupport"`
+		TaskID      string            `json:"taskId"`
+		Statuses    []string          `json:"statuses"`
+		Error       string            `json:"error"`
+		Result      struct {
+			Structured struct {
+				JobID  string `json:"job_id"`
+				Status string `json:"status"`
+				Stdout string `json:"stdout"`
+			} `json:"structuredContent"`
+			IsError bool `json:"isError"`
+			Meta    map[string]struct {
+				TaskID string `json:"taskId"`
+			} `json:"_meta"`
+		} `json:"result"`
+		LongID string `json:"longId"`
+		Cancel struct {
+			Status string `json:"status"`
+		} `json:"cancel"`
+		LongJob struct {
+			Status string `json:"status"`
+			Reason string `json:"reason"`
+		} `json:"longJob"`
+		List []string `json:"list"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	c := out.Capabilities
+	if c.List == nil || c.Cancel == nil || c.Requests.Tools.Call == nil {
+		t.Errorf("tasks capability: %s", raw)
+	}
+	for _, tool := range []string{"run_command", "run_script"} {
+		if out.TaskSupport[tool] != "optional" {
+			t.Errorf("%s's taskSupport is %q, want optional (%v)", tool, out.TaskSupport[tool], out.TaskSupport)
+		}
+	}
+	if out.Error != "" {
+		t.Fatalf("the task ended in an error: %s", out.Error)
+	}
+	// Polled working at least once: the call answered before the job ended.
+	if !slices.Contains(out.Statuses, "working") || out.Statuses[len(out.Statuses)-1] != "completed" {
+		t.Errorf("statuses polled: %v, want working then completed", out.Statuses)
+	}
+	r := out.Result
+	if r.IsError || r.Structured.Stdout != "done\n" || r.Structured.JobID != out.TaskID || r.Structured.Status != "completed" {
+		t.Errorf("tasks/result: %+v (task %s)", r, out.TaskID)
+	}
+	if r.Meta["io.modelcontextprotocol/related-task"].TaskID != out.TaskID {
+		t.Errorf("tasks/result names no related task: %+v", r.Meta)
+	}
+	if out.Cancel.Status != "cancelled" || out.LongJob.Status != "killed" || out.LongJob.Reason != "cancelled" {
+		t.Errorf("cancel: task %s, job %s (%s); want cancelled, killed (cancelled)", out.Cancel.Status, out.LongJob.Status, out.LongJob.Reason)
+	}
+	if !slices.Contains(out.List, out.TaskID+" completed") || !slices.Contains(out.List, out.LongID+" cancelled") {
+		t.Errorf("tasks/list: %v", out.List)
+	}
+
+	// A new server on the same state: the tasks are the store's jobs.
+	s := startServerIn(t, stateDir)
+	get := mcp.GetTaskRequest{}
+	get.Params.TaskId = out.TaskID
+	task, err := s.client.GetTask(ctx, get)
+	if err != nil || task.Status != mcp.TaskStatusCompleted {
+		t.Fatalf("tasks/get after a restart: %+v %v", task, err)
+	}
+	resReq := mcp.TaskResultRequest{}
+	resReq.Params.TaskId = out.TaskID
+	res, err := s.client.TaskResult(ctx, resReq)
+	if err != nil {
+		t.Fatalf("tasks/result after a restart: %v", err)
+	}
+	b, _ := json.Marshal(res)
+	if !strings.Contains(string(b), `"stdout":"done\n"`) || !strings.Contains(string(b), out.TaskID) {
+		t.Errorf("tasks/result after a restart: %s", b)
+	}
+}
+
+// postRPC posts one JSON-RPC request to /mcp with a bearer token and returns
+// the decoded reply.
+func postRPC(t *testing.T, h *httpServer, token, method string, params any) rpcAnswer {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	req, _ := http.NewRequest(http.MethodPost, h.base+"/mcp", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var a rpcAnswer
+	if err := json.Unmarshal(raw, &a); err != nil {
+		t.Fatalf("%s: %v: %s", method, err, raw)
+	}
+	return a
+}
+
+type rpcAnswer struct {
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// TestHTTPTasksAreTheTenants: over Streamable HTTP a task is its tenant's
+// like the job it is. Another tenant's tasks/get, tasks/result and
+// tasks/cancel of it say not found, and its tasks/list leaves it out.
+func TestHTTPTasksAreTheTenants(t *testing.T) {
+	t.Parallel()
+	h := startHTTPServer(t)
+	created := postRPC(t, h, aliceToken, "tools/call", map[string]any{
+		"name": "run_command", "arguments": map[string]any{"command": "sleep 1; echo alice-task"}, "task": map[string]any{"ttl": 60000}})
+	if created.Error != nil {
+		t.Fatalf("alice's task: %+v", created.Error)
+	}
+	var ct struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+		} `json:"task"`
+	}
+	_ = json.Unmarshal(created.Result, &ct)
+	id := ct.Task.TaskID
+	if id == "" {
+		t.Fatalf("no task id: %s", created.Result)
+	}
+	for _, m := range []string{"tasks/get", "tasks/result", "tasks/cancel"} {
+		a := postRPC(t, h, bobToken, m, map[string]any{"taskId": id})
+		if a.Error == nil || !strings.Contains(a.Error.Message, "not found") {
+			t.Errorf("bob's %s of alice's task: %s %+v, want not found", m, a.Result, a.Error)
+		}
+	}
+	if l := postRPC(t, h, bobToken, "tasks/list", map[string]any{}); strings.Contains(string(l.Result), id) || l.Error != nil {
+		t.Errorf("bob's tasks/list: %s %+v", l.Result, l.Error)
+	}
+	if l := postRPC(t, h, aliceToken, "tasks/list", map[string]any{}); !strings.Contains(string(l.Result), id) {
+		t.Errorf("alice's tasks/list: %s %+v", l.Result, l.Error)
+	}
+	res := postRPC(t, h, aliceToken, "tasks/result", map[string]any{"taskId": id})
+	if res.Error != nil || !strings.Contains(string(res.Result), "alice-task") {
+		t.Errorf("alice's tasks/result: %s %+v", res.Result, res.Error)
+	}
+	if g := postRPC(t, h, aliceToken, "tasks/get", map[string]any{"taskId": id}); !strings.Contains(string(g.Result), `"status":"completed"`) {
+		t.Errorf("alice's tasks/get after the end: %s %+v", g.Result, g.Error)
+	}
+}
