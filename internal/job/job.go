@@ -49,6 +49,12 @@ type Request struct {
 	Mounts []sandbox.Mount
 	// Prestart lets a warm sandbox start the job's program ahead (sandbox.Prestart).
 	Prestart *sandbox.Prestart
+	// Figures: the job's image captures figures (proto.FiguresEnv) and
+	// they come back after it. Returns are patterns of files (relative to
+	// Cwd) it returns: their content from a fresh sandbox, their names from
+	// a workspace, which keeps them.
+	Figures bool
+	Returns []string
 	// Details are kept with the job's record (a session's terminal, a script's source).
 	Details record.Details
 	// ExitReason, when set, names the reason of a non-zero exit the process

@@ -306,6 +306,7 @@ func (m *Manager) start(j *liveJob) error {
 	defer cancel()
 	spec := SandboxSpec(m.pol, j.req)
 	spec.JobID = j.id
+	m.collectSpec(&spec, j.req, j.id)
 	startAt := time.Now()
 	h, err := m.rt.Start(ctx, spec, j.output())
 	if err != nil {
@@ -499,6 +500,9 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	rec.Usage = record.Usage{CPUMS: st.Usage.CPUMS, PeakMemoryBytes: st.Usage.PeakMemoryBytes, WallMS: st.Usage.WallMS}
 	if rec.Usage.WallMS == 0 && !rec.StartedAt.IsZero() && j.handle != nil {
 		rec.Usage.WallMS = now.Sub(rec.StartedAt).Milliseconds()
+	}
+	if len(st.Files) > 0 {
+		rec.Details.Returned = m.keepReturned(j.id, st.Files)
 	}
 	_ = j.capture.Close()
 	sz := j.capture.Sizes()

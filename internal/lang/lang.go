@@ -33,6 +33,9 @@ type Language struct {
 	// Session is the interactive program start_session runs: argv in pty
 	// and in pipe mode. Empty: bash.
 	Session Session
+	// Figures: the image captures what a job plots (proto.FiguresEnv;
+	// images/python/sandboxer_figures.py), and it comes back as images.
+	Figures bool
 }
 
 // Script says how a language's source is stored, compiled and run
@@ -94,9 +97,9 @@ var builtins = []Language{
 	{Name: "bash", ImageName: "base", Description: "bash with coreutils and procps", VersionCmd: "bash --version | head -n1",
 		Script:   Script{File: "main.sh", Run: `exec bash "$D/main.sh" "$@"`},
 		Packages: "apt"},
-	{Name: "python", ImageName: "python", Description: "Debian's python3 with venv and pip", VersionCmd: "python3 --version",
+	{Name: "python", ImageName: "python", Description: "Debian's python3 with venv, pip, numpy, pandas, matplotlib and Pillow", VersionCmd: "python3 --version",
 		Script:       Script{File: "main.py", Run: `exec python3 "$D/main.py" "$@"`},
-		Dependencies: "pip", Packages: "pip", Session: python},
+		Dependencies: "pip", Packages: "pip", Session: python, Figures: true},
 	{Name: "javascript", ImageName: "javascript", Description: "Node.js and npm from the npm registry", VersionCmd: "echo \"node $(node --version)\"",
 		// Node decides CommonJS or ES module from the syntax. The runner
 		// re-reads NODE_PATH (Module._initPaths) once it has its job.

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -148,15 +147,7 @@ func (s *Server) auditMiddleware(next server.ToolHandlerFunc) server.ToolHandler
 	}
 }
 
-func resultText(res *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range res.Content {
-		if t, ok := c.(mcp.TextContent); ok {
-			b.WriteString(t.Text)
-		}
-	}
-	return b.String()
-}
+func resultText(res *mcp.CallToolResult) string { return tools.ResultText(res) }
 
 func truncateUTF8(s string, n int) string {
 	if len(s) <= n {

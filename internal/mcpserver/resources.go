@@ -3,10 +3,12 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -52,6 +54,14 @@ func (s *Server) addResources(hooks *server.Hooks) {
 		mcp.WithTemplateDescription("A script job's source code, as run_script received it"),
 		mcp.WithTemplateMIMEType("text/plain"))
 	s.mcp.AddResourceTemplate(sourceTmpl, s.readJobResource)
+	filesTmpl := mcp.NewResourceTemplate("job://{job_id}/files/{+path}", "returned file",
+		mcp.WithTemplateDescription("A file a fresh sandbox's job returned (returns), kept with the job"))
+	s.mcp.AddResourceTemplate(filesTmpl, s.readFileResource)
+	if s.deps.Workspaces != nil {
+		wsTmpl := mcp.NewResourceTemplate("workspace://{name}/{+path}", "workspace file",
+			mcp.WithTemplateDescription("A file of one of your workspaces (up to 8 MiB)"))
+		s.mcp.AddResourceTemplate(wsTmpl, s.readFileResource)
+	}
 
 	s.addDocResources()
 
@@ -62,7 +72,7 @@ func (s *Server) addResources(hooks *server.Hooks) {
 		var nf *resourceNotFound
 		switch {
 		case errors.As(err, &nf):
-			s.wire.override(id, notFoundCode(ctx), nf.msg)
+			s.override(ctx, id, notFoundCode(ctx), nf.msg)
 		case errors.Is(err, server.ErrResourceNotFound):
 			// No template matched (mcp-go already uses the right code): say
 			// what exists instead of "handler not found".
@@ -70,7 +80,7 @@ func (s *Server) addResources(hooks *server.Hooks) {
 			if req, ok := message.(*mcp.ReadResourceRequest); ok {
 				uri = req.Params.URI
 			}
-			s.wire.override(id, notFoundCode(ctx), notAJobURI(uri))
+			s.override(ctx, id, notFoundCode(ctx), notAJobURI(uri))
 		}
 	})
 	hooks.AddAfterListResources(func(ctx context.Context, id any, req *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
@@ -85,6 +95,24 @@ func (s *Server) addResources(hooks *server.Hooks) {
 			res.Resources = append(res.Resources, jobResource(rec))
 		}
 	})
+}
+
+// overrideSlot, in a request's context, takes the error its answer is to
+// carry instead of mcp-go's (frontHTTP); without one the stdio wire does.
+type overrideSlot struct {
+	set  bool
+	code int
+	msg  string
+}
+
+type overrideKey struct{}
+
+func (s *Server) override(ctx context.Context, id any, code int, msg string) {
+	if slot, ok := ctx.Value(overrideKey{}).(*overrideSlot); ok {
+		slot.set, slot.code, slot.msg = true, code, msg
+		return
+	}
+	s.wire.override(id, code, msg)
 }
 
 // jobResource describes a job in resources/list.
@@ -116,6 +144,9 @@ func notAJobURI(uri string) string {
 // job://{job_id}/output (the output as text).
 func (s *Server) readJobResource(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 	uri := req.Params.URI
+	if strings.Contains(uri, "/files/") {
+		return s.readFileResource(ctx, req)
+	}
 	rest, ok := strings.CutPrefix(uri, "job://")
 	id, wantSource := strings.CutSuffix(rest, "/source")
 	id, wantOutput := strings.CutSuffix(id, "/output")
@@ -170,6 +201,24 @@ func (s *Server) readJobResource(ctx context.Context, req mcp.ReadResourceReques
 		text += "\n... [more output: read_output with cursor " + fmt.Sprint(r.NextCursor) + "]\n"
 	}
 	return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: "text/plain", Text: text}}, nil
+}
+
+// readFileResource serves a returned file or a workspace's file: text when
+// it is UTF-8, else a base64 blob.
+func (s *Server) readFileResource(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	uri := req.Params.URI
+	data, mime, err := s.deps.ReadFileResource(ctx, uri)
+	var fe *tools.FileResourceError
+	if errors.As(err, &fe) {
+		return nil, &resourceNotFound{fe.Msg}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if utf8.Valid(data) && !bytes.ContainsRune(data, 0) && !strings.HasPrefix(mime, "image/") {
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: uri, MIMEType: mime, Text: string(data)}}, nil
+	}
+	return []mcp.ResourceContents{mcp.BlobResourceContents{URI: uri, MIMEType: mime, Blob: base64.StdEncoding.EncodeToString(data)}}, nil
 }
 
 // addDocResources serves each listed tool's reference at sandboxer://docs/<tool>.

@@ -331,9 +331,10 @@ func (s *Server) watchTask(ctx context.Context, id string, notify notifyFunc) {
 	}
 }
 
-// tasksHTTP answers task requests posted to /mcp (after guard has named the
-// tenant); everything else goes on to mcp-go's Streamable HTTP server.
-func (s *Server) tasksHTTP(next http.Handler) http.Handler {
+// frontHTTP answers, in front of mcp-go's Streamable HTTP server, what it
+// cannot answer as it should: task requests, and resources/read (whose "not
+// found" mcp-go reports as -32603). guard has named the tenant.
+func (s *Server) frontHTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
@@ -355,7 +356,7 @@ func (s *Server) tasksHTTP(next http.Handler) http.Handler {
 		methodSpan, hasMethod := m["method"]
 		params, hasParams := m["params"]
 		if !hasID || !hasMethod || json.Unmarshal(methodSpan.of(body), &method) != nil ||
-			!isTaskRequest(method, paramsOf(body, params, hasParams)) {
+			!isTaskRequest(method, paramsOf(body, params, hasParams)) && method != string(mcp.MethodResourcesRead) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -367,6 +368,10 @@ func (s *Server) tasksHTTP(next http.Handler) http.Handler {
 		ctx := tools.WithKeepOnCancel(r.Context())
 		if t, ok := r.Context().Value(requestTenant{}).(tenant.Tenant); ok {
 			ctx = tenant.With(ctx, t)
+		}
+		if method == string(mcp.MethodResourcesRead) {
+			s.readResourceHTTP(ctx, w, body)
+			return
 		}
 		var notify notifyFunc
 		if sid := r.Header.Get(server.HeaderKeySessionID); sid != "" {
@@ -392,12 +397,30 @@ func (s *Server) tasksHTTP(next http.Handler) http.Handler {
 				Result  any             `json:"result"`
 			}{mcp.JSONRPC_VERSION, id, res}
 		}
-		data, err := json.Marshal(reply)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(unescapeHTML(data))
+		writeJSON(w, reply)
 	})
+}
+
+// writeJSON writes one JSON-RPC answer as an application/json response.
+func writeJSON(w http.ResponseWriter, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(unescapeHTML(data))
+}
+
+// readResourceHTTP has mcp-go answer a resources/read, with the error an
+// OnError hook chose (resources.go) in place of its -32603.
+func (s *Server) readResourceHTTP(ctx context.Context, w http.ResponseWriter, body []byte) {
+	slot := &overrideSlot{}
+	ctx = context.WithValue(ctx, overrideKey{}, slot)
+	resp := s.mcp.HandleMessage(ctx, body)
+	if e, ok := resp.(mcp.JSONRPCError); ok && slot.set {
+		e.Error.Code, e.Error.Message = slot.code, slot.msg
+		resp = e
+	}
+	writeJSON(w, resp)
 }

@@ -261,6 +261,9 @@ type Output struct {
 	// lines to a few MB/s) or "none" (full speed; output printed while the
 	// server is down is lost, though the job is still adopted after a restart).
 	EngineLog string `yaml:"engine_log"`
+	// ReturnedBytesPerJob caps the files a fresh sandbox's job returns
+	// (returns), kept with its record until it is pruned.
+	ReturnedBytesPerJob int64 `yaml:"returned_bytes_per_job"`
 }
 
 // Jobs are the job-manager settings.
@@ -293,10 +296,11 @@ func Default() *Policy {
 			WorkdirMB:  256,
 		},
 		Output: Output{
-			InlineBytes:    16 << 10,
-			MaxBytesPerJob: 16 << 20,
-			RingBytes:      256 << 10,
-			EngineLog:      EngineLogLocal,
+			InlineBytes:         16 << 10,
+			MaxBytesPerJob:      16 << 20,
+			ReturnedBytesPerJob: 16 << 20,
+			RingBytes:           256 << 10,
+			EngineLog:           EngineLogLocal,
 		},
 		Jobs: Jobs{
 			MaxConcurrent:    4,

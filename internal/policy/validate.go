@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
+
 	"github.com/sandboxer/sandboxer/internal/egress"
 	"github.com/sandboxer/sandboxer/internal/secret"
 )
@@ -145,6 +147,7 @@ func (p *Policy) Validate() error {
 		ps.add("output.max_bytes_per_job", "must be >= output.inline_bytes (%d), got %d", o.InlineBytes, o.MaxBytesPerJob)
 	}
 	ps.intIn("output.ring_bytes", o.RingBytes, 1, maxBytes)
+	ps.intIn("output.returned_bytes_per_job", o.ReturnedBytesPerJob, 0, proto.MaxReturnBytes)
 	if o.EngineLog != EngineLogLocal && o.EngineLog != EngineLogNone {
 		ps.add("output.engine_log", "must be %q or %q, got %q", EngineLogLocal, EngineLogNone, o.EngineLog)
 	}

@@ -84,6 +84,21 @@ type Details struct {
 	Session *SessionDetails `json:"session,omitempty"`
 	Script  *ScriptDetails  `json:"script,omitempty"`
 	Task    *TaskDetails    `json:"task,omitempty"`
+	// Returned are the figures and files the job returned (returns).
+	Returned []ReturnedFile `json:"returned,omitempty"`
+}
+
+// ReturnedFile is a figure or a file a job returned. A fresh sandbox's are
+// kept beside its output until the job is pruned; a workspace job's files
+// stay in the workspace (Listed) and are named only.
+type ReturnedFile struct {
+	Kind   string `json:"kind"` // figure or file
+	Path   string `json:"path"` // a figure's name; a file's path, relative to the job's working directory
+	Size   int64  `json:"size"`
+	MIME   string `json:"mime"`
+	Width  int    `json:"width,omitempty"` // a figure's pixels
+	Height int    `json:"height,omitempty"`
+	Listed bool   `json:"listed,omitempty"` // in the workspace, not kept with the job
 }
 
 // TaskDetails mark a job started by a task-augmented tools/call (MCP tasks):

@@ -70,6 +70,10 @@ type Spec struct {
 	// Files are written in the sandbox before the job starts (paths under
 	// proto.FilesDir): the egress proxy's CA for a job with secrets.
 	Files []proto.File
+	// Collect names the files the job returns (its figures, its returns
+	// patterns): the supervisor sends them after the job and the handle's
+	// ExitStatus carries them.
+	Collect *proto.Collect
 	// Secrets are the policy's secrets the job uses: the egress runtime
 	// puts each in the job's environment as its placeholder (a fresh one
 	// when empty) and swaps the value in at its proxy (internal/egress); an
@@ -157,7 +161,10 @@ type ExitStatus struct {
 	StartedAt           time.Time // as the engine saw it (zero if unknown)
 	// GoBuilds are the Go modules the job built (proto.GoBuild: hostile
 	// data), for the shared build cache's trusted builder.
-	GoBuilds   []proto.GoBuild
+	GoBuilds []proto.GoBuild
+	// Files are what the job returned (Spec.Collect): figures and matched
+	// files, whole, within proto's bounds (hostile data).
+	Files      []proto.ReturnedFile
 	FinishedAt time.Time
 }
 

@@ -141,6 +141,7 @@ type Client struct {
 	helloOnce func()
 	helloErr  error
 	exit      *proto.Exit   // the supervisor's report, once it came
+	files     returnedFiles // assembled from File frames, handed over in exit
 	exited    chan struct{} // closed when the report came
 	consumed  int64         // bytes of the supervisor's stdout parsed so far
 	drained   chan struct{} // closed when the stream ended
@@ -336,9 +337,12 @@ func (c *Client) Parse(src io.Reader) {
 				c.ackCond.Broadcast()
 				c.ackMu.Unlock()
 			}
+		case proto.TypeFile:
+			c.files.add(p)
 		case proto.TypeExit:
 			var e proto.Exit
 			if json.Unmarshal(p, &e) == nil && c.exit == nil {
+				e.Files = c.files.whole()
 				c.exit = &e
 				// The last frame: every output frame came before it.
 				close(c.exited)
@@ -361,7 +365,7 @@ func (c *Client) ackExit() {
 func ExitStatus(e *proto.Exit) sandbox.ExitStatus {
 	st := sandbox.ExitStatus{ExitCode: e.ExitCode, OOMKilled: e.OOMKilled, TimedOut: e.TimedOut,
 		Usage:    sandbox.Usage{CPUMS: e.Usage.CPUMS, PeakMemoryBytes: e.Usage.PeakMemoryBytes, WallMS: e.Usage.WallMS},
-		GoBuilds: e.GoBuilds}
+		GoBuilds: e.GoBuilds, Files: e.Files}
 	if e.Error != "" {
 		st.StartErr = errors.New(e.Error)
 	}

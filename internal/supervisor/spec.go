@@ -9,7 +9,7 @@ import (
 // environment, files, working directory (defaultCwd when spec has none), stdin and
 // terminal. Each runtime adds its kill mode, deadline and rlimits.
 func JobSpec(spec sandbox.Spec, defaultCwd string) proto.Spec {
-	ps := proto.Spec{Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir, Stdin: proto.StdinClosed, Files: spec.Files}
+	ps := proto.Spec{Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir, Stdin: proto.StdinClosed, Files: spec.Files, Collect: spec.Collect}
 	if ps.Cwd == "" {
 		ps.Cwd = defaultCwd
 	}

@@ -51,15 +51,7 @@ func call(t *testing.T, tool Tool, args any) *mcp.CallToolResult {
 	return res
 }
 
-func resultText(res *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range res.Content {
-		if tc, ok := c.(mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
-}
+func resultText(res *mcp.CallToolResult) string { return ResultText(res) }
 
 // TestArgumentRefusals calls the handlers with arguments as agents get them
 // wrong: each is a tool result with isError whose text is a sentence naming

@@ -10,9 +10,11 @@ import (
 
 // The tool list is put into an agent's context on every turn: it has a
 // budget, counted as a client receives it (compact JSON, 4 characters a token).
+// The list's budget is the rule; the per-tool one keeps any tool from
+// growing unnoticed (run_script, with the most arguments, is nearest to it).
 const (
 	toolListBudgetTokens = 9000
-	toolBudgetTokens     = 700
+	toolBudgetTokens     = 720
 )
 
 // toolTokens is what one tool costs in tools/list.

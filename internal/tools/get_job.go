@@ -14,7 +14,7 @@ type GetJobArgs struct {
 
 func GetJob(d Deps) Tool {
 	in := inputSchema[GetJobArgs](map[string]param{
-		"wait_s": waitParam(d.policyOrDefault(), "seconds to wait for the end", 0),
+		"wait_s": waitParam(d.policyOrDefault(), "seconds to wait", 0),
 	})
 	def := mcp.NewTool("get_job",
 		mcp.WithDescription("A job's full record: status, reason, exit code, command, limits, timings, usage. With wait_s, waits for it to end first. Docs: sandboxer://docs/get_job"),

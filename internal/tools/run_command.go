@@ -39,6 +39,7 @@ type RunCommandArgs struct {
 	Mounts        []string          `json:"mounts,omitempty"`
 	Egress        []string          `json:"egress,omitempty"`
 	Secrets       []string          `json:"secrets,omitempty"`
+	Returns       []string          `json:"returns,omitempty" jsonschema:"globs of files to return (under cwd)"`
 }
 
 // RunResult is run_command's result.
@@ -77,7 +78,7 @@ func RunCommand(d Deps) Tool {
 			"default %s", lang.DefaultLanguage),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
 			"seconds until killed; default %d", l.TimeoutS.Default),
-		"wait_s": waitParam(pol, "seconds to wait for the end", float64(pol.Jobs.DefaultWaitS)),
+		"wait_s": waitParam(pol, "seconds to wait", float64(pol.Jobs.DefaultWaitS)),
 		"output": oneOf("both", "stdout", "stderr").describe("inline streams; default both"),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
 			"memory MiB; default %d", l.MemoryMB.Default),
@@ -135,7 +136,7 @@ func (d Deps) commandResult(ctx context.Context, rec *record.Job, r commandRende
 	if err != nil {
 		return failure(err)
 	}
-	return structured(res, text)
+	return d.withReturned(ctx, structured(res, text), rec)
 }
 
 // checkImage turns an unreachable engine or a missing image into a tool error.
@@ -201,6 +202,9 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 	if err != nil {
 		return job.Request{}, 0, errorResult("%v", err)
 	}
+	if err := validateReturns(args.Returns); err != nil {
+		return job.Request{}, 0, errorResult("%v", err)
+	}
 	env, err := validateEnv(args.Env)
 	if err != nil {
 		return job.Request{}, 0, errorResult("%v", err)
@@ -235,7 +239,8 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 		Stdin: stdin, KeepStdinOpen: keepOpen,
 		Limits:  limits,
 		Network: network, Egress: allow, Secrets: secrets,
-		Mounts: mounts,
+		Mounts:  mounts,
+		Figures: capturesFigures(language.Name), Returns: args.Returns,
 	}, wait, nil
 }
 

@@ -39,7 +39,7 @@ type RunScriptArgs struct {
 	Args          []string          `json:"args,omitempty" jsonschema:"program args"`
 	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text for stdin"`
 	Env           map[string]string `json:"env,omitempty" jsonschema:"env vars"`
-	EnvFile       string            `json:"env_file,omitempty" jsonschema:"dotenv file (scripts.env_file_dirs)"`
+	EnvFile       string            `json:"env_file,omitempty" jsonschema:"dotenv file path"`
 	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"for send_input"`
 	TimeoutS      *float64          `json:"timeout_s,omitempty"`
 	WaitS         *float64          `json:"wait_s,omitempty"`
@@ -52,6 +52,7 @@ type RunScriptArgs struct {
 	Mounts        []string          `json:"mounts,omitempty"`
 	Egress        []string          `json:"egress,omitempty"`
 	Secrets       []string          `json:"secrets,omitempty"`
+	Returns       []string          `json:"returns,omitempty" jsonschema:"globs of files to return (under cwd)"`
 }
 
 // DependenciesResult says how a script's dependencies were made ready.
@@ -148,6 +149,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 		Command: driver, Language: scriptLanguageIn(rec.Name, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
 		TimeoutS: args.TimeoutS, WaitS: args.WaitS, Background: args.Background, Output: args.Output,
 		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids, Mounts: args.Mounts, Egress: args.Egress, Secrets: args.Secrets,
+		Returns: args.Returns,
 	})
 	if problem != nil {
 		return nil, problem
@@ -337,7 +339,7 @@ func RunScript(d Deps) Tool {
 		"language": oneOf(scriptLanguageNames()...).describe("language"),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
 			"seconds until killed; default %d", l.TimeoutS.Default),
-		"wait_s": waitParam(pol, "seconds to wait for the end", float64(pol.Jobs.DefaultWaitS)),
+		"wait_s": waitParam(pol, "seconds to wait", float64(pol.Jobs.DefaultWaitS)),
 		"output": oneOf("both", "stdout", "stderr").describe("streams inline; default both"),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
 			"memory MiB; default %d", l.MemoryMB.Default),
@@ -403,7 +405,7 @@ func (d Deps) scriptCallResult(ctx context.Context, rec *record.Job, r scriptRen
 		}
 		text += ")"
 	}
-	return structured(res, text)
+	return d.withReturned(ctx, structured(res, text), rec)
 }
 
 // scriptResult is runResult plus the compile step, which is taken out of the

@@ -47,6 +47,10 @@ type container struct {
 	// writes a spec's files (a base file of an image the fake has not got
 	// adds nothing).
 	jobFiles []proto.File
+	// collect and returned: what the job returns, gathered from fs when it
+	// ends, as the supervisor does (proto.Collect).
+	collect  *proto.Collect
+	returned []proto.ReturnedFile
 }
 
 func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int) *container {
@@ -59,6 +63,7 @@ func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int)
 		sigs:      make(chan int, 16),
 		stdin:     newPipe(),
 		jobFiles:  spec.Files,
+		collect:   spec.Collect,
 	}
 	if !spec.OpenStdin {
 		c.stdin.closeWrite() // stdin closed at start: the process reads end-of-file
@@ -183,6 +188,10 @@ func (c *container) run() {
 		c.fs.write(f.Path, string(f.Content), false)
 	}
 	code, oom := c.interpret()
+	returned := c.fs.collect(c.collect)
+	c.mu.Lock()
+	c.returned = returned
+	c.mu.Unlock()
 	c.end(code, oom)
 }
 

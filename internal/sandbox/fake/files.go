@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 // files are a container's files, in memory, by absolute path (a relative
@@ -101,4 +103,59 @@ func (f *files) untar(dir string, archive io.Reader) error {
 		}
 		f.write(path.Join(abs(dir), h.Name), string(b), false)
 	}
+}
+
+// collect gathers what a job returns, as the supervisor does: the PNGs in
+// c.FiguresDir (removed), then the files c.Patterns match under c.Dir, in
+// name order, within proto's bounds and c.MaxBytes.
+func (f *files) collect(c *proto.Collect) []proto.ReturnedFile {
+	if c == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []proto.ReturnedFile
+	under := func(dir string) []string {
+		var names []string
+		for name := range f.m {
+			if rel, ok := strings.CutPrefix(name, dir+"/"); ok {
+				names = append(names, rel)
+			}
+		}
+		sort.Strings(names)
+		return names
+	}
+	if c.FiguresDir != "" {
+		n := 0
+		for _, rel := range under(c.FiguresDir) {
+			name := c.FiguresDir + "/" + rel
+			if !strings.Contains(rel, "/") && strings.HasSuffix(rel, ".png") && n < proto.MaxFigures && len(f.m[name]) <= proto.MaxFigureBytes {
+				out = append(out, proto.ReturnedFile{Path: rel, Kind: proto.KindFigure, Size: int64(len(f.m[name])), Data: []byte(f.m[name])})
+				n++
+			}
+			delete(f.m, name)
+		}
+	}
+	left, n := c.MaxBytes, 0
+	for _, rel := range under(c.Dir) {
+		if len(c.Patterns) == 0 || n == proto.MaxReturnFiles {
+			break
+		}
+		matched := false
+		for _, p := range c.Patterns {
+			matched = matched || proto.MatchPattern(p, rel)
+		}
+		data := f.m[c.Dir+"/"+rel]
+		switch {
+		case !matched:
+		case c.ListOnly:
+			out = append(out, proto.ReturnedFile{Path: rel, Kind: proto.KindFile, Size: int64(len(data)), Listed: true})
+			n++
+		case int64(len(data)) <= left:
+			out = append(out, proto.ReturnedFile{Path: rel, Kind: proto.KindFile, Size: int64(len(data)), Data: []byte(data)})
+			left -= int64(len(data))
+			n++
+		}
+	}
+	return out
 }

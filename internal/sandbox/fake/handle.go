@@ -208,6 +208,6 @@ func (h *handle) verdict(waitErr error) sandbox.ExitStatus {
 	defer c.mu.Unlock()
 	return sandbox.ExitStatus{
 		ExitCode: c.exitCode, OOMKilled: c.oom,
-		StartedAt: c.startedAt, FinishedAt: c.finishedAt,
+		StartedAt: c.startedAt, FinishedAt: c.finishedAt, Files: c.returned,
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,7 @@ func RunContract(t *testing.T, newRuntime NewRuntime, image string) {
 		{"OutputDrainedBeforeDone", testOutputDrained},
 		{"BigOutputWhole", testBigOutput},
 		{"JobFilesWritten", testJobFiles},
+		{"FilesReturned", testFilesReturned},
 		{"StdinWrittenThenClosed", testStdin},
 		{"NoStdinIsEOF", testNoStdin},
 		{"DestroyMidRun", testDestroy},
@@ -155,6 +157,29 @@ func testJobFiles(t *testing.T, rt sandbox.Runtime, spec func(string) sandbox.Sp
 	st := waitDone(t, h, "cat a spec's file")
 	if st.ExitCode != 0 || out.Stdout() != "CERTIFICATE\n" {
 		t.Fatalf("status %s, stdout %q, stderr %q", describe(st), out.Stdout(), out.Stderr())
+	}
+}
+
+// testFilesReturned: after the job, its figures (whole PNGs only) and the
+// regular files its patterns match come back in ExitStatus.Files; a link is
+// never followed, an unmatched file never sent.
+func testFilesReturned(t *testing.T, rt sandbox.Runtime, spec func(string) sandbox.Spec) {
+	sp := spec(`mkdir -p out /tmp/figs; echo a > out/a.txt; echo bb > b.csv; echo no > c.log; ln -s /etc/passwd link.txt; ` +
+		`printf PNG > /tmp/figs/figure-1.png; printf half > /tmp/figs/figure-2.png.part; echo done`)
+	sp.Collect = &proto.Collect{Dir: "/workspace", Patterns: []string{"out/*.txt", "*.csv", "link.txt"}, FiguresDir: "/tmp/figs", MaxBytes: 1 << 20}
+	out := newBuffer()
+	h := start(t, rt, sp, out)
+	st := waitDone(t, h, "files returned")
+	if st.ExitCode != 0 || out.Stdout() != "done\n" {
+		t.Fatalf("status %s, stdout %q, stderr %q", describe(st), out.Stdout(), out.Stderr())
+	}
+	var got []string
+	for _, f := range st.Files {
+		got = append(got, fmt.Sprintf("%s %s %d %q", f.Kind, f.Path, f.Size, f.Data))
+	}
+	want := []string{`figure figure-1.png 3 "PNG"`, `file b.csv 3 "bb\n"`, `file out/a.txt 2 "a\n"`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("returned files:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -265,6 +265,8 @@ wait:
 		}
 		exit.GoBuilds = collectGoBuilds(envValue(spec.Env, proto.GoBuildsEnv), caches, &exit.Events)
 	}
+	// What the job returns goes out once its processes are gone, before Exit.
+	collectFiles(spec.Collect, out, &exit.Events)
 	out.exit(exit)
 	if spec.AwaitExitAck {
 		awaitExitAck(frames)

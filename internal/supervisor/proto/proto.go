@@ -40,6 +40,8 @@
 //	'a' Ack     8 bytes, big-endian: total bytes of Data the job's stdin has
 //	            taken so far. The server keeps at most a window of input
 //	            unacknowledged (flow control), so input is never dropped.
+//	'f' File    a part of a file the job returns (Spec.Collect; collect.go),
+//	            sent after the job's processes are gone, before Exit.
 //	'x' Exit    JSON Exit: how the job ended. The last frame; the supervisor
 //	            then exits with the job's exit code (so the engine's own
 //	            record of the container agrees) and the container stops.
@@ -164,6 +166,8 @@ func TypeName(t byte) string {
 		return "Exit"
 	case TypeAck:
 		return "Ack"
+	case TypeFile:
+		return "File"
 	}
 	return fmt.Sprintf("0x%02x", t)
 }
@@ -333,6 +337,8 @@ type Spec struct {
 	AwaitExitAck bool `json:"await_exit_ack,omitempty"`
 	// Files are written before the job starts (see File).
 	Files []File `json:"files,omitempty"`
+	// Collect names the files the job returns (collect.go), sent before Exit.
+	Collect *Collect `json:"collect,omitempty"`
 }
 
 // File is a file the supervisor writes for the job before starting it, as
@@ -408,6 +414,9 @@ type Exit struct {
 	// trusted builder to compile again into a shared build cache. Hostile
 	// data: the server checks every field.
 	GoBuilds []GoBuild `json:"go_builds,omitempty"`
+	// Files are the returned files the server assembled from the File
+	// frames before this one (never on the wire).
+	Files []ReturnedFile `json:"-"`
 }
 
 // MaxEvents bounds Exit.Events.
@@ -475,6 +484,11 @@ func (s *Spec) Validate() error {
 	}
 	if strings.IndexByte(s.Cwd, 0) >= 0 {
 		return errors.New("spec: NUL byte in cwd")
+	}
+	if s.Collect != nil {
+		if err := s.Collect.Validate(); err != nil {
+			return err
+		}
 	}
 	total := 0
 	for _, f := range s.Files {
