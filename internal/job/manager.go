@@ -104,6 +104,9 @@ type liveJob struct {
 	// arrives); idle ends a session that got no input for its idle timeout.
 	term *terminal.Terminal
 	idle *time.Timer
+	// figuresShown counts the returned figures a session call has shown
+	// (Manager.NewFigures), so each comes back once.
+	figuresShown int
 }
 
 // Option configures a Manager.
@@ -308,7 +311,7 @@ func (m *Manager) start(j *liveJob) error {
 	spec.JobID = j.id
 	m.collectSpec(&spec, j.req, j.id)
 	startAt := time.Now()
-	h, err := m.rt.Start(ctx, spec, j.output())
+	h, err := m.rt.Start(ctx, spec, m.liveOutput(j))
 	if err != nil {
 		j.mu.Lock()
 		j.rec.Error = err.Error()
@@ -502,7 +505,7 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 		rec.Usage.WallMS = now.Sub(rec.StartedAt).Milliseconds()
 	}
 	if len(st.Files) > 0 {
-		rec.Details.Returned = m.keepReturned(j.id, st.Files)
+		rec.Details.Returned = append(rec.Details.Returned, m.keepReturned(j.id, notKept(rec.Details.Returned, st.Files))...)
 	}
 	_ = j.capture.Close()
 	sz := j.capture.Sizes()

@@ -176,7 +176,7 @@ func (m *Manager) adopt(ctx context.Context, rec *record.Job, c sandbox.Containe
 			_, _ = j.term.Write(data)
 		}
 	}
-	h, err := m.rt.Adopt(ctx, c.ID, sz.Stdout, sz.Stderr, j.output())
+	h, err := m.rt.Adopt(ctx, c.ID, sz.Stdout, sz.Stderr, m.liveOutput(j))
 	if err != nil {
 		capture.Close()
 		if errors.Is(err, sandbox.ErrNotFound) {

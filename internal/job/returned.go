@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -147,4 +148,62 @@ func (m *Manager) Returned(ctx context.Context, id, kind, name string, max int64
 		return data, r, nil
 	}
 	return nil, record.ReturnedFile{}, fmt.Errorf("job %s: %s %q: %w", id, kind, name, ErrNotReturned)
+}
+
+// liveOutput is where a job's sandbox writes: its output, and the figures
+// it returns while it runs (sandbox.FileOutput), kept at once.
+func (m *Manager) liveOutput(j *liveJob) sandbox.Output {
+	return fileOutput{Output: j.output(), file: func(f proto.ReturnedFile) {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if len(notKept(j.rec.Details.Returned, []proto.ReturnedFile{f})) == 0 {
+			return
+		}
+		j.rec.Details.Returned = append(j.rec.Details.Returned, m.keepReturned(j.id, []proto.ReturnedFile{f})...)
+	}}
+}
+
+type fileOutput struct {
+	sandbox.Output
+	file func(proto.ReturnedFile)
+}
+
+func (o fileOutput) File(f proto.ReturnedFile) { o.file(f) }
+
+// notKept are the files not yet among kept (a figure sent while the job
+// ran comes again in its end's list; an adopted job's log repeats them).
+func notKept(kept []record.ReturnedFile, files []proto.ReturnedFile) []proto.ReturnedFile {
+	var out []proto.ReturnedFile
+	for _, f := range files {
+		if !slices.ContainsFunc(kept, func(k record.ReturnedFile) bool { return k.Kind == f.Kind && k.Path == f.Path }) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// NewFigures returns the figures a running job returned that no call has
+// shown yet (a REPL's cells), and counts them as shown.
+func (m *Manager) NewFigures(ctx context.Context, id string) ([]record.ReturnedFile, error) {
+	if err := m.visible(ctx, id); err != nil {
+		return nil, err
+	}
+	j := m.liveJob(id)
+	if j == nil {
+		return nil, nil
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var figs []record.ReturnedFile
+	n := 0
+	for _, r := range j.rec.Details.Returned {
+		if r.Kind != proto.KindFigure {
+			continue
+		}
+		if n++; n > j.figuresShown {
+			figs = append(figs, r)
+		}
+	}
+	j.figuresShown = n
+	return figs, nil
 }

@@ -87,6 +87,15 @@ const NodeMain = "/usr/local/lib/sandboxer/script-main.js"
 var nodeEarlyEnv = []string{"NODE_*", "UV_*", "LD_*", "GLIBC_TUNABLES", "MALLOC_*", "OPENSSL_*", "SSL_CERT_*",
 	"TZ", "LANG", "LANGUAGE", "LC_*", "ICU_*"}
 
+// pythonVersion prints Python's version and those of the data packages the
+// image ships (images/python), when importable.
+const pythonVersion = `python3 -c 'import sys, importlib
+v = ["Python " + sys.version.split()[0]]
+for m, n in (("numpy", "numpy"), ("pandas", "pandas"), ("matplotlib", "matplotlib"), ("PIL", "Pillow")):
+    try: v.append(n + " " + importlib.import_module(m).__version__)
+    except ImportError: pass
+print(", ".join(v))'`
+
 var (
 	python = Session{PTY: []string{"python3"}, Pipe: []string{"python3", "-i", "-u"}}
 	node   = Session{PTY: []string{"node"}, Pipe: []string{"node", "-i"}}
@@ -97,7 +106,7 @@ var builtins = []Language{
 	{Name: "bash", ImageName: "base", Description: "bash with coreutils and procps", VersionCmd: "bash --version | head -n1",
 		Script:   Script{File: "main.sh", Run: `exec bash "$D/main.sh" "$@"`},
 		Packages: "apt"},
-	{Name: "python", ImageName: "python", Description: "Debian's python3 with venv, pip, numpy, pandas, matplotlib and Pillow", VersionCmd: "python3 --version",
+	{Name: "python", ImageName: "python", Description: "Debian's python3 with venv, pip, numpy, pandas, matplotlib and Pillow", VersionCmd: pythonVersion,
 		Script:       Script{File: "main.py", Run: `exec python3 "$D/main.py" "$@"`},
 		Dependencies: "pip", Packages: "pip", Session: python, Figures: true},
 	{Name: "javascript", ImageName: "javascript", Description: "Node.js and npm from the npm registry", VersionCmd: "echo \"node $(node --version)\"",

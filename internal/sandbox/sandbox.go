@@ -138,6 +138,14 @@ type Output interface {
 	Write(stream Stream, p []byte)
 }
 
+// FileOutput is an Output that also takes the figures a job returns while
+// it runs (a REPL's cells), each whole, as they come; ExitStatus.Files still
+// lists them all at the end.
+type FileOutput interface {
+	Output
+	File(f proto.ReturnedFile)
+}
+
 // Usage is what a job's whole process tree used.
 type Usage struct {
 	CPUMS           int64 // user + system CPU time

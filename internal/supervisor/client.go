@@ -338,7 +338,9 @@ func (c *Client) Parse(src io.Reader) {
 				c.ackMu.Unlock()
 			}
 		case proto.TypeFile:
-			c.files.add(p)
+			if f, ok := c.files.add(p); ok && f.Kind == proto.KindFigure {
+				c.Out.file(f)
+			}
 		case proto.TypeExit:
 			var e proto.Exit
 			if json.Unmarshal(p, &e) == nil && c.exit == nil {
@@ -398,6 +400,16 @@ func (s *OutputSwitch) Set(out sandbox.Output, skipStdout, skipStderr int64) {
 	s.out = out
 	s.skip[sandbox.Stdout], s.skip[sandbox.Stderr] = skipStdout, skipStderr
 	s.mu.Unlock()
+}
+
+// file hands a whole returned figure to an Output that takes them live.
+func (s *OutputSwitch) file(f proto.ReturnedFile) {
+	s.mu.Lock()
+	out, _ := s.out.(sandbox.FileOutput)
+	s.mu.Unlock()
+	if out != nil {
+		out.File(f)
+	}
 }
 
 func (s *OutputSwitch) write(stream sandbox.Stream, p []byte) {

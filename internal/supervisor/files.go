@@ -19,25 +19,27 @@ type returnedFiles struct {
 // maxAssembled bounds the content held for one job.
 const maxAssembled = proto.MaxReturnBytes + proto.MaxFigures*proto.MaxFigureBytes
 
-func (r *returnedFiles) add(payload []byte) {
+// add takes one File frame; it returns the file when that frame completed it.
+func (r *returnedFiles) add(payload []byte) (proto.ReturnedFile, bool) {
 	h, part, err := proto.DecodeFile(payload)
 	if err != nil || !cleanReturnPath(h) || h.Size < 0 || h.Offset < 0 {
-		return
+		return proto.ReturnedFile{}, false
 	}
 	if h.Offset > 0 {
 		last := len(r.files) - 1
 		if last < 0 || r.files[last].Path != h.Path || int64(len(r.files[last].Data)) != h.Offset ||
 			h.Offset+int64(len(part)) > r.files[last].Size || r.bytes+int64(len(part)) > maxAssembled {
-			return
+			return proto.ReturnedFile{}, false
 		}
 		r.files[last].Data = append(r.files[last].Data, part...)
 		r.bytes += int64(len(part))
-		return
+		f := r.files[last]
+		return f, int64(len(f.Data)) == f.Size
 	}
 	figures, others := 0, 0
 	for _, f := range r.files {
 		if f.Path == h.Path && f.Kind == h.Kind {
-			return // a second copy
+			return proto.ReturnedFile{}, false // a second copy
 		}
 		if f.Kind == proto.KindFigure {
 			figures++
@@ -49,7 +51,7 @@ func (r *returnedFiles) add(payload []byte) {
 	case h.Kind == proto.KindFigure && (figures >= proto.MaxFigures || h.Size > proto.MaxFigureBytes || h.Listed),
 		h.Kind == proto.KindFile && others >= proto.MaxReturnFiles,
 		!h.Listed && (int64(len(part)) > h.Size || r.bytes+h.Size > maxAssembled):
-		return
+		return proto.ReturnedFile{}, false
 	}
 	f := proto.ReturnedFile{Path: h.Path, Kind: h.Kind, Size: h.Size, Listed: h.Listed}
 	if !h.Listed {
@@ -57,6 +59,7 @@ func (r *returnedFiles) add(payload []byte) {
 		r.bytes += h.Size
 	}
 	r.files = append(r.files, f)
+	return f, f.Listed || int64(len(f.Data)) == f.Size
 }
 
 // whole returns the files that arrived whole.

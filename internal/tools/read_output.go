@@ -194,7 +194,7 @@ func (d Deps) read(ctx context.Context, req mcp.CallToolRequest, id string, rr j
 	if err != nil {
 		return failure(err), nil
 	}
-	return structured(res, text), nil
+	return d.withNewFigures(ctx, structured(res, text), id), nil
 }
 
 func (d Deps) readOutput(ctx context.Context, req mcp.CallToolRequest, id string, rr job.ReadRequest, stream string) (ReadOutputResult, string, error) {
@@ -232,5 +232,5 @@ func (d Deps) readScreen(ctx context.Context, req mcp.CallToolRequest, id string
 	res.Status, res.Reason, res.ExitCode = rec.Status, rec.Reason, rec.ExitCode
 	res.Output, res.Lossy = output.ToText([]byte(scr.Text()))
 	res.Screen = &ScreenResult{Rows: scr.Rows, Cols: scr.Cols, Lines: scr.Lines, CursorRow: scr.CursorRow, CursorCol: scr.CursorCol, AltScreen: scr.AltScreen}
-	return structured(res, fmt.Sprintf("%s, screen %d x %d\n%s", statusLine(rec), scr.Rows, scr.Cols, res.Output)), nil
+	return d.withNewFigures(ctx, structured(res, fmt.Sprintf("%s, screen %d x %d\n%s", statusLine(rec), scr.Rows, scr.Cols, res.Output)), id), nil
 }

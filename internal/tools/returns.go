@@ -56,15 +56,8 @@ func (d Deps) withReturned(ctx context.Context, res *mcp.CallToolResult, rec *re
 	for _, f := range rec.Details.Returned {
 		switch {
 		case f.Kind == proto.KindFigure:
-			data, _, err := d.Jobs.Returned(ctx, rec.ID, f.Kind, f.Path, proto.MaxFigureBytes)
-			if err != nil {
-				res.Content = append(res.Content, mcp.NewTextContent(fmt.Sprintf("figure %s: not readable: %v", f.Path, err)))
-				continue
-			}
 			n++
-			res.Content = append(res.Content,
-				mcp.NewTextContent(fmt.Sprintf("figure %d: %d×%d PNG", n, f.Width, f.Height)),
-				mcp.NewImageContent(base64.StdEncoding.EncodeToString(data), "image/png"))
+			d.addFigure(ctx, res, rec.ID, n, f)
 		case f.Listed && rec.Workspace != "":
 			rel := path.Join(strings.TrimPrefix(strings.TrimPrefix(rec.Cwd, workspaceRoot), "/"), f.Path)
 			res.Content = append(res.Content, fileLink(WorkspaceFileURI(rec.Workspace, rel), rel, f))
@@ -73,6 +66,34 @@ func (d Deps) withReturned(ctx context.Context, res *mcp.CallToolResult, rec *re
 		}
 	}
 	return res
+}
+
+// withNewFigures adds the figures a running job (a REPL) returned since
+// the last call that showed its figures.
+func (d Deps) withNewFigures(ctx context.Context, res *mcp.CallToolResult, id string) *mcp.CallToolResult {
+	if res.IsError || d.Jobs == nil {
+		return res
+	}
+	figs, err := d.Jobs.NewFigures(ctx, id)
+	if err != nil {
+		return res
+	}
+	for i, f := range figs {
+		d.addFigure(ctx, res, id, i+1, f)
+	}
+	return res
+}
+
+// addFigure adds figure n of a job as a line naming it and the image.
+func (d Deps) addFigure(ctx context.Context, res *mcp.CallToolResult, id string, n int, f record.ReturnedFile) {
+	data, _, err := d.Jobs.Returned(ctx, id, f.Kind, f.Path, proto.MaxFigureBytes)
+	if err != nil {
+		res.Content = append(res.Content, mcp.NewTextContent(fmt.Sprintf("figure %s: not readable: %v", f.Path, err)))
+		return
+	}
+	res.Content = append(res.Content,
+		mcp.NewTextContent(fmt.Sprintf("figure %d: %d×%d PNG", n, f.Width, f.Height)),
+		mcp.NewImageContent(base64.StdEncoding.EncodeToString(data), "image/png"))
 }
 
 func fileLink(uri, name string, f record.ReturnedFile) mcp.ResourceLink {

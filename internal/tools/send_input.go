@@ -131,6 +131,6 @@ func SendInput(d Deps) Tool {
 		if stalled {
 			text = fmt.Sprintf("%v; %d bytes are unsent: read its output, then send the rest", err, len(data)-n)
 		}
-		return structured(res, text), nil
+		return d.withNewFigures(ctx, structured(res, text), args.JobID), nil
 	}}
 }

@@ -312,6 +312,7 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
 		KeepStdinOpen: true, Limits: limits, Network: network, Egress: allow, Secrets: secrets,
 		TTY: tty, Details: record.Details{Session: details}, Mounts: mounts,
+		Figures: capturesFigures(language.Name),
 	}, rr, nil
 }
 

@@ -203,3 +203,38 @@ func TestReturnsFromAWorkspaceAcrossTenants(t *testing.T) {
 		}
 	}
 }
+
+// TestREPLCellFigures: in a python session, a cell that calls plt.show()
+// and a cell that leaves a figure open each give an image (the open one when
+// the next prompt comes), once, with send_input's or a later read's result.
+func TestREPLCellFigures(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	id := str(s.startSession(map[string]any{"language": "python", "command": "python3", "until": ">>> $"}), "job_id")
+	var sizes []string
+	collect := func(res *mcp.CallToolResult) {
+		if res.IsError {
+			t.Fatalf("session call: %s", text(res))
+		}
+		got, _ := images(t, res)
+		sizes = append(sizes, got...)
+	}
+	for _, cell := range []string{
+		"import matplotlib.pyplot as plt; f = plt.figure(figsize=(3, 2), dpi=100); p = plt.plot([1, 2, 3]); plt.show()",
+		"f = plt.figure(figsize=(2, 2), dpi=100); p = plt.plot([3, 1])",
+		"print('next')",
+	} {
+		collect(s.call("send_input", map[string]any{"job_id": id, "text": cell, "enter": true, "until": ">>> $"}))
+	}
+	// A figure is sent once written: it may come just after the prompt.
+	for deadline := time.Now().Add(30 * time.Second); len(sizes) < 2 && time.Now().Before(deadline); {
+		collect(s.call("read_output", map[string]any{"job_id": id, "wait_s": 1}))
+	}
+	if strings.Join(sizes, " ") != "300x200 200x200" {
+		t.Errorf("figures of the cells: %v, want 300x200 then 200x200, each once", sizes)
+	}
+	collect(s.call("read_output", map[string]any{"job_id": id, "wait_s": 1}))
+	if len(sizes) != 2 {
+		t.Errorf("a figure came twice: %v", sizes)
+	}
+}

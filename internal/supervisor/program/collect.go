@@ -8,46 +8,76 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
-// collectFiles sends the files the job returns (proto.Collect) as File
-// frames: its figures first, then the files its patterns match. It runs once
-// the job's processes are gone. Everything is read through an os.Root, with
-// links never followed, so a link the job left cannot return a file from
-// outside the directory. The supervisor runs as the job's user: it reads
-// nothing the job could not.
-func collectFiles(c *proto.Collect, out *frameWriter, events *[]string) {
-	if c == nil {
+// figurePollInterval is how often a running job's figures directory is
+// looked at: a REPL's figures come back cell by cell, not at its end.
+const figurePollInterval = 200 * time.Millisecond
+
+// figures sends a job's figures (proto.Collect.FiguresDir) while it runs and
+// once more at its end, at most proto.MaxFigures in all.
+type figures struct {
+	dir   string
+	out   *frameWriter
+	sent  int
+	notes []string
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// watchFigures starts sending c's figures as they appear (nil: none asked).
+func watchFigures(c *proto.Collect, out *frameWriter) *figures {
+	if c == nil || c.FiguresDir == "" {
+		return nil
+	}
+	f := &figures{dir: c.FiguresDir, out: out, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		t := time.NewTicker(figurePollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-t.C:
+				f.send()
+			}
+		}
+	}()
+	return f
+}
+
+// finish stops the watch and sends what is left; its notes go to events.
+func (f *figures) finish(events *[]string) {
+	if f == nil {
 		return
 	}
-	note := func(format string, args ...any) {
+	close(f.stop)
+	<-f.done
+	f.send()
+	for _, n := range f.notes {
 		if len(*events) < proto.MaxEvents {
-			*events = append(*events, fmt.Sprintf(format, args...))
+			*events = append(*events, n)
 		}
-	}
-	if c.FiguresDir != "" {
-		sendFigures(c.FiguresDir, out, note)
-	}
-	if len(c.Patterns) > 0 {
-		sendMatches(c, out, note)
 	}
 }
 
-// sendFigures sends the whole PNGs in dir, oldest first, and removes them (a
-// workspace's /tmp outlives the job).
-func sendFigures(dir string, out *frameWriter, note func(string, ...any)) {
-	root, err := os.OpenRoot(dir)
+// send sends the whole PNGs in the directory, oldest first, and removes
+// them (a workspace's /tmp outlives the job). A figure is renamed into
+// place once whole (*.png.part before), so none is read half-written.
+func (f *figures) send() {
+	root, err := os.OpenRoot(f.dir)
 	if err != nil {
 		return // no figure was made
 	}
 	defer root.Close()
 	entries, err := fs.ReadDir(root.FS(), ".")
 	if err != nil {
-		note("figures: %v", err)
 		return
 	}
 	type figure struct {
@@ -66,20 +96,37 @@ func sendFigures(dir string, out *frameWriter, note func(string, ...any)) {
 		a, b := figs[i].info.ModTime(), figs[j].info.ModTime()
 		return a.Before(b) || a.Equal(b) && figs[i].name < figs[j].name
 	})
-	sent := 0
-	for _, f := range figs {
+	note := func(format string, args ...any) { f.notes = append(f.notes, fmt.Sprintf(format, args...)) }
+	for _, fig := range figs {
 		switch {
-		case sent == proto.MaxFigures:
-			note("figures: %s and later ones left out (at most %d a job)", f.name, proto.MaxFigures)
-		case f.info.Size() > proto.MaxFigureBytes:
-			note("figures: %s left out: %d bytes, at most %d", f.name, f.info.Size(), proto.MaxFigureBytes)
+		case f.sent == proto.MaxFigures:
+			note("figures: %s left out (at most %d a job)", fig.name, proto.MaxFigures)
+		case fig.info.Size() > proto.MaxFigureBytes:
+			note("figures: %s left out: %d bytes, at most %d", fig.name, fig.info.Size(), proto.MaxFigureBytes)
 		default:
-			if sendFile(root, f.name, proto.FileHeader{Path: f.name, Kind: proto.KindFigure}, proto.MaxFigureBytes, out, note) {
-				sent++
+			if sendFile(root, fig.name, proto.FileHeader{Path: fig.name, Kind: proto.KindFigure}, proto.MaxFigureBytes, f.out, note) {
+				f.sent++
 			}
 		}
-		_ = root.Remove(f.name)
+		_ = root.Remove(fig.name)
 	}
+}
+
+// collectFiles sends the files the job's patterns match (proto.Collect),
+// once its processes are gone. Everything is read through an os.Root, with
+// links never followed, so a link the job left cannot return a file from
+// outside the directory. The supervisor runs as the job's user: it reads
+// nothing the job could not.
+func collectFiles(c *proto.Collect, out *frameWriter, events *[]string) {
+	if c == nil || len(c.Patterns) == 0 {
+		return
+	}
+	note := func(format string, args ...any) {
+		if len(*events) < proto.MaxEvents {
+			*events = append(*events, fmt.Sprintf(format, args...))
+		}
+	}
+	sendMatches(c, out, note)
 }
 
 // sendMatches walks Dir and sends (or names) the regular files a pattern

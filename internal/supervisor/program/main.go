@@ -253,6 +253,7 @@ wait:
 		}
 	}
 	s := &super{spec: spec, out: out, frames: frames, sigs: sigs, received: received, events: events, early: early}
+	figs := watchFigures(spec.Collect, out)
 	exit := s.run()
 	if spec.KillMode == proto.KillContainer {
 		// A fresh sandbox: its processes are all gone, and what its go
@@ -266,6 +267,7 @@ wait:
 		exit.GoBuilds = collectGoBuilds(envValue(spec.Env, proto.GoBuildsEnv), caches, &exit.Events)
 	}
 	// What the job returns goes out once its processes are gone, before Exit.
+	figs.finish(&exit.Events)
 	collectFiles(spec.Collect, out, &exit.Events)
 	out.exit(exit)
 	if spec.AwaitExitAck {
