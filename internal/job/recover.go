@@ -239,6 +239,7 @@ func (m *Manager) RunCleanup() {
 		} else if len(ids) > 0 {
 			m.log.Info().Int("removed", len(ids)).Msg("pruned finished jobs past retention")
 		}
+		m.cleanTasks(ctx)
 		cancel()
 	}
 }

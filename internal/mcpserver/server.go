@@ -120,6 +120,7 @@ type Server struct {
 	readOnly map[string]bool // tools annotated read-only: not audited
 	tools    map[string]tools.Tool
 	logf     func(format string, args ...any)
+	running  running // MCP tasks this server runs itself (tasks.go)
 }
 
 // New builds the server with the tools of the enabled toolsets (all when

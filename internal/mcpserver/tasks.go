@@ -1,19 +1,17 @@
 package mcpserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/record"
@@ -25,12 +23,16 @@ import (
 // (params.task) and gets a CreateTaskResult at once; it then polls tasks/get,
 // fetches tasks/result, lists with tasks/list and cancels with tasks/cancel.
 //
-// A task here is a job: its taskId is the job's id, its state is the job's
-// record in the store, so tasks survive a restart and are the tenant's own as
-// jobs are. mcp-go (v1.2.1) keeps tasks in a map of its own under ids it
-// makes, so these requests are answered here, in front of it (wire for stdio,
-// tasksHTTP for Streamable HTTP); the tool call itself still goes through
-// mcp-go and every middleware (audit, role, metrics).
+// Tasks are records in the store (record.Task), the tenant's like its jobs,
+// so they survive a restart. A tool that runs one job (run_command,
+// run_script: tools.Tool.TaskResult) makes a task whose id is the job's and
+// whose state is the job's; the result is rebuilt from the job. A tool that
+// runs several jobs or none (benchmark_script, install_packages) runs in
+// this server and its task keeps its status and result; a server that stops
+// first leaves it failed. mcp-go (v1.2.1) keeps tasks in a map of its own
+// under ids it makes, so these requests are answered here, in front of it
+// (wire for stdio, frontHTTP for Streamable HTTP); the tool call itself
+// still goes through mcp-go and every middleware (audit, role, metrics).
 
 // TaskPollInterval is the pollInterval every task states.
 const TaskPollInterval = time.Second
@@ -49,11 +51,45 @@ func invalidParams(format string, args ...any) *rpcError {
 	return &rpcError{mcp.INVALID_PARAMS, fmt.Sprintf(format, args...)}
 }
 
+func internalError(err error) *rpcError { return &rpcError{mcp.INTERNAL_ERROR, err.Error()} }
+
 // notifyFunc sends one notification to the client that made a request (nil:
 // the transport has no way to).
 type notifyFunc func(method string, params any)
 
 var taskSeq atomic.Uint64
+
+// running are the tasks this server runs itself, by id.
+type running struct {
+	mu    sync.Mutex
+	calls map[string]*runningCall
+}
+
+type runningCall struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *running) get(id string) *runningCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[id]
+}
+
+func (r *running) put(id string, c *runningCall) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.calls == nil {
+		r.calls = map[string]*runningCall{}
+	}
+	r.calls[id] = c
+}
+
+func (r *running) drop(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.calls, id)
+}
 
 // isTaskRequest says whether the task layer answers a request: a tasks/*
 // method, or a tools/call whose params carry task.
@@ -93,22 +129,26 @@ func (s *Server) handleTask(ctx context.Context, method string, params json.RawM
 	if p.TaskID == "" {
 		return nil, invalidParams("%s: params.taskId is required", method)
 	}
-	rec, rerr := s.taskJob(ctx, p.TaskID)
+	t, rerr := s.task(ctx, p.TaskID)
 	if rerr != nil {
 		return nil, rerr
 	}
 	switch mcp.MCPMethod(method) {
 	case mcp.MethodTasksGet:
-		return mcp.NewGetTaskResult(s.taskOf(ctx, rec)), nil
+		return mcp.NewGetTaskResult(s.taskOf(ctx, t)), nil
 	case mcp.MethodTasksResult:
-		return s.taskResult(ctx, rec)
+		return s.taskResult(ctx, t)
 	default:
-		return s.cancelTask(ctx, rec)
+		return s.cancelTask(ctx, t)
 	}
 }
 
-// callAsTask runs a task-augmented tools/call: the tool submits its job and
-// returns, and the answer is the job as a task.
+// taskTool says whether a tool may run as a task: it declares taskSupport.
+func taskTool(t tools.Tool) bool {
+	return t.Def.Execution != nil && t.Def.Execution.TaskSupport != "" && t.Def.Execution.TaskSupport != mcp.TaskSupportForbidden
+}
+
+// callAsTask runs a task-augmented tools/call and answers with its task.
 func (s *Server) callAsTask(ctx context.Context, params json.RawMessage, notify notifyFunc) (any, *rpcError) {
 	var p struct {
 		Name      string          `json:"name"`
@@ -124,7 +164,7 @@ func (s *Server) callAsTask(ctx context.Context, params json.RawMessage, notify 
 	if !ok {
 		return nil, invalidParams("tools/call: tool %q is not known", p.Name)
 	}
-	if t.TaskResult == nil {
+	if !taskTool(t) {
 		return nil, &rpcError{mcp.METHOD_NOT_FOUND, fmt.Sprintf(
 			"tools/call: %s cannot run as a task (its execution.taskSupport is forbidden); call it without params.task", p.Name)}
 	}
@@ -132,7 +172,6 @@ func (s *Server) callAsTask(ctx context.Context, params json.RawMessage, notify 
 	if rerr != nil {
 		return nil, rerr
 	}
-	call := &tools.TaskCall{TTLMS: ttl.Milliseconds()}
 	inner := map[string]any{"name": p.Name}
 	if len(p.Arguments) > 0 {
 		inner["arguments"] = p.Arguments
@@ -142,35 +181,85 @@ func (s *Server) callAsTask(ctx context.Context, params json.RawMessage, notify 
 		"method": mcp.MethodToolsCall, "params": inner,
 	})
 	if err != nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+		return nil, internalError(err)
 	}
+	task := &record.Task{Tool: p.Name, TTLMS: ttl.Milliseconds()}
+	if t.TaskResult == nil {
+		return s.runTask(ctx, task, msg, notify)
+	}
+	// One job: the tool submits it and returns; the task is the job.
+	call := &tools.TaskCall{TTLMS: task.TTLMS}
 	resp := s.mcp.HandleMessage(tools.WithTask(ctx, call), msg)
 	if call.JobID == "" {
 		return nil, invalidParams("%s", toolCallProblem(p.Name, resp))
 	}
-	rec, err := s.deps.Jobs.Get(ctx, call.JobID)
-	if err != nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+	task.ID, task.JobID = call.JobID, call.JobID
+	if err := s.deps.Jobs.CreateTask(ctx, task); err != nil {
+		return nil, internalError(err)
 	}
 	if notify != nil {
-		go s.watchTask(context.WithoutCancel(ctx), rec.ID, notify)
+		go s.watchJobTask(context.WithoutCancel(ctx), task, notify)
 	}
-	return mcp.NewCreateTaskResult(s.taskOf(ctx, rec)), nil
+	return mcp.NewCreateTaskResult(s.taskOf(ctx, task)), nil
+}
+
+// runTask runs a call in this server as a task: the answer comes at once,
+// the call's result is kept with the task when it ends.
+func (s *Server) runTask(ctx context.Context, task *record.Task, msg []byte, notify notifyFunc) (any, *rpcError) {
+	task.ID = uuid.NewString()
+	if err := s.deps.Jobs.CreateTask(ctx, task); err != nil {
+		return nil, internalError(err)
+	}
+	runCtx, cancel := context.WithCancel(tools.WithKeepOnCancel(context.WithoutCancel(ctx)))
+	call := &runningCall{cancel: cancel, done: make(chan struct{})}
+	s.running.put(task.ID, call)
+	go func() {
+		defer func() {
+			s.running.drop(task.ID)
+			close(call.done)
+			cancel()
+		}()
+		resp := s.mcp.HandleMessage(runCtx, msg)
+		status, res := record.TaskCompleted, callResult(resp)
+		switch {
+		case runCtx.Err() != nil:
+			status = record.TaskCancelled
+		case res.IsError:
+			status = record.TaskFailed
+		}
+		line, _, _ := strings.Cut(tools.ResultText(res), "\n")
+		data, _ := json.Marshal(res)
+		endCtx := context.WithoutCancel(ctx)
+		if _, err := s.deps.Jobs.EndTask(endCtx, task.ID, status, truncate(line, 200), data); err != nil && s.logf != nil {
+			s.logf("task %s: %v", task.ID, err)
+		}
+		if notify != nil {
+			if t, err := s.deps.Jobs.Task(endCtx, task.ID); err == nil {
+				notify(string(mcp.MethodNotificationTasksStatus), s.taskOf(endCtx, t))
+			}
+		}
+	}()
+	return mcp.NewCreateTaskResult(s.taskOf(ctx, task)), nil
+}
+
+// callResult is the CallToolResult of a tools/call's answer (an error
+// answer becomes an error result).
+func callResult(resp mcp.JSONRPCMessage) *mcp.CallToolResult {
+	switch r := resp.(type) {
+	case mcp.JSONRPCResponse:
+		if res, ok := r.Result.(*mcp.CallToolResult); ok {
+			return res
+		}
+	case mcp.JSONRPCError:
+		return mcp.NewToolResultError(r.Error.Message)
+	}
+	return mcp.NewToolResultError("the call gave no result")
 }
 
 // toolCallProblem is the sentence of a tools/call that did not start a job.
 func toolCallProblem(tool string, resp mcp.JSONRPCMessage) string {
-	switch r := resp.(type) {
-	case mcp.JSONRPCError:
-		return r.Error.Message
-	case *mcp.JSONRPCError:
-		return r.Error.Message
-	case mcp.JSONRPCResponse:
-		if res, ok := r.Result.(*mcp.CallToolResult); ok {
-			if text := resultText(res); text != "" {
-				return text
-			}
-		}
+	if text := tools.ResultText(callResult(resp)); text != "" && text != "the call gave no result" {
+		return text
 	}
 	return tool + " did not start a job"
 }
@@ -191,90 +280,169 @@ func (s *Server) taskTTL(requested *int64) (time.Duration, *rpcError) {
 	return ttl, nil
 }
 
-// taskJob is the caller's job behind a task id; another tenant's, an unknown
-// or an expired one is "not found".
-func (s *Server) taskJob(ctx context.Context, id string) (*record.Job, *rpcError) {
-	rec, err := s.deps.Jobs.Get(ctx, id)
-	if err != nil || rec.Details.Task == nil {
+// task is the caller's task; another tenant's, an unknown or an expired one
+// is "not found".
+func (s *Server) task(ctx context.Context, id string) (*record.Task, *rpcError) {
+	t, err := s.deps.Jobs.Task(ctx, id)
+	if errors.Is(err, record.ErrTaskNotFound) {
 		return nil, invalidParams("task %q not found: tasks/list shows the known ones", truncate(id, 64))
 	}
-	if expired(rec) {
-		return nil, invalidParams("task %q expired (its ttl of %d ms has passed)", id, rec.Details.Task.TTLMS)
+	if err != nil {
+		return nil, internalError(err)
 	}
-	return rec, nil
+	if s.expired(ctx, t) {
+		return nil, invalidParams("task %q expired (its ttl of %d ms has passed)", id, t.TTLMS)
+	}
+	return t, nil
 }
 
-func expired(rec *record.Job) bool {
-	t := rec.Details.Task
-	return record.Finished(rec.Status) && t.TTLMS > 0 && time.Since(rec.CreatedAt) > time.Duration(t.TTLMS)*time.Millisecond
+// expired: the task ended and its ttl has passed since it was created.
+func (s *Server) expired(ctx context.Context, t *record.Task) bool {
+	if t.TTLMS <= 0 || time.Since(t.CreatedAt) <= time.Duration(t.TTLMS)*time.Millisecond {
+		return false
+	}
+	if t.JobID == "" {
+		return t.Status != record.TaskWorking
+	}
+	rec, err := s.deps.Jobs.Get(ctx, t.JobID)
+	return err != nil || record.Finished(rec.Status)
 }
 
-// taskOf is a job as a task: its status mapped, with the job's last line of
-// output (or its status line, once it ended) as the status message.
-func (s *Server) taskOf(ctx context.Context, rec *record.Job) mcp.Task {
-	status, msg := mcp.TaskStatusWorking, ""
-	switch {
-	case !record.Finished(rec.Status):
-		if tail, err := s.deps.Jobs.Tail(ctx, rec.ID, 1, 200); err == nil {
-			msg = strings.TrimSpace(string(tail))
+// taskOf is a task as MCP states it. A job's: its status mapped, with the
+// job's last line of output (or its status line, once it ended) as the
+// status message.
+func (s *Server) taskOf(ctx context.Context, t *record.Task) mcp.Task {
+	status, msg, updated := mcp.TaskStatus(t.Status), t.Message, t.UpdatedAt
+	if t.JobID != "" {
+		if rec, err := s.deps.Jobs.Get(ctx, t.JobID); err != nil {
+			status, msg = mcp.TaskStatusFailed, "its job is gone (pruned)"
+		} else {
+			status, msg, updated = s.jobTaskStatus(ctx, rec)
 		}
-		if msg == "" {
-			msg = "job " + rec.ID + " " + rec.Status
-		}
-	case rec.Reason == record.ReasonCancelled:
-		status, msg = mcp.TaskStatusCancelled, tools.StatusLine(rec)
-	case rec.Reason == record.ReasonStartError || rec.Reason == record.ReasonLost || rec.Reason == record.ReasonShutdown:
-		status, msg = mcp.TaskStatusFailed, tools.StatusLine(rec)
-	default:
-		// A non-zero exit, a timeout, a compile error: the call completed
-		// with a result that says so, as the plain call would.
-		status, msg = mcp.TaskStatusCompleted, tools.StatusLine(rec)
+	} else if status == mcp.TaskStatusWorking {
+		msg = t.Tool + " running"
 	}
+	task := mcp.NewTask(t.ID,
+		mcp.WithTaskStatus(status), mcp.WithTaskStatusMessage(truncate(msg, 200)),
+		mcp.WithTaskTTL(t.TTLMS), mcp.WithTaskPollInterval(TaskPollInterval.Milliseconds()),
+		mcp.WithTaskCreatedAt(t.CreatedAt.UTC().Format(time.RFC3339Nano)))
+	task.LastUpdatedAt = updated.UTC().Format(time.RFC3339Nano)
+	return task
+}
+
+// jobTaskStatus maps a job to its task's status.
+func (s *Server) jobTaskStatus(ctx context.Context, rec *record.Job) (mcp.TaskStatus, string, time.Time) {
 	updated := rec.CreatedAt
 	for _, t := range []time.Time{rec.StartedAt, rec.EndedAt} {
 		if t.After(updated) {
 			updated = t
 		}
 	}
-	task := mcp.NewTask(rec.ID,
-		mcp.WithTaskStatus(status), mcp.WithTaskStatusMessage(truncate(msg, 200)),
-		mcp.WithTaskTTL(rec.Details.Task.TTLMS), mcp.WithTaskPollInterval(TaskPollInterval.Milliseconds()),
-		mcp.WithTaskCreatedAt(rec.CreatedAt.UTC().Format(time.RFC3339Nano)))
-	task.LastUpdatedAt = updated.UTC().Format(time.RFC3339Nano)
-	return task
+	switch {
+	case !record.Finished(rec.Status):
+		msg := ""
+		if tail, err := s.deps.Jobs.Tail(ctx, rec.ID, 1, 200); err == nil {
+			msg = strings.TrimSpace(string(tail))
+		}
+		if msg == "" {
+			msg = "job " + rec.ID + " " + rec.Status
+		}
+		return mcp.TaskStatusWorking, msg, updated
+	case rec.Reason == record.ReasonCancelled:
+		return mcp.TaskStatusCancelled, tools.StatusLine(rec), updated
+	case rec.Reason == record.ReasonStartError || rec.Reason == record.ReasonLost || rec.Reason == record.ReasonShutdown:
+		return mcp.TaskStatusFailed, tools.StatusLine(rec), updated
+	}
+	// A non-zero exit, a timeout, a compile error: the call completed with
+	// a result that says so, as the plain call would.
+	return mcp.TaskStatusCompleted, tools.StatusLine(rec), updated
 }
 
-// taskResult waits for the job to end and answers with the result the plain
-// call would have returned.
-func (s *Server) taskResult(ctx context.Context, rec *record.Job) (any, *rpcError) {
-	for !record.Finished(rec.Status) {
-		next, err := s.deps.Jobs.Wait(ctx, rec.ID, taskWaitSlice)
+// taskResult waits for the task to end and answers with the result the
+// plain call would have returned.
+func (s *Server) taskResult(ctx context.Context, t *record.Task) (any, *rpcError) {
+	if t.JobID != "" {
+		return s.jobTaskResult(ctx, t)
+	}
+	interrupted := &rpcError{mcp.REQUEST_INTERRUPTED, "tasks/result: the request was cancelled before task " + t.ID + " ended"}
+	for t.Status == record.TaskWorking {
+		ended := time.After(TaskPollInterval) // another server runs it: look again
+		if c := s.running.get(t.ID); c != nil {
+			ended = nil
+			select {
+			case <-c.done:
+			case <-ctx.Done():
+				return nil, interrupted
+			}
+		}
+		if ended != nil {
+			select {
+			case <-ended:
+			case <-ctx.Done():
+				return nil, interrupted
+			}
+		}
+		next, err := s.deps.Jobs.Task(ctx, t.ID)
 		if err != nil {
-			return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+			return nil, internalError(err)
 		}
-		if ctx.Err() != nil {
-			return nil, &rpcError{mcp.REQUEST_INTERRUPTED, "tasks/result: the request was cancelled before task " + rec.ID + " ended"}
-		}
-		rec = next
+		t = next
 	}
-	t, ok := s.tools[rec.Details.Task.Tool]
-	if !ok || t.TaskResult == nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, fmt.Sprintf("task %s: tool %s is not served by this server (toolsets)", rec.ID, rec.Details.Task.Tool)}
+	if len(t.Result) == 0 {
+		return nil, &rpcError{mcp.INTERNAL_ERROR, fmt.Sprintf("task %s %s: %s", t.ID, t.Status, t.Message)}
 	}
-	res := t.TaskResult(ctx, rec)
-	res.Meta = mcp.WithRelatedTask(rec.ID)
+	var res map[string]any
+	if err := json.Unmarshal(t.Result, &res); err != nil {
+		return nil, internalError(err)
+	}
+	res["_meta"] = map[string]any{mcp.RelatedTaskMetaKey: mcp.RelatedTaskMeta(t.ID)}
 	return res, nil
 }
 
-// cancelTask kills a working task's job (reason cancelled).
-func (s *Server) cancelTask(ctx context.Context, rec *record.Job) (any, *rpcError) {
-	if record.Finished(rec.Status) {
-		return nil, invalidParams("task %s already ended (%s): only a working task can be cancelled", rec.ID, rec.Status)
+// jobTaskResult waits for a job task's job and rebuilds the call's result.
+func (s *Server) jobTaskResult(ctx context.Context, t *record.Task) (any, *rpcError) {
+	rec, err := s.deps.Jobs.Get(ctx, t.JobID)
+	for err == nil && !record.Finished(rec.Status) {
+		rec, err = s.deps.Jobs.Wait(ctx, t.JobID, taskWaitSlice)
+		if err == nil && ctx.Err() != nil {
+			return nil, &rpcError{mcp.REQUEST_INTERRUPTED, "tasks/result: the request was cancelled before task " + t.ID + " ended"}
+		}
 	}
-	killed, err := s.deps.Jobs.Kill(ctx, rec.ID, "KILL", 0, record.ReasonCancelled)
+	if err != nil {
+		return nil, internalError(err)
+	}
+	tool, ok := s.tools[t.Tool]
+	if !ok || tool.TaskResult == nil {
+		return nil, internalError(fmt.Errorf("task %s: tool %s is not served by this server (toolsets)", t.ID, t.Tool))
+	}
+	res := tool.TaskResult(ctx, rec)
+	res.Meta = mcp.WithRelatedTask(t.ID)
+	return res, nil
+}
+
+// cancelTask ends a working task: kills its job (reason cancelled), or
+// cancels the call this server runs.
+func (s *Server) cancelTask(ctx context.Context, t *record.Task) (any, *rpcError) {
+	current := s.taskOf(ctx, t)
+	if current.Status.IsTerminal() {
+		return nil, invalidParams("task %s already ended (%s): only a working task can be cancelled", t.ID, current.Status)
+	}
+	var err error
+	if t.JobID != "" {
+		_, err = s.deps.Jobs.Kill(ctx, t.JobID, "KILL", 0, record.ReasonCancelled)
+	} else if c := s.running.get(t.ID); c != nil {
+		c.cancel()
+		select {
+		case <-c.done:
+		case <-time.After(taskWaitSlice):
+			err = fmt.Errorf("task %s did not end within %s of its cancel", t.ID, taskWaitSlice)
+		}
+	} else {
+		return nil, invalidParams("task %s runs in another server process (%s): cancel it through that server's client", t.ID, t.ServerID)
+	}
 	if s.audit != nil {
 		e := audit.Entry{Time: time.Now(), Client: tools.ClientName(ctx), Tenant: tenant.Owner(ctx), Server: s.serverID,
-			Tool: string(mcp.MethodTasksCancel), JobID: rec.ID, Outcome: "ok", Decision: audit.Allowed}
+			Tool: string(mcp.MethodTasksCancel), JobID: t.JobID, Outcome: "ok", Decision: audit.Allowed}
 		if err != nil {
 			e.Outcome, e.Error = "error", truncateUTF8(err.Error(), 1000)
 		}
@@ -283,13 +451,17 @@ func (s *Server) cancelTask(ctx context.Context, rec *record.Job) (any, *rpcErro
 		}
 	}
 	if err != nil {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+		return nil, internalError(err)
 	}
-	if !record.Finished(killed.Status) {
-		// The kill is under way: the task is cancelled as of now.
-		killed.Status, killed.Reason = record.StatusKilled, record.ReasonCancelled
+	after, err := s.deps.Jobs.Task(ctx, t.ID)
+	if err != nil {
+		return nil, internalError(err)
 	}
-	return mcp.NewCancelTaskResult(s.taskOf(ctx, killed)), nil
+	task := s.taskOf(ctx, after)
+	if !task.Status.IsTerminal() {
+		task.Status = mcp.TaskStatusCancelled // the kill is under way
+	}
+	return mcp.NewCancelTaskResult(task), nil
 }
 
 // listTasks lists the caller's tasks, newest first, a page at a time.
@@ -300,127 +472,33 @@ func (s *Server) listTasks(ctx context.Context, params json.RawMessage) (any, *r
 	if err := json.Unmarshal(params, &p); err != nil {
 		return nil, invalidParams("tasks/list: params: %v", err)
 	}
-	jobs, next, err := s.deps.Jobs.List(ctx, record.ListFilter{Tasks: true, Cursor: p.Cursor})
+	tasks, next, err := s.deps.Jobs.ListTasks(ctx, p.Cursor)
+	if errors.Is(err, record.ErrBadCursor) {
+		return nil, invalidParams("tasks/list: params.cursor is not one tasks/list returned")
+	}
 	if err != nil {
-		if errors.Is(err, record.ErrBadCursor) {
-			return nil, invalidParams("tasks/list: params.cursor is not one tasks/list returned")
-		}
-		return nil, &rpcError{mcp.INTERNAL_ERROR, err.Error()}
+		return nil, internalError(err)
 	}
 	res := mcp.ListTasksResult{Tasks: []mcp.Task{}}
-	for _, rec := range jobs {
-		if !expired(rec) {
-			res.Tasks = append(res.Tasks, s.taskOf(ctx, rec))
+	for _, t := range tasks {
+		if !s.expired(ctx, t) {
+			res.Tasks = append(res.Tasks, s.taskOf(ctx, t))
 		}
 	}
 	res.NextCursor = mcp.Cursor(next)
 	return res, nil
 }
 
-// watchTask sends notifications/tasks/status when the task's job ends.
-func (s *Server) watchTask(ctx context.Context, id string, notify notifyFunc) {
+// watchJobTask sends notifications/tasks/status when a job task's job ends.
+func (s *Server) watchJobTask(ctx context.Context, t *record.Task, notify notifyFunc) {
 	for {
-		rec, err := s.deps.Jobs.Wait(ctx, id, taskWaitSlice)
+		rec, err := s.deps.Jobs.Wait(ctx, t.JobID, taskWaitSlice)
 		if err != nil || ctx.Err() != nil {
 			return
 		}
 		if record.Finished(rec.Status) {
-			notify(string(mcp.MethodNotificationTasksStatus), s.taskOf(ctx, rec))
+			notify(string(mcp.MethodNotificationTasksStatus), s.taskOf(ctx, t))
 			return
 		}
 	}
-}
-
-// frontHTTP answers, in front of mcp-go's Streamable HTTP server, what it
-// cannot answer as it should: task requests, and resources/read (whose "not
-// found" mcp-go reports as -32603). guard has named the tenant.
-func (s *Server) frontHTTP(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			next.ServeHTTP(w, r)
-			return
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, MaxHTTPBody+1))
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if err != nil || len(body) > MaxHTTPBody {
-			next.ServeHTTP(w, r) // it refuses what it cannot read
-			return
-		}
-		m, ok := members(body)
-		if !ok {
-			next.ServeHTTP(w, r)
-			return
-		}
-		var method string
-		idSpan, hasID := m["id"]
-		methodSpan, hasMethod := m["method"]
-		params, hasParams := m["params"]
-		if !hasID || !hasMethod || json.Unmarshal(methodSpan.of(body), &method) != nil ||
-			!isTaskRequest(method, paramsOf(body, params, hasParams)) && method != string(mcp.MethodResourcesRead) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		id := json.RawMessage(idSpan.of(body))
-		if kind := idKind(id); kind != "string" && kind != "number" {
-			next.ServeHTTP(w, r) // mcp-go answers the invalid request
-			return
-		}
-		ctx := tools.WithKeepOnCancel(r.Context())
-		if t, ok := r.Context().Value(requestTenant{}).(tenant.Tenant); ok {
-			ctx = tenant.With(ctx, t)
-		}
-		if method == string(mcp.MethodResourcesRead) {
-			s.readResourceHTTP(ctx, w, body)
-			return
-		}
-		var notify notifyFunc
-		if sid := r.Header.Get(server.HeaderKeySessionID); sid != "" {
-			notify = func(method string, params any) {
-				var m map[string]any
-				if b, err := json.Marshal(params); err == nil && json.Unmarshal(b, &m) == nil {
-					_ = s.mcp.SendNotificationToSpecificClient(sid, method, m)
-				}
-			}
-		}
-		res, rerr := s.handleTask(ctx, method, append(json.RawMessage(nil), paramsOf(body, params, hasParams)...), notify)
-		var reply any
-		if rerr != nil {
-			reply = struct {
-				JSONRPC string                  `json:"jsonrpc"`
-				ID      json.RawMessage         `json:"id"`
-				Error   mcp.JSONRPCErrorDetails `json:"error"`
-			}{mcp.JSONRPC_VERSION, id, mcp.NewJSONRPCErrorDetails(rerr.code, rerr.msg, nil)}
-		} else {
-			reply = struct {
-				JSONRPC string          `json:"jsonrpc"`
-				ID      json.RawMessage `json:"id"`
-				Result  any             `json:"result"`
-			}{mcp.JSONRPC_VERSION, id, res}
-		}
-		writeJSON(w, reply)
-	})
-}
-
-// writeJSON writes one JSON-RPC answer as an application/json response.
-func writeJSON(w http.ResponseWriter, v any) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(unescapeHTML(data))
-}
-
-// readResourceHTTP has mcp-go answer a resources/read, with the error an
-// OnError hook chose (resources.go) in place of its -32603.
-func (s *Server) readResourceHTTP(ctx context.Context, w http.ResponseWriter, body []byte) {
-	slot := &overrideSlot{}
-	ctx = context.WithValue(ctx, overrideKey{}, slot)
-	resp := s.mcp.HandleMessage(ctx, body)
-	if e, ok := resp.(mcp.JSONRPCError); ok && slot.set {
-		e.Error.Code, e.Error.Message = slot.code, slot.msg
-		resp = e
-	}
-	writeJSON(w, resp)
 }

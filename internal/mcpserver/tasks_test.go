@@ -150,6 +150,32 @@ func TestTasksOverStdio(t *testing.T) {
 		t.Errorf("second cancel: %+v", c2)
 	}
 
+	// A call the server runs itself (no single job): its task keeps the
+	// call's result, here an error result, and ends failed.
+	plainInstall := decodeReply(t, ts.call(`"pi"`, "tools/call", `{"name":"install_packages","arguments":{"workspace":"w","packages":["jq"]}}`))
+	ip := decodeReply(t, ts.call(`"ip"`, "tools/call", `{"name":"install_packages","arguments":{"workspace":"w","packages":["jq"]},"task":{}}`))
+	var ipTask struct {
+		Task taskReply `json:"task"`
+	}
+	if err := json.Unmarshal(ip.Result, &ipTask); err != nil || ipTask.Task.TaskID == "" || ipTask.Task.TaskID == id {
+		t.Fatalf("install_packages as a task: %s %+v", ip.Result, ip.Error)
+	}
+	ipRes := decodeReply(t, ts.call(`"ipr"`, "tasks/result", `{"taskId":"`+ipTask.Task.TaskID+`"}`))
+	var gotRes, wantRes struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		IsError bool `json:"isError"`
+	}
+	_ = json.Unmarshal(ipRes.Result, &gotRes)
+	_ = json.Unmarshal(plainInstall.Result, &wantRes)
+	if !gotRes.IsError || len(gotRes.Content) == 0 || len(wantRes.Content) == 0 || gotRes.Content[0].Text != wantRes.Content[0].Text {
+		t.Errorf("install_packages task result %s, want the plain call's %s", ipRes.Result, plainInstall.Result)
+	}
+	if g := decodeReply(t, ts.call(`"ipg"`, "tasks/get", `{"taskId":"`+ipTask.Task.TaskID+`"}`)); !strings.Contains(string(g.Result), `"status":"failed"`) {
+		t.Errorf("tasks/get of the failed call: %s", g.Result)
+	}
+
 	for _, tc := range []struct{ method, params, want string }{
 		{"tasks/get", `{"taskId":"123e4567-e89b-12d3-a456-426614174000"}`, "not found"},
 		{"tasks/get", `{}`, "params.taskId is required"},

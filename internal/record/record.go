@@ -16,6 +16,8 @@ import (
 var (
 	// ErrJobNotFound: no job with that id (for the caller's tenant).
 	ErrJobNotFound = errors.New("no such job")
+	// ErrTaskNotFound: no MCP task with that id (for the caller's tenant).
+	ErrTaskNotFound = errors.New("no such task")
 	// ErrJobExists: a job with that id is already stored.
 	ErrJobExists = errors.New("job already exists")
 	// ErrWorkspaceNotFound: no workspace of that name (for the caller's tenant).
@@ -101,6 +103,30 @@ type ReturnedFile struct {
 	Listed bool   `json:"listed,omitempty"` // in the workspace, not kept with the job
 }
 
+// Task is an MCP task (a task-augmented tools/call): a job's (JobID set,
+// the same id; its state is the job's) or a call the server runs itself
+// (benchmark_script, install_packages), whose status and result are here.
+type Task struct {
+	ID       string
+	Tenant   string // set from the context at CreateTask
+	Tool     string
+	JobID    string
+	Status   string          // working, completed, failed, cancelled (a job's task: its job says)
+	Message  string          // the status message once it ended
+	Result   json.RawMessage // the call's result (CallToolResult JSON), once it ended
+	ServerID string          // the server that runs it
+	TTLMS    int64
+	CreatedAt, UpdatedAt time.Time
+}
+
+// Task statuses (MCP's).
+const (
+	TaskWorking   = "working"
+	TaskCompleted = "completed"
+	TaskFailed    = "failed"
+	TaskCancelled = "cancelled"
+)
+
 // TaskDetails mark a job started by a task-augmented tools/call (MCP tasks):
 // the task's id is the job's, and tasks/result rebuilds the call's result
 // from the record with these.
@@ -178,7 +204,6 @@ type ListFilter struct {
 	Kind      string
 	Workspace string
 	Language  string
-	Tasks     bool   // only jobs started as MCP tasks (Details.Task set)
 	Limit     int    // <= 0 means DefaultListLimit; values above MaxListLimit are clamped
 	Cursor    string // "" for the first page, else the next cursor ListJobs returned
 }

@@ -168,11 +168,26 @@ var migrations = []string{
 	ALTER TABLE blocked_commands6 RENAME TO blocked_commands;`,
 	// 7: how long a job waited for a slot, apart from how long it ran.
 	`ALTER TABLE jobs ADD COLUMN queued_ms INTEGER NOT NULL DEFAULT 0;`,
+	// 8: MCP tasks (tasks.go), the tenant's like its jobs.
+	`CREATE TABLE tasks (
+		id          TEXT PRIMARY KEY NOT NULL,
+		tenant      TEXT NOT NULL DEFAULT 'local',
+		tool        TEXT NOT NULL,
+		job_id      TEXT NOT NULL DEFAULT '',
+		status      TEXT NOT NULL,
+		message     TEXT NOT NULL DEFAULT '',
+		result      TEXT NOT NULL DEFAULT '',
+		server_id   TEXT NOT NULL DEFAULT '',
+		ttl_ms      INTEGER NOT NULL,
+		created_at  INTEGER NOT NULL,
+		updated_at  INTEGER NOT NULL
+	) STRICT;
+	CREATE INDEX tasks_tenant ON tasks (tenant, created_at DESC, id DESC);`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build
 // creates and understands; it equals len(migrations).
-const SchemaVersion = 7
+const SchemaVersion = 8
 
 func init() {
 	if len(migrations) != SchemaVersion {
@@ -741,8 +756,11 @@ func tenantScope(ctx context.Context, where string, args ...any) (string, []any)
 // cursor is the position after the last job of a page.
 const cursorVersion = "v1"
 
-func encodeCursor(j *record.Job) string {
-	raw := cursorVersion + ":" + strconv.FormatInt(j.CreatedAt.UnixNano(), 10) + ":" + j.ID
+func encodeCursor(j *record.Job) string { return cursorAt(j.CreatedAt, j.ID) }
+
+// cursorAt is the position after a row created at t with this id.
+func cursorAt(t time.Time, id string) string {
+	raw := cursorVersion + ":" + strconv.FormatInt(t.UnixNano(), 10) + ":" + id
 	return base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
 
@@ -803,9 +821,6 @@ func (s *Store) ListJobs(ctx context.Context, f record.ListFilter) ([]*record.Jo
 	if f.Language != "" {
 		where = append(where, `language = ?`)
 		args = append(args, f.Language)
-	}
-	if f.Tasks {
-		where = append(where, `json_extract(details, '$.task') IS NOT NULL`)
 	}
 	if f.Cursor != "" {
 		ns, id, err := decodeCursor(f.Cursor)

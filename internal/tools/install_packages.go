@@ -66,6 +66,7 @@ func InstallPackages(d Deps) Tool {
 		mcp.WithDescription("Install packages into a workspace with apt, pip, npm, go or cargo, with a network its jobs never see. Docs: sandboxer://docs/install_packages"),
 		mcp.WithToolTitle("Install packages"),
 		annotations("Install packages", false, false, true, true),
+		mcp.WithTaskSupport(mcp.TaskSupportOptional),
 		withInput(in),
 		withOutput[InstallPackagesResult](),
 	)

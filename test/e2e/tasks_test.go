@@ -98,7 +98,12 @@ func TestTasksWithTheTypeScriptSDK(t *testing.T) {
 			Status string `json:"status"`
 			Reason string `json:"reason"`
 		} `json:"longJob"`
-		List []string `json:"list"`
+		List       []string `json:"list"`
+		BenchID    string   `json:"benchId"`
+		BenchError string   `json:"benchError"`
+		Bench      struct {
+			Runs []any `json:"runs"`
+		} `json:"bench"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("%v: %s", err, raw)
@@ -129,7 +134,11 @@ func TestTasksWithTheTypeScriptSDK(t *testing.T) {
 	if out.Cancel.Status != "cancelled" || out.LongJob.Status != "killed" || out.LongJob.Reason != "cancelled" {
 		t.Errorf("cancel: task %s, job %s (%s); want cancelled, killed (cancelled)", out.Cancel.Status, out.LongJob.Status, out.LongJob.Reason)
 	}
-	if !slices.Contains(out.List, out.TaskID+" completed") || !slices.Contains(out.List, out.LongID+" cancelled") {
+	if out.BenchError != "" || len(out.Bench.Runs) != 2 || out.BenchID == "" {
+		t.Errorf("benchmark_script as a task: %s, %d runs (id %q)", out.BenchError, len(out.Bench.Runs), out.BenchID)
+	}
+	if !slices.Contains(out.List, out.TaskID+" completed") || !slices.Contains(out.List, out.LongID+" cancelled") ||
+		!slices.Contains(out.List, out.BenchID+" completed") {
 		t.Errorf("tasks/list: %v", out.List)
 	}
 
@@ -150,6 +159,12 @@ func TestTasksWithTheTypeScriptSDK(t *testing.T) {
 	b, _ := json.Marshal(res)
 	if !strings.Contains(string(b), `"stdout":"done\n"`) || !strings.Contains(string(b), out.TaskID) {
 		t.Errorf("tasks/result after a restart: %s", b)
+	}
+	resReq.Params.TaskId = out.BenchID
+	if res, err := s.client.TaskResult(ctx, resReq); err != nil {
+		t.Errorf("benchmark_script's tasks/result after a restart: %v", err)
+	} else if b, _ := json.Marshal(res); !strings.Contains(string(b), `"runs":[`) {
+		t.Errorf("benchmark_script's tasks/result after a restart: %s", b)
 	}
 }
 
@@ -222,5 +237,37 @@ func TestHTTPTasksAreTheTenants(t *testing.T) {
 	}
 	if g := postRPC(t, h, aliceToken, "tasks/get", map[string]any{"taskId": id}); !strings.Contains(string(g.Result), `"status":"completed"`) {
 		t.Errorf("alice's tasks/get after the end: %s %+v", g.Result, g.Error)
+	}
+
+	// A call the server runs itself, cancelled while it runs: cancelled, its
+	// job killed; bob cannot see or cancel it.
+	bench := postRPC(t, h, aliceToken, "tools/call", map[string]any{
+		"name": "benchmark_script", "arguments": map[string]any{"language": "bash", "code": "sleep 300", "runs": 1}, "task": map[string]any{}})
+	var bt struct {
+		Task struct {
+			TaskID string `json:"taskId"`
+			Status string `json:"status"`
+		} `json:"task"`
+	}
+	if err := json.Unmarshal(bench.Result, &bt); err != nil || bt.Task.Status != "working" {
+		t.Fatalf("benchmark_script as a task: %s %+v", bench.Result, bench.Error)
+	}
+	if a := postRPC(t, h, bobToken, "tasks/cancel", map[string]any{"taskId": bt.Task.TaskID}); a.Error == nil || !strings.Contains(a.Error.Message, "not found") {
+		t.Errorf("bob's cancel of alice's benchmark: %s %+v", a.Result, a.Error)
+	}
+	alice := h.client(aliceToken)
+	// Its job has to be running before the cancel can be seen to kill it.
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		l := answer(t, alice, "list_jobs", map[string]any{"status": "running"})
+		if strings.Contains(l, "sleep 300") || strings.Contains(l, "script") {
+			break
+		}
+	}
+	c := postRPC(t, h, aliceToken, "tasks/cancel", map[string]any{"taskId": bt.Task.TaskID})
+	if c.Error != nil || !strings.Contains(string(c.Result), `"status":"cancelled"`) {
+		t.Fatalf("alice's cancel of her benchmark: %s %+v", c.Result, c.Error)
+	}
+	if l := answer(t, alice, "list_jobs", map[string]any{"status": "running"}); strings.Contains(l, "script") {
+		t.Errorf("the benchmark's job still runs after the cancel: %s", l)
 	}
 }

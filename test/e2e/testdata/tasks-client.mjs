@@ -34,6 +34,14 @@ for await (const m of client.experimental.tasks.callToolStream(
 }
 out.statuses = [...new Set(seen)];
 
+// A call of several jobs (benchmark_script) runs in the server as a task.
+for await (const m of client.experimental.tasks.callToolStream(
+  { name: 'benchmark_script', arguments: { language: 'python', code: 'print(1)', runs: 2 } }, CallToolResultSchema, { task: {} })) {
+  if (m.type === 'taskCreated') out.benchId = m.task.taskId;
+  else if (m.type === 'result') out.bench = m.result.structuredContent;
+  else if (m.type === 'error') out.benchError = String(m.error);
+}
+
 // A long task, cancelled: its job ends killed.
 let longId;
 for await (const m of client.experimental.tasks.callToolStream(

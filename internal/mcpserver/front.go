@@ -1,0 +1,108 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/sandboxer/sandboxer/internal/tenant"
+	"github.com/sandboxer/sandboxer/internal/tools"
+)
+
+// frontHTTP answers, in front of mcp-go's Streamable HTTP server, what it
+// cannot answer as it should: task requests, and resources/read (whose "not
+// found" mcp-go reports as -32603). guard has named the tenant.
+func (s *Server) frontHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, MaxHTTPBody+1))
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if err != nil || len(body) > MaxHTTPBody {
+			next.ServeHTTP(w, r) // it refuses what it cannot read
+			return
+		}
+		m, ok := members(body)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		var method string
+		idSpan, hasID := m["id"]
+		methodSpan, hasMethod := m["method"]
+		params, hasParams := m["params"]
+		if !hasID || !hasMethod || json.Unmarshal(methodSpan.of(body), &method) != nil ||
+			!isTaskRequest(method, paramsOf(body, params, hasParams)) && method != string(mcp.MethodResourcesRead) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		id := json.RawMessage(idSpan.of(body))
+		if kind := idKind(id); kind != "string" && kind != "number" {
+			next.ServeHTTP(w, r) // mcp-go answers the invalid request
+			return
+		}
+		ctx := tools.WithKeepOnCancel(r.Context())
+		if t, ok := r.Context().Value(requestTenant{}).(tenant.Tenant); ok {
+			ctx = tenant.With(ctx, t)
+		}
+		if method == string(mcp.MethodResourcesRead) {
+			s.readResourceHTTP(ctx, w, body)
+			return
+		}
+		var notify notifyFunc
+		if sid := r.Header.Get(server.HeaderKeySessionID); sid != "" {
+			notify = func(method string, params any) {
+				var m map[string]any
+				if b, err := json.Marshal(params); err == nil && json.Unmarshal(b, &m) == nil {
+					_ = s.mcp.SendNotificationToSpecificClient(sid, method, m)
+				}
+			}
+		}
+		res, rerr := s.handleTask(ctx, method, append(json.RawMessage(nil), paramsOf(body, params, hasParams)...), notify)
+		var reply any
+		if rerr != nil {
+			reply = struct {
+				JSONRPC string                  `json:"jsonrpc"`
+				ID      json.RawMessage         `json:"id"`
+				Error   mcp.JSONRPCErrorDetails `json:"error"`
+			}{mcp.JSONRPC_VERSION, id, mcp.NewJSONRPCErrorDetails(rerr.code, rerr.msg, nil)}
+		} else {
+			reply = struct {
+				JSONRPC string          `json:"jsonrpc"`
+				ID      json.RawMessage `json:"id"`
+				Result  any             `json:"result"`
+			}{mcp.JSONRPC_VERSION, id, res}
+		}
+		writeJSON(w, reply)
+	})
+}
+
+// writeJSON writes one JSON-RPC answer as an application/json response.
+func writeJSON(w http.ResponseWriter, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(unescapeHTML(data))
+}
+
+// readResourceHTTP has mcp-go answer a resources/read, with the error an
+// OnError hook chose (resources.go) in place of its -32603.
+func (s *Server) readResourceHTTP(ctx context.Context, w http.ResponseWriter, body []byte) {
+	slot := &overrideSlot{}
+	ctx = context.WithValue(ctx, overrideKey{}, slot)
+	resp := s.mcp.HandleMessage(ctx, body)
+	if e, ok := resp.(mcp.JSONRPCError); ok && slot.set {
+		e.Error.Code, e.Error.Message = slot.code, slot.msg
+		resp = e
+	}
+	writeJSON(w, resp)
+}
