@@ -34,6 +34,9 @@ const (
 	// Backoff after a failed start, doubling up to the maximum.
 	minBackoff = time.Second
 	maxBackoff = time.Minute
+	// arrivalWindow: a shape keeps as many warm sandboxes as jobs of it came
+	// in this window (at least its size), within Follow.MaxTotal.
+	arrivalWindow = 10 * time.Second
 )
 
 // Target is one kind of warm sandbox to keep: a spec (shape and default
@@ -49,6 +52,7 @@ type Stat struct {
 	Name     string
 	Image    string
 	Size     int // wanted
+	Depth    int // kept now: Size, more while its jobs come fast
 	Ready    int // started and waiting for a job
 	Starting int
 	Served   int64  // jobs that took a warm sandbox
@@ -101,6 +105,45 @@ type target struct {
 	removed  bool      // taken out by RemoveTarget: what it still starts is discarded
 	followed bool      // added because a job of its shape came (Follow)
 	lastUse  time.Time // of a followed target
+	arrivals []time.Time // jobs of its shape in the last arrivalWindow, oldest first
+	depth    int         // how many it keeps now: Size, more while jobs come fast (depthsLocked)
+}
+
+// arrived counts a job of t's shape at now, and forgets those out of the window.
+func (t *target) arrived(now time.Time) {
+	t.arrivals = append(t.recent(now), now)
+}
+
+// recent are t's arrivals within the window before now.
+func (t *target) recent(now time.Time) []time.Time {
+	i := 0
+	for i < len(t.arrivals) && now.Sub(t.arrivals[i]) > arrivalWindow {
+		i++
+	}
+	return t.arrivals[i:]
+}
+
+// depthsLocked sets each target's depth: its size, and for shapes whose
+// jobs come faster than that, as many as came in the last window while the
+// budget (Follow.MaxTotal, past the sizes) lasts, the busiest first.
+func (p *Pool) depthsLocked(now time.Time) {
+	budget := p.follow.MaxTotal - p.wantedLocked()
+	busy := make([]*target, 0, len(p.targets))
+	for _, t := range p.targets {
+		t.depth = t.Size
+		if len(t.recent(now)) > t.Size {
+			busy = append(busy, t)
+		}
+	}
+	slices.SortFunc(busy, func(a, b *target) int { return len(b.recent(now)) - len(a.recent(now)) })
+	for _, t := range busy {
+		extra := min(len(t.recent(now))-t.Size, budget)
+		if extra <= 0 {
+			break
+		}
+		t.depth += extra
+		budget -= extra
+	}
 }
 
 var _ sandbox.Runtime = (*Pool)(nil)
@@ -188,6 +231,7 @@ func (p *Pool) take(key string) sandbox.Warm {
 	if t.followed {
 		t.lastUse = p.follow.Now()
 	}
+	t.arrived(time.Now())
 	for len(t.ready) > 0 {
 		w := t.ready[0]
 		t.ready = t.ready[1:]
@@ -198,10 +242,13 @@ func (p *Pool) take(key string) sandbox.Warm {
 		default:
 		}
 		t.served++
-		return w // refilled after its job (refillAfter)
+		if len(t.recent(time.Now())) > 1 {
+			p.signal() // jobs come fast: refill now, not after this one
+		}
+		return w // else refilled after its job (refillAfter)
 	}
 	t.missed++
-	p.signal()
+	p.signal() // the refill starts at once
 	return nil
 }
 
@@ -241,7 +288,8 @@ func (p *Pool) followShape(spec sandbox.Spec) {
 	if p.follow.MaxTotal <= 0 || p.closed || p.byKey[key] != nil || p.wantedLocked()+1 > p.follow.MaxTotal {
 		return
 	}
-	tg := &target{Target: Target{Name: "follow " + spec.Image, Spec: spec, Size: 1}, key: key, followed: true, lastUse: p.follow.Now()}
+	tg := &target{Target: Target{Name: "follow " + spec.Image, Spec: spec, Size: 1}, key: key, followed: true, lastUse: p.follow.Now(),
+		arrivals: []time.Time{time.Now()}}
 	p.targets = append(p.targets, tg)
 	p.byKey[key] = tg
 	p.log.Debug().Str("image", spec.Image).Msg("pool follows use: keeping a warm sandbox")
@@ -309,11 +357,14 @@ func (p *Pool) fill() {
 			p.mu.Unlock()
 			return
 		}
+		now := time.Now()
+		p.depthsLocked(now)
+		// The target furthest below its depth goes first.
 		var next *target
 		for _, t := range p.targets {
-			if len(t.ready)+t.starting < t.Size && time.Now().After(t.retryAt) {
+			if lack := t.depth - len(t.ready) - t.starting; lack > 0 && now.After(t.retryAt) &&
+				(next == nil || lack > next.depth-len(next.ready)-next.starting) {
 				next = t
-				break
 			}
 		}
 		if next == nil {
@@ -465,7 +516,7 @@ func (p *Pool) Stats() []Stat {
 	defer p.mu.Unlock()
 	out := make([]Stat, 0, len(p.targets))
 	for _, t := range p.targets {
-		out = append(out, Stat{Name: t.Name, Image: t.Spec.Image, Size: t.Size, Ready: len(t.ready),
+		out = append(out, Stat{Name: t.Name, Image: t.Spec.Image, Size: t.Size, Depth: max(t.depth, t.Size), Ready: len(t.ready),
 			Starting: t.starting, Served: t.served, Missed: t.missed, LastErr: t.lastErr})
 	}
 	return out

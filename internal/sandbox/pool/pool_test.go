@@ -339,3 +339,27 @@ func TestPoolKeySeparatesPrestart(t *testing.T) {
 		t.Error("a job's arguments change the sandbox's shape")
 	}
 }
+
+// TestDepthFollowsArrivals: a shape whose jobs come back to back keeps as
+// many warm sandboxes as came in the window, within Follow.MaxTotal, and
+// its refills start at once; a shape of size 1 called once stays at 1.
+func TestDepthFollowsArrivals(t *testing.T) {
+	w := &warmer{Runtime: fake.New("test")}
+	p := New(w, []Target{{Name: "bash", Spec: spec("base"), Size: 1}}, 2, zerolog.Nop(),
+		FollowUse(Follow{MaxTotal: 4, Idle: time.Minute, Now: time.Now}))
+	go p.Run()
+	t.Cleanup(func() { p.Drain(context.Background()) })
+	waitFor(t, "pool full", func() bool { return ready(p) == 1 })
+	if st := p.Stats()[0]; st.Depth != 1 {
+		t.Fatalf("depth before any job: %+v", st)
+	}
+	for range 6 {
+		run(t, p, spec("base"))
+	}
+	// Six jobs in the window: depth 4 (the whole budget), and the pool
+	// fills to it.
+	waitFor(t, "depth 4, filled", func() bool { st := p.Stats()[0]; return st.Depth == 4 && st.Ready == 4 })
+	if st := p.Stats()[0]; st.Served+st.Missed != 6 {
+		t.Fatalf("stats after six jobs: %+v", st)
+	}
+}

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxer/sandboxer/images"
+)
+
+// Load: fresh jobs back to back, in a burst, and sustained, as a team server
+// sees them (issue: a pool that keeps up), each against docker run in the
+// same run. The pool's depth follows the arrival rate (internal/sandbox/pool).
+const (
+	loadSeq       = 200              // back-to-back run_command true
+	loadBurst     = 20               // concurrent calls at once
+	loadSustained = 60 * time.Second // of back-to-back calls from loadCallers
+	loadCallers   = 4
+)
+
+func loadBench(ctx context.Context, o options) error {
+	image := images.Tag("base")
+	progress("load: docker run --rm x%d (baseline)", o.dockerRuns)
+	dockerRun, err := sample(o.dockerRuns, true, func() error {
+		return exec.CommandContext(ctx, "docker", "run", "--rm", "--network", "none", image, "true").Run()
+	})
+	if err != nil {
+		return fmt.Errorf("docker run: %w", err)
+	}
+	pol := fmt.Sprintf("jobs:\n  max_concurrent: %d\n", max(o.maxJobs, loadBurst))
+	s, err := startServer(ctx, o, "load", pol)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	job := map[string]any{"command": "true"}
+	time.Sleep(3 * time.Second) // the pool's first fill
+	progress("load: %d back-to-back calls", loadSeq)
+	seq, err := sample(loadSeq, false, func() error { _, err := s.runJob(ctx, job); return err })
+	if err != nil {
+		return err
+	}
+	time.Sleep(arrivalQuiet)
+	progress("load: a burst of %d concurrent calls", loadBurst)
+	burst, err := concurrent(loadBurst, func() error { _, err := s.runJob(ctx, job); return err })
+	if err != nil {
+		return err
+	}
+	time.Sleep(arrivalQuiet)
+	progress("load: %s sustained from %d callers", loadSustained, loadCallers)
+	cpu0, engine0 := processCPU(s.cmd.Process.Pid), engineCPU()
+	n, el, err := sustained(ctx, loadCallers, loadSustained, func() error { _, err := s.runJob(ctx, job); return err })
+	if err != nil {
+		return err
+	}
+	cpu1, engine1 := processCPU(s.cmd.Process.Pid), engineCPU()
+	s.close()
+
+	off, err := startServer(ctx, o, "load-off", pol+"pool:\n  enabled: false\n")
+	if err != nil {
+		return err
+	}
+	defer off.close()
+	progress("load: the empty pool's cold job x%d", o.runs)
+	cold, err := sample(o.runs, true, func() error { _, err := off.runJob(ctx, job); return err })
+	if err != nil {
+		return err
+	}
+	jps := float64(n) / el.Seconds()
+	fmt.Printf("\n## Load (Docker, %d cores; docker run --rm true p50 %.0f ms)\n\n", runtime.NumCPU(), ms(dockerRun.p50()))
+	fmt.Println("| case | p50 ms | p95 ms | vs docker run (p50) |")
+	fmt.Println("|---|---|---|---|")
+	fmt.Printf("| %d back-to-back run_command true | %.1f | %.1f | %.1fx faster |\n", loadSeq, ms(seq.p50()), ms(seq.p95()), ms(dockerRun.p50())/ms(seq.p50()))
+	fmt.Printf("| burst of %d concurrent | %.1f | %.1f | p95 %.1fx docker run's p50 |\n", loadBurst, ms(burst.p50()), ms(burst.p95()), ms(burst.p95())/ms(dockerRun.p50()))
+	fmt.Printf("| empty pool (cold) | %.1f | %.1f | %.1fx |\n", ms(cold.p50()), ms(cold.p95()), ms(dockerRun.p50())/ms(cold.p50()))
+	fmt.Printf("\nsustained: %d jobs in %s from %d callers: %.1f jobs/s (docker run --rm in series: %.1f/s)\n", n, el.Round(time.Millisecond), loadCallers, jps, 1/dockerRun.p50().Seconds())
+	if n > 0 && cpu1 >= cpu0 {
+		fmt.Printf("CPU per job: server %.1f ms, dockerd + containerd %.1f ms (from /proc: the shims' and runc's own time is not counted)\n",
+			float64(cpu1-cpu0)/float64(n), float64(engine1-engine0)/float64(n))
+	}
+	return nil
+}
+
+// arrivalQuiet lets one phase's arrivals leave the pool's window before the next.
+const arrivalQuiet = 11 * time.Second
+
+// concurrent runs n calls at once and returns their latencies.
+func concurrent(n int, f func() error) (stats, error) {
+	var mu sync.Mutex
+	var ds []time.Duration
+	var first error
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.Now()
+			err := f()
+			mu.Lock()
+			defer mu.Unlock()
+			ds = append(ds, time.Since(t))
+			if err != nil && first == nil {
+				first = err
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return stats(ds), first
+}
+
+// sustained runs f back to back from callers for d; it returns how many ended.
+func sustained(ctx context.Context, callers int, d time.Duration, f func() error) (int, time.Duration, error) {
+	var mu sync.Mutex
+	n := 0
+	var first error
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < d && ctx.Err() == nil {
+				err := f()
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				if err == nil {
+					n++
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return n, time.Since(start), first
+}
+
+// processCPU is a process's user + system CPU time in ms (/proc/PID/stat).
+func processCPU(pid int) int64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return (ut + st) * 10 // clock ticks of 10 ms
+}
+
+// engineCPU is dockerd's and containerd's CPU time in ms.
+func engineCPU() int64 {
+	var total int64
+	for _, name := range []string{"dockerd", "containerd"} {
+		out, err := exec.Command("pgrep", "-x", name).Output()
+		if err != nil {
+			continue
+		}
+		for _, p := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(p); err == nil {
+				total += processCPU(pid)
+			}
+		}
+	}
+	return total
+}
