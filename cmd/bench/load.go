@@ -35,7 +35,10 @@ func loadBench(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("docker run: %w", err)
 	}
-	pol := fmt.Sprintf("jobs:\n  max_concurrent: %d\n", max(o.maxJobs, loadBurst))
+	jobs := fmt.Sprintf("jobs:\n  max_concurrent: %d\n", max(o.maxJobs, loadBurst))
+	// BENCH_LOAD_POLICY adds to the pool server's policy (e.g. "pool:\n  max_total: 3\n":
+	// the configured sizes only, no depth that follows arrivals).
+	pol := jobs + os.Getenv("BENCH_LOAD_POLICY")
 	s, err := startServer(ctx, o, "load", pol)
 	if err != nil {
 		return err
@@ -64,7 +67,7 @@ func loadBench(ctx context.Context, o options) error {
 	cpu1, engine1 := processCPU(s.cmd.Process.Pid), engineCPU()
 	s.close()
 
-	off, err := startServer(ctx, o, "load-off", pol+"pool:\n  enabled: false\n")
+	off, err := startServer(ctx, o, "load-off", jobs+"pool:\n  enabled: false\n")
 	if err != nil {
 		return err
 	}
