@@ -107,15 +107,15 @@ type ReturnedFile struct {
 // the same id; its state is the job's) or a call the server runs itself
 // (benchmark_script, install_packages), whose status and result are here.
 type Task struct {
-	ID       string
-	Tenant   string // set from the context at CreateTask
-	Tool     string
-	JobID    string
-	Status   string          // working, completed, failed, cancelled (a job's task: its job says)
-	Message  string          // the status message once it ended
-	Result   json.RawMessage // the call's result (CallToolResult JSON), once it ended
-	ServerID string          // the server that runs it
-	TTLMS    int64
+	ID                   string
+	Tenant               string // set from the context at CreateTask
+	Tool                 string
+	JobID                string
+	Status               string          // working, completed, failed, cancelled (a job's task: its job says)
+	Message              string          // the status message once it ended
+	Result               json.RawMessage // the call's result (CallToolResult JSON), once it ended
+	ServerID             string          // the server that runs it
+	TTLMS                int64
 	CreatedAt, UpdatedAt time.Time
 }
 

@@ -127,8 +127,8 @@ func TestReturnsFromAFreshSandbox(t *testing.T) {
 	id := str(structured(t, res), "job_id")
 	got := links(res)
 	want := map[string]int64{
-		"job://" + id + "/files/out/data.csv text/csv; charset=utf-8":      8,
-		"job://" + id + "/files/report.html text/html; charset=utf-8":      11,
+		"job://" + id + "/files/out/data.csv text/csv; charset=utf-8":  8,
+		"job://" + id + "/files/report.html text/html; charset=utf-8":  11,
 		"job://" + id + "/files/out/blob.bin application/octet-stream": 100,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {

@@ -102,9 +102,9 @@ type target struct {
 	lastErr  string
 	backoff  time.Duration
 	retryAt  time.Time
-	removed  bool      // taken out by RemoveTarget: what it still starts is discarded
-	followed bool      // added because a job of its shape came (Follow)
-	lastUse  time.Time // of a followed target
+	removed  bool        // taken out by RemoveTarget: what it still starts is discarded
+	followed bool        // added because a job of its shape came (Follow)
+	lastUse  time.Time   // of a followed target
 	arrivals []time.Time // jobs of its shape in the last arrivalWindow, oldest first
 	depth    int         // how many it keeps now: Size, more while jobs come fast (depthsLocked)
 }
