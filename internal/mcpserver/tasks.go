@@ -210,7 +210,7 @@ func (s *Server) runTask(ctx context.Context, task *record.Task, msg []byte, not
 	if err := s.deps.Jobs.CreateTask(ctx, task); err != nil {
 		return nil, internalError(err)
 	}
-	runCtx, cancel := context.WithCancel(tools.WithKeepOnCancel(context.WithoutCancel(ctx)))
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	call := &runningCall{cancel: cancel, done: make(chan struct{})}
 	s.running.put(task.ID, call)
 	go func() {
