@@ -23,7 +23,7 @@ func (s *server) waitPrestarted() { s.t.Helper(); s.waitPrestartedWith("") }
 // waitPrestartedWith waits until a warm sandbox of this server waits with a
 // prestarted program that runs already, with a volume whose name starts with mount mounted
 // ("": with or without), that is not one of the containers used.
-func (s *server) waitPrestartedWith(mount string, used ...string) string {
+func (s *server) waitPrestartedWith(mount string, used ...string) []string {
 	s.t.Helper()
 	cfg := config.Config{StateDir: s.stateDir}
 	inst := cfg.Instance()
@@ -34,6 +34,9 @@ func (s *server) waitPrestartedWith(mount string, used ...string) string {
 		if err != nil {
 			s.t.Fatalf("docker ps: %v", err)
 		}
+		// The pool may keep several of a shape (its depth follows arrivals):
+		// every one whose program runs already is one a job may take.
+		var ready []string
 		for _, l := range strings.Split(string(out), "\n") {
 			if strings.Contains(l, " prestart ") && !strings.HasPrefix(l, "sandboxer-job-") && strings.Contains(l, mount) {
 				// Its program runs already (else a job submitted now could
@@ -43,9 +46,12 @@ func (s *server) waitPrestartedWith(mount string, used ...string) string {
 					continue
 				}
 				if top, err := exec.Command("docker", "top", id).Output(); err != nil || strings.Contains(string(top), lang.NodeMain) {
-					return id
+					ready = append(ready, id)
 				}
 			}
+		}
+		if len(ready) > 0 {
+			return ready
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("no warm javascript sandbox with a prestarted node after 2 minutes:\n%s\nstderr:\n%s", out, tail(s.stderr.String(), 3000))
@@ -172,8 +178,8 @@ func TestScriptJavascriptDependenciesPrestarted(t *testing.T) {
 		}
 		j := s.ok("get_job", map[string]any{"job_id": str(r, "job_id")})
 		used = append(used, str(j, "container_id"))
-		if str(j, "container_id") != warm {
-			t.Fatalf("served by %s, not by the warm sandbox with the cache mounted (%s)", str(j, "container_id"), warm)
+		if !slices.Contains(warm, str(j, "container_id")) {
+			t.Fatalf("served by %s, not by a warm sandbox with the cache mounted (%v)", str(j, "container_id"), warm)
 		}
 		created, err := time.Parse(time.RFC3339Nano, str(j, "created_at"))
 		if err != nil {
