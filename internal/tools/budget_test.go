@@ -14,7 +14,7 @@ import (
 // growing unnoticed (run_script, with the most arguments, is nearest to it).
 const (
 	toolListBudgetTokens = 9000
-	toolBudgetTokens     = 720
+	toolBudgetTokens     = 700
 )
 
 // toolTokens is what one tool costs in tools/list.

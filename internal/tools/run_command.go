@@ -39,7 +39,7 @@ type RunCommandArgs struct {
 	Mounts        []string          `json:"mounts,omitempty"`
 	Egress        []string          `json:"egress,omitempty"`
 	Secrets       []string          `json:"secrets,omitempty"`
-	Returns       []string          `json:"returns,omitempty" jsonschema:"globs of files to return (under cwd)"`
+	Returns       []string          `json:"returns,omitempty" jsonschema:"file globs to return"`
 }
 
 // RunResult is run_command's result.

@@ -33,26 +33,26 @@ const (
 
 // RunScriptArgs are run_script's arguments.
 type RunScriptArgs struct {
-	Code          string            `json:"code" jsonschema:"source code"`
+	Code          string            `json:"code" jsonschema:"source"`
 	Language      string            `json:"language"`
 	Workspace     string            `json:"workspace,omitempty" jsonschema:"run in this workspace"`
 	Args          []string          `json:"args,omitempty" jsonschema:"program args"`
-	Stdin         *string           `json:"stdin,omitempty" jsonschema:"text for stdin"`
+	Stdin         *string           `json:"stdin,omitempty" jsonschema:"stdin text"`
 	Env           map[string]string `json:"env,omitempty" jsonschema:"env vars"`
-	EnvFile       string            `json:"env_file,omitempty" jsonschema:"dotenv file path"`
+	EnvFile       string            `json:"env_file,omitempty" jsonschema:"dotenv file"`
 	KeepStdinOpen *bool             `json:"keep_stdin_open,omitempty" jsonschema:"for send_input"`
 	TimeoutS      *float64          `json:"timeout_s,omitempty"`
 	WaitS         *float64          `json:"wait_s,omitempty"`
-	Background    bool              `json:"background,omitempty" jsonschema:"return job_id at once"`
+	Background    bool              `json:"background,omitempty" jsonschema:"return at once"`
 	Output        string            `json:"output,omitempty"`
 	MemoryMB      *int64            `json:"memory_mb,omitempty"`
 	CPUs          *float64          `json:"cpus,omitempty"`
 	Pids          *int64            `json:"pids,omitempty"`
-	Dependencies  []string          `json:"dependencies,omitempty" jsonschema:"e.g. requests==2.31.0, lodash@4"`
+	Dependencies  []string          `json:"dependencies,omitempty" jsonschema:"e.g. requests==2.31.0"`
 	Mounts        []string          `json:"mounts,omitempty"`
 	Egress        []string          `json:"egress,omitempty"`
 	Secrets       []string          `json:"secrets,omitempty"`
-	Returns       []string          `json:"returns,omitempty" jsonschema:"globs of files to return (under cwd)"`
+	Returns       []string          `json:"returns,omitempty" jsonschema:"file globs to return"`
 }
 
 // DependenciesResult says how a script's dependencies were made ready.
@@ -352,7 +352,7 @@ func RunScript(d Deps) Tool {
 		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("run_script",
-		mcp.WithDescription("Run code in a fresh sandbox, compiled if needed; waits as run_command. Docs: sandboxer://docs/run_script"),
+		mcp.WithDescription("Run source code in a fresh sandbox; waits as run_command. Docs: sandboxer://docs/run_script"),
 		mcp.WithToolTitle("Run a script in a sandbox"),
 		annotations("Run a script in a sandbox", false, true, false, false),
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),
