@@ -220,7 +220,8 @@ func (s *Server) runTask(ctx context.Context, task *record.Task, msg []byte, not
 			cancel()
 		}()
 		resp := s.mcp.HandleMessage(runCtx, msg)
-		status, res := record.TaskCompleted, callResult(resp)
+		res, _ := callResult(resp)
+		status := record.TaskCompleted
 		switch {
 		case runCtx.Err() != nil:
 			status = record.TaskCancelled
@@ -243,23 +244,25 @@ func (s *Server) runTask(ctx context.Context, task *record.Task, msg []byte, not
 }
 
 // callResult is the CallToolResult of a tools/call's answer (an error
-// answer becomes an error result).
-func callResult(resp mcp.JSONRPCMessage) *mcp.CallToolResult {
+// answer becomes an error result); false when the answer carries neither.
+func callResult(resp mcp.JSONRPCMessage) (*mcp.CallToolResult, bool) {
 	switch r := resp.(type) {
 	case mcp.JSONRPCResponse:
 		if res, ok := r.Result.(*mcp.CallToolResult); ok {
-			return res
+			return res, true
 		}
 	case mcp.JSONRPCError:
-		return mcp.NewToolResultError(r.Error.Message)
+		return mcp.NewToolResultError(r.Error.Message), true
 	}
-	return mcp.NewToolResultError("the call gave no result")
+	return mcp.NewToolResultError("the call gave no result"), false
 }
 
 // toolCallProblem is the sentence of a tools/call that did not start a job.
 func toolCallProblem(tool string, resp mcp.JSONRPCMessage) string {
-	if text := tools.ResultText(callResult(resp)); text != "" && text != "the call gave no result" {
-		return text
+	if res, ok := callResult(resp); ok {
+		if text := tools.ResultText(res); text != "" {
+			return text
+		}
 	}
 	return tool + " did not start a job"
 }
