@@ -23,6 +23,9 @@ commands:
   serve          serve MCP over stdio (the default)
   images build   build the sandbox images through the Engine API (--force rebuilds)
   images list    show each image's tag and whether it is built
+  templates build [NAME...]  build the policy's templates (--no-cache rebuilds)
+  templates list             show each template's key, size and image
+  templates rm NAME...       remove templates (never one in use)
   doctor         check the engine, the images and the hardening profile
   audit          print the audit log (--job ID, --since 1h or 2026-01-02T15:04:05Z, --state-dir DIR, --json)
   version        print the version
@@ -40,6 +43,8 @@ func main() {
 		err = serve(args)
 	case "images":
 		err = imagesCmd(args)
+	case "templates":
+		err = templatesCmd(args)
 	case "doctor":
 		err = doctor(args)
 	case "audit":

@@ -71,7 +71,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	return &Flags{
 		stateDir:    fs.String("state-dir", "", "directory for the job database and job output (env "+EnvStateDir+"; default $XDG_STATE_HOME/sandboxer or ~/.local/state/sandboxer)"),
 		policyPath:  fs.String("policy", "", "policy YAML file (env "+EnvPolicy+"; default: built-in defaults, the same as policies/default.yaml)"),
-		toolsets:    fs.String("toolsets", "", "comma-separated toolsets (exec, jobs, info, workspaces, admin) or presets (all, core, workspace, minimal) to enable (env "+EnvToolsets+"; default all)"),
+		toolsets:    fs.String("toolsets", "", "comma-separated toolsets (exec, jobs, info, workspaces, admin, templates) or presets (all, core, workspace, minimal) to enable (env "+EnvToolsets+"; default every toolset but templates)"),
 		logLevel:    fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)"),
 		metricsAddr: fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. :9464 (loopback) or 0.0.0.0:9464; needs --token-file (env "+EnvMetrics+"; default: not served)"),
 		httpAddr:    fs.String("http", "", "serve MCP over Streamable HTTP at /mcp on this address (e.g. 127.0.0.1:8080) instead of stdio; beyond loopback it needs --token-file (env "+EnvHTTP+")"),

@@ -8,7 +8,10 @@
 package lang
 
 import (
+	"context"
+	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/policy"
@@ -17,7 +20,10 @@ import (
 
 // Language is one language's record.
 type Language struct {
-	Name        string
+	Name string
+	// Base is the built-in language a template runs as (Resolve sets it;
+	// a built-in language's is its own name).
+	Base        string
 	ImageName   string // folder under images/
 	Description string
 	// VersionCmd prints the runtime's version inside its image.
@@ -173,10 +179,93 @@ func DependencyNames() []string {
 	return names
 }
 
-// Registry resolves languages under a policy.
-type Registry struct{ pol *policy.Policy }
+// Registry resolves languages under a policy, and the templates that
+// share their names.
+type Registry struct {
+	pol       *policy.Policy
+	templates Templates
+}
 
 func NewRegistry(pol *policy.Policy) *Registry { return &Registry{pol: pol} }
+
+func init() {
+	policy.IsBuiltinLanguage = func(name string) bool { _, ok := Builtin(name); return ok }
+}
+
+// Templates are the images a team defines (internal/template): a job
+// names one where it names a language, and it runs as its language does.
+type Templates interface {
+	// Names lists the policy's templates, sorted.
+	Names() []string
+	// TemplateLanguage is a policy template's built-in language.
+	TemplateLanguage(name string) (string, bool)
+	// ResolveImage finds the template name ctx's tenant sees (the policy's,
+	// built now if missing, or its own snapshot): its built-in language and
+	// image. ok false: no template has the name.
+	ResolveImage(ctx context.Context, name string, progress func(string)) (language, image string, ok bool, err error)
+}
+
+// WithTemplates makes names of t resolve (Resolve) and be listed.
+func (r *Registry) WithTemplates(t Templates) *Registry {
+	r.templates = t
+	return r
+}
+
+// TemplateNames lists the policy's templates, sorted.
+func (r *Registry) TemplateNames() []string {
+	if r == nil || r.templates == nil {
+		return nil
+	}
+	return r.templates.Names()
+}
+
+// TemplateLanguage is a policy template's built-in language.
+func (r *Registry) TemplateLanguage(name string) (string, bool) {
+	if r == nil || r.templates == nil {
+		return "", false
+	}
+	return r.templates.TemplateLanguage(name)
+}
+
+// UnknownError is a name that is neither a language nor a template.
+type UnknownError struct {
+	Name  string
+	Names []string
+}
+
+func (e *UnknownError) Error() string {
+	return fmt.Sprintf("unknown language %q: use one of %s (list_languages tells more)", e.Name, strings.Join(e.Names, ", "))
+}
+
+// Resolve returns the language or template called name and its image: a
+// template runs as its built-in language does, under its own name.
+// progress hears a template's build when it is built for this use.
+func (r *Registry) Resolve(ctx context.Context, name string, progress func(string)) (Language, string, error) {
+	if l, img, ok := r.Lookup(name); ok {
+		l.Base = l.Name
+		return l, img, nil
+	}
+	unknown := &UnknownError{Name: name, Names: r.Names()}
+	if len(unknown.Name) > 64 {
+		unknown.Name = unknown.Name[:64] + "..."
+	}
+	if r.templates == nil {
+		return Language{}, "", unknown
+	}
+	base, img, ok, err := r.templates.ResolveImage(ctx, name, progress)
+	if !ok {
+		return Language{}, "", unknown
+	}
+	if err != nil {
+		return Language{}, "", err
+	}
+	l, ok := Builtin(base)
+	if !ok {
+		return Language{}, "", fmt.Errorf("template %s follows %q, which is not a language", name, base)
+	}
+	l.Name, l.Base, l.Description = name, base, "template on "+base
+	return l, img, nil
+}
 
 // Lookup returns a language and the image reference it runs in.
 func (r *Registry) Lookup(name string) (Language, string, bool) {
@@ -190,12 +279,13 @@ func (r *Registry) Lookup(name string) (Language, string, bool) {
 	return l, images.Tag(l.ImageName), true
 }
 
-// Names lists the known language names, sorted.
+// Names lists the known language names and the policy's templates, sorted.
 func (r *Registry) Names() []string {
 	names := make([]string, 0, len(builtins))
 	for _, l := range builtins {
 		names = append(names, l.Name)
 	}
+	names = append(names, r.TemplateNames()...)
 	sort.Strings(names)
 	return names
 }

@@ -41,7 +41,10 @@ const (
 )
 
 // Toolsets lists the toolsets that exist.
-var Toolsets = []string{tools.ToolsetExec, tools.ToolsetJobs, tools.ToolsetInfo, tools.ToolsetWorkspaces, tools.ToolsetAdmin}
+var Toolsets = []string{tools.ToolsetExec, tools.ToolsetJobs, tools.ToolsetInfo, tools.ToolsetWorkspaces, tools.ToolsetAdmin, tools.ToolsetTemplates}
+
+// OffByDefault are the toolsets on only when named (or with preset all).
+var OffByDefault = tools.OffByDefault
 
 // Preset is a named choice of tools for --toolsets: whole toolsets, and
 // single tools. An operator trims what every agent pays for in its context.
@@ -94,7 +97,7 @@ func selectTools(names []string) (selection, error) {
 
 func (sel selection) enabled(t tools.Tool) bool {
 	if len(sel.sets) == 0 && len(sel.tools) == 0 {
-		return true
+		return !slices.Contains(OffByDefault, t.Toolset)
 	}
 	return sel.sets[t.Toolset] || sel.tools[t.Def.Name]
 }

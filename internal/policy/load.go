@@ -92,6 +92,9 @@ func parse(data []byte) (*Policy, error) {
 	if p.Languages == nil { // "languages:" with no value
 		p.Languages = map[string]Language{}
 	}
+	if p.Templates == nil {
+		p.Templates = map[string]Template{}
+	}
 	if p.Pool.Size == nil {
 		p.Pool.Size = map[string]int{}
 	}

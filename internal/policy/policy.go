@@ -49,6 +49,11 @@ type Policy struct {
 	// Languages optionally overrides the image of a language, by language name.
 	// Never nil after Default() or Load().
 	Languages map[string]Language `yaml:"languages"`
+	// Templates are images the operator defines from a Dockerfile, by name
+	// (docs/templates.md). Never nil after Default() or Load().
+	Templates map[string]Template `yaml:"templates"`
+	// TemplateBuilds caps template builds and their disk.
+	TemplateBuilds TemplateBuilds `yaml:"templates_build"`
 	// Pool keeps sandboxes started before their jobs, so jobs start in milliseconds.
 	Pool Pool `yaml:"pool"`
 	// Scripts configures run_script and benchmark_script.
@@ -310,15 +315,17 @@ func Default() *Policy {
 			DefaultWaitS:     30,
 			MaxWaitS:         50, // below the common 60 s client request timeout
 		},
-		Network:    NetworkNone,
-		Egress:     Egress{Allow: []string{}, Hosts: map[string]string{}},
-		Secrets:    map[string]Secret{},
-		Runtime:    "",
-		Backend:    BackendDocker,
-		Kubernetes: Kubernetes{MountMB: 256},
-		Languages:  map[string]Language{},
-		Pool:       Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2, MaxTotal: 6, FollowIdleS: 300},
-		Scripts:    Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300, GoBuildCacheMB: 1024},
+		Network:        NetworkNone,
+		Egress:         Egress{Allow: []string{}, Hosts: map[string]string{}},
+		Secrets:        map[string]Secret{},
+		Runtime:        "",
+		Backend:        BackendDocker,
+		Kubernetes:     Kubernetes{MountMB: 256},
+		Languages:      map[string]Language{},
+		Templates:      map[string]Template{},
+		TemplateBuilds: TemplateBuilds{MaxContextMB: 256, MaxBuildS: 900, MaxImageMB: 4096, DiskMB: 20480},
+		Pool:           Pool{Enabled: true, Size: map[string]int{"bash": 2, "python": 1}, Parallel: 2, MaxTotal: 6, FollowIdleS: 300},
+		Scripts:        Scripts{EnvFileDirs: []string{}, DependencyCacheMB: 2048, DependencyInstallTimeoutS: 300, GoBuildCacheMB: 1024},
 		Workspaces: Workspaces{Enabled: true, Max: 8, IdleStopS: 600, DiskMB: 1024, MaxPorts: 4,
 			InstallNetwork: NetworkBridge, PipIndexURL: "", InstallCAFile: "",
 			InstallGoProxy: "https://proxy.golang.org,direct", InstallGoSumDB: "sum.golang.org"},

@@ -184,6 +184,7 @@ func (p *Policy) Validate() error {
 		ps.add("runtime", "invalid OCI runtime name %q (want letters, digits, '.', '_', '-'; or empty for the engine default)", p.Runtime)
 	}
 	p.validateBackend(&ps)
+	p.validateTemplates(&ps)
 
 	names := make([]string, 0, len(p.Languages))
 	for name := range p.Languages {

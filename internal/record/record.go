@@ -237,6 +237,9 @@ type WorkspaceDetails struct {
 	// Secrets are the secrets its jobs use (create_workspace's secrets),
 	// each with the workspace's placeholder: never a value.
 	Secrets []SecretUse `json:"secrets,omitempty"`
+	// Template is the template the workspace was made from (its Language
+	// is the template's built-in language, its Image the template's).
+	Template string `json:"template,omitempty"`
 }
 
 // SecretUse is a secret as a workspace's jobs hold it: its name and the
@@ -276,3 +279,28 @@ type BlockedCommand struct {
 	AddedBy string // who added it, e.g. the MCP client's name
 	AddedAt time.Time
 }
+
+// Template is a template's built image: one of the policy's (Tenant "",
+// everyone's) or a tenant's snapshot of a workspace.
+type Template struct {
+	Name      string
+	Tenant    string // "" for the policy's templates
+	Source    string // TemplateDockerfile or TemplateSnapshot
+	Language  string // the built-in language it follows
+	Key       string // cache key of every input
+	Image     string // the final image's tag
+	ImageID   string
+	SizeBytes int64
+	Workspace string // a snapshot's workspace
+	CreatedAt time.Time
+	UsedAt    time.Time // last job or workspace started from it
+}
+
+// Template sources.
+const (
+	TemplateDockerfile = "dockerfile"
+	TemplateSnapshot   = "snapshot"
+)
+
+// ErrTemplateNotFound is a template the caller's tenant cannot see.
+var ErrTemplateNotFound = errors.New("template not found")

@@ -36,6 +36,8 @@ type Capabilities struct {
 	// EgressTunnel serves the proxy over each egress sandbox's own tunnel,
 	// for an engine whose sandboxes have no network.
 	EgressTunnel EgressTunneler
+	// Images builds and commits the images of templates.
+	Images ImageBuilder
 	// TunnelInstalls says a workspace's installers have no network and
 	// reach their registries only through the tunnel.
 	TunnelInstalls TunnelInstaller

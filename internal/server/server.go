@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/serverlock"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/template"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
@@ -48,22 +49,23 @@ const recoverWithin = 30 * time.Second
 // Server is sandboxer, assembled: New makes it, Serve runs it, Close
 // releases what New took.
 type Server struct {
-	cfg      *config.Config
-	log      zerolog.Logger
-	st       *store.Store
-	lock     *serverlock.Lock
-	tokens   *auth.Tokens     // nil: no token file
-	mt       *metrics.Metrics // nil: no metrics
-	engine   sandbox.Engine
-	audit    *audit.Log
-	stack    *stack
-	goBuilds *gobuild.Cache
-	jobs     *job.Manager
-	caches   *deps.Manager
-	blocked  *blocklist.List
-	trim     *memtrim.Trimmer
-	mcp      *mcpserver.Server
-	closers  []func() // in the order they run
+	cfg       *config.Config
+	log       zerolog.Logger
+	st        *store.Store
+	lock      *serverlock.Lock
+	tokens    *auth.Tokens     // nil: no token file
+	mt        *metrics.Metrics // nil: no metrics
+	engine    sandbox.Engine
+	audit     *audit.Log
+	stack     *stack
+	goBuilds  *gobuild.Cache
+	jobs      *job.Manager
+	caches    *deps.Manager
+	templates *template.Manager
+	blocked   *blocklist.List
+	trim      *memtrim.Trimmer
+	mcp       *mcpserver.Server
+	closers   []func() // in the order they run
 }
 
 // New makes every part of the server from cfg, in order. It starts no
@@ -111,6 +113,11 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	s.onClose(s.stack.close)
+	s.templates = template.New(cfg.Policy, s.engine.Capabilities().Images, s.st, log)
+	if s.stack.egress != nil {
+		s.templates.Egress = s.stack.egress.Grant
+	}
+	languages.WithTemplates(s.templates)
 	jobOpts := []job.Option{job.WithServer(s.lock.ID(), serverlock.NewProber(cfg.StateDir)), job.WithObserver(obs)}
 	// Fresh go sandboxes read their tenant's shared build cache, which a
 	// trusted builder fills after them.
@@ -135,7 +142,7 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 	s.mcp, err = mcpserver.New(tools.Deps{
 		Jobs: s.jobs, Policy: cfg.Policy, Languages: languages, Runtime: s.stack.rt, Pool: s.stack.warm,
 		Workspaces: s.stack.workspaces, Dependencies: s.caches, Blocklist: s.blocked,
-		Processes: s.engine.Capabilities().Processes,
+		Processes: s.engine.Capabilities().Processes, Templates: s.templates,
 	}, cfg.Toolsets, mcpserver.WithAudit(s.audit, s.lock.ID()), mcpserver.WithObserver(obs), mcpserver.WithIdleTrim(s.trim))
 	return s, err
 }

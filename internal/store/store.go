@@ -183,11 +183,27 @@ var migrations = []string{
 		updated_at  INTEGER NOT NULL
 	) STRICT;
 	CREATE INDEX tasks_tenant ON tasks (tenant, created_at DESC, id DESC);`,
+	// 9: templates' builds (templates.go): the policy's (tenant '') and
+	// the tenants' snapshots.
+	`CREATE TABLE templates (
+		name        TEXT NOT NULL,
+		tenant      TEXT NOT NULL,
+		source      TEXT NOT NULL,
+		language    TEXT NOT NULL,
+		key         TEXT NOT NULL,
+		image       TEXT NOT NULL,
+		image_id    TEXT NOT NULL DEFAULT '',
+		size_bytes  INTEGER NOT NULL DEFAULT 0,
+		workspace   TEXT NOT NULL DEFAULT '',
+		created_at  INTEGER NOT NULL,
+		used_at     INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name)
+	) STRICT;`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build
 // creates and understands; it equals len(migrations).
-const SchemaVersion = 8
+const SchemaVersion = 9
 
 func init() {
 	if len(migrations) != SchemaVersion {

@@ -9,7 +9,8 @@ import (
 // environment, files, working directory (defaultCwd when spec has none), stdin and
 // terminal. Each runtime adds its kill mode, deadline and rlimits.
 func JobSpec(spec sandbox.Spec, defaultCwd string) proto.Spec {
-	ps := proto.Spec{Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir, Stdin: proto.StdinClosed, Files: spec.Files, Collect: spec.Collect}
+	ps := proto.Spec{Argv: spec.Cmd, Env: spec.Env, InheritEnv: true, Cwd: spec.WorkDir, Stdin: proto.StdinClosed, Files: spec.Files, Collect: spec.Collect,
+		Seed: spec.Workspace == ""} // a fresh sandbox starts with its template's files; a workspace got them when made
 	if ps.Cwd == "" {
 		ps.Cwd = defaultCwd
 	}

@@ -177,6 +177,17 @@ func InstallPackages(d Deps) Tool {
 // installProgress sends throttled progress notifications with the
 // installers' latest output line, when the client asked for them.
 func (d Deps) installProgress(ctx context.Context, req mcp.CallToolRequest) (func(manager, line string), func()) {
+	send, stop := d.lineProgress(ctx, req, nil)
+	if send == nil {
+		return nil, stop
+	}
+	return func(manager, line string) { send(manager + ": " + line) }, stop
+}
+
+// lineProgress sends lines of a call's work as progress notifications, a
+// second apart (those always says must go out go at once), when the client
+// asked for them; stop ends them before the result is sent.
+func (d Deps) lineProgress(ctx context.Context, req mcp.CallToolRequest, always func(string) bool) (send func(string), stop func()) {
 	if d.Notifier == nil || req.Params.Meta == nil || req.Params.Meta.ProgressToken == nil {
 		return nil, func() {}
 	}
@@ -185,15 +196,15 @@ func (d Deps) installProgress(ctx context.Context, req mcp.CallToolRequest) (fun
 	var last time.Time
 	n := 0.0
 	done := false
-	return func(manager, line string) {
+	return func(line string) {
 			mu.Lock()
 			defer mu.Unlock()
-			if done || time.Since(last) < progressInterval {
+			if done || (time.Since(last) < progressInterval && (always == nil || !always(line))) {
 				return
 			}
 			last = time.Now()
 			n++
-			d.Notifier.Progress(ctx, token, n, manager+": "+line)
+			d.Notifier.Progress(ctx, token, n, line)
 		}, func() {
 			mu.Lock()
 			done = true

@@ -106,9 +106,11 @@ func ListCommands(d Deps) Tool {
 			if name == "" {
 				name = lang.DefaultLanguage
 			}
-			language, image, ok := d.Languages.Lookup(name)
-			if !ok {
-				return errorResult("unknown language %q: use one of %s (list_languages tells more)", truncate(name, 64), strings.Join(d.Languages.Names(), ", ")), nil
+			ctx, stop := d.withBuildProgress(ctx, req)
+			language, image, problem := d.resolveLanguage(ctx, name)
+			stop()
+			if problem != nil {
+				return problem, nil
 			}
 			if problem := d.checkImage(ctx, image); problem != nil {
 				return problem, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandboxer/sandboxer/internal/lang"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
 // LanguageInfo is one language of list_languages.
@@ -91,6 +92,7 @@ func ListLanguages(d Deps) Tool {
 			}
 			res.Languages = append(res.Languages, LanguageInfo{Name: l.Name, Image: image, Built: built, Description: l.Description, VersionCmd: l.VersionCmd})
 		}
+		res.Languages = append(res.Languages, d.templateLanguages(ctx)...)
 		// Versions are asked once per image and command, all at once.
 		var wg sync.WaitGroup
 		for i := range res.Languages {
@@ -115,7 +117,11 @@ func ListLanguages(d Deps) Tool {
 		wg.Wait()
 		for _, l := range res.Languages {
 			state := "built"
-			if !l.Built {
+			switch {
+			case l.Built:
+			case strings.HasPrefix(l.Description, "template"):
+				state = "not built (on first use)"
+			default:
 				state = "not built (make images)"
 			}
 			fmt.Fprintf(&b, "%-10s %-32s %-24s %s\n", l.Name, l.Image, state, l.Version)
@@ -125,4 +131,24 @@ func ListLanguages(d Deps) Tool {
 		}
 		return structured(res, strings.TrimSpace(b.String())), nil
 	}}
+}
+
+// templateLanguages are the templates ctx's tenant sees, as languages.
+func (d Deps) templateLanguages(ctx context.Context) []LanguageInfo {
+	var out []LanguageInfo
+	for _, t := range d.Templates.List(ctx) {
+		desc := fmt.Sprintf("template on %s from its Dockerfile, key %s", t.Language, t.Key)
+		if t.Source == record.TemplateSnapshot {
+			desc = fmt.Sprintf("template on %s, a snapshot of workspace %s, key %s", t.Language, t.Workspace, t.Key)
+		}
+		if t.Problem != "" {
+			desc += "; " + cleanMessage(t.Problem)
+		}
+		version := ""
+		if l, ok := lang.Builtin(t.Language); ok {
+			version = l.VersionCmd
+		}
+		out = append(out, LanguageInfo{Name: t.Name, Image: t.Image, Built: t.Image != "", Description: desc, VersionCmd: version})
+	}
+	return out
 }

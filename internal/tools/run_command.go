@@ -103,7 +103,9 @@ func RunCommand(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		jr, wait, problem := d.commandRequest(ctx, args)
+		bctx, stopBuild := d.withBuildProgress(ctx, req)
+		jr, wait, problem := d.commandRequest(bctx, args)
+		stopBuild()
 		if problem != nil {
 			return problem, nil
 		}
@@ -165,9 +167,9 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 	if name == "" {
 		name = lang.DefaultLanguage
 	}
-	language, image, ok := d.Languages.Lookup(name)
-	if !ok {
-		return job.Request{}, 0, errorResult("unknown language %q: use one of %s (list_languages tells more)", truncate(name, 64), strings.Join(d.Languages.Names(), ", "))
+	language, image, problem := d.resolveLanguage(ctx, name)
+	if problem != nil {
+		return job.Request{}, 0, problem
 	}
 	var wsName string
 	if args.Workspace != "" {
@@ -175,7 +177,7 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 		if problem != nil {
 			return job.Request{}, 0, problem
 		}
-		language.Name, image, wsName = w.Language, w.Image, w.Name
+		language.Name, language.Base, image, wsName = w.Language, w.Language, w.Image, w.Name
 	}
 	if problem := noWorkspaceMounts(args.Mounts, wsName); problem != nil {
 		return job.Request{}, 0, problem
@@ -240,7 +242,7 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 		Limits:  limits,
 		Network: network, Egress: allow, Secrets: secrets,
 		Mounts:  mounts,
-		Figures: capturesFigures(language.Name), Returns: args.Returns,
+		Figures: capturesFigures(language.Base), Returns: args.Returns,
 	}, wait, nil
 }
 

@@ -99,8 +99,15 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 		return nil, errorResult("language is required: one of %s", strings.Join(lang.ScriptNames(), ", "))
 	}
 	rec, ok := lang.Builtin(args.Language)
-	if !ok || rec.Script.File == "" {
-		return nil, errorResult("language %q is not one run_script knows: use one of %s", truncate(args.Language, 64), strings.Join(lang.ScriptNames(), ", "))
+	if !ok { // a template runs as its language does
+		l, _, problem := d.resolveLanguage(ctx, args.Language)
+		if problem != nil {
+			return nil, problem
+		}
+		rec, _ = lang.Builtin(l.Base)
+	}
+	if rec.Script.File == "" {
+		return nil, errorResult("language %q is not one run_script knows: use one of %s", truncate(args.Language, 64), strings.Join(d.scriptLanguageNames(), ", "))
 	}
 	sl := rec.Script
 	if strings.TrimSpace(args.Code) == "" {
@@ -146,7 +153,7 @@ func (d Deps) scriptRequest(ctx context.Context, args RunScriptArgs) (*scriptRun
 	}
 	driver := script.Driver(sl, setup)
 	jr, wait, problem := d.commandRequest(ctx, RunCommandArgs{
-		Command: driver, Language: scriptLanguageIn(rec.Name, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
+		Command: driver, Language: scriptLanguageIn(args.Language, args.Workspace), Workspace: args.Workspace, Env: env, KeepStdinOpen: args.KeepStdinOpen,
 		TimeoutS: args.TimeoutS, WaitS: args.WaitS, Background: args.Background, Output: args.Output,
 		MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids, Mounts: args.Mounts, Egress: args.Egress, Secrets: args.Secrets,
 		Returns: args.Returns,
@@ -336,7 +343,7 @@ func RunScript(d Deps) Tool {
 	pol := d.policyOrDefault()
 	l := pol.Limits
 	in := inputSchema[RunScriptArgs](map[string]param{
-		"language": oneOf(scriptLanguageNames()...).describe("language"),
+		"language": oneOf(d.scriptLanguageNames()...).checkedByHandler().describe("language"),
 		"timeout_s": between(minTimeoutS, float64(l.TimeoutS.Max)).checkedByHandler().describe(
 			"seconds until killed; default %d", l.TimeoutS.Default),
 		"wait_s": waitParam(pol, "seconds to wait", float64(pol.Jobs.DefaultWaitS)),
@@ -364,7 +371,9 @@ func RunScript(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		run, problem := d.scriptRequest(ctx, args)
+		bctx, stopBuild := d.withBuildProgress(ctx, req)
+		run, problem := d.scriptRequest(bctx, args)
+		stopBuild()
 		if problem != nil {
 			return problem, nil
 		}

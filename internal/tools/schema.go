@@ -286,7 +286,7 @@ func (d Deps) languageNames() []string {
 	for _, l := range reg.All() {
 		names = append(names, l.Name)
 	}
-	return names
+	return append(names, reg.TemplateNames()...)
 }
 
 // waitParam describes wait_s for a call whose default wait is def seconds.

@@ -84,7 +84,7 @@ func TestToolContract(t *testing.T) {
 			}
 		}
 		switch tool.Toolset {
-		case ToolsetExec, ToolsetJobs, ToolsetInfo, ToolsetWorkspaces, ToolsetAdmin:
+		case ToolsetExec, ToolsetJobs, ToolsetInfo, ToolsetWorkspaces, ToolsetAdmin, ToolsetTemplates:
 		default:
 			t.Errorf("%s: unknown toolset %q", d.Name, tool.Toolset)
 		}

@@ -106,7 +106,9 @@ func StartSession(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
-		jr, rr, problem := d.sessionRequest(ctx, args)
+		bctx, stopBuild := d.withBuildProgress(ctx, req)
+		jr, rr, problem := d.sessionRequest(bctx, args)
+		stopBuild()
 		if problem != nil {
 			return problem, nil
 		}
@@ -160,9 +162,9 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 	if name == "" {
 		name = lang.DefaultLanguage
 	}
-	language, image, ok := d.Languages.Lookup(name)
-	if !ok {
-		return fail("unknown language %q: use one of %s (list_languages tells more)", truncate(name, 64), strings.Join(d.Languages.Names(), ", "))
+	language, image, problem := d.resolveLanguage(ctx, name)
+	if problem != nil {
+		return job.Request{}, job.ReadRequest{}, problem
 	}
 	mode := args.Mode
 	switch mode {
@@ -233,7 +235,7 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 		if problem != nil {
 			return job.Request{}, job.ReadRequest{}, problem
 		}
-		language.Name, image, wsName = w.Language, w.Image, w.Name
+		language.Name, language.Base, image, wsName = w.Language, w.Language, w.Image, w.Name
 	}
 	if problem := noWorkspaceMounts(args.Mounts, wsName); problem != nil {
 		return job.Request{}, job.ReadRequest{}, problem
@@ -312,7 +314,7 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
 		KeepStdinOpen: true, Limits: limits, Network: network, Egress: allow, Secrets: secrets,
 		TTY: tty, Details: record.Details{Session: details}, Mounts: mounts,
-		Figures: capturesFigures(language.Name),
+		Figures: capturesFigures(language.Base),
 	}, rr, nil
 }
 

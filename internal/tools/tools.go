@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/pool"
+	"github.com/sandboxer/sandboxer/internal/template"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
@@ -62,6 +63,8 @@ type Deps struct {
 	// Processes lists and signals processes inside sandboxes (the engine,
 	// never the warm pool in front of it); nil when the runtime cannot.
 	Processes sandbox.ProcessInspector
+	// Templates builds and finds templates; nil = none.
+	Templates *template.Manager
 }
 
 // Tool is a definition with its handler and toolset.
@@ -108,6 +111,7 @@ func All(d Deps) []Tool {
 		BlockCommand(d),
 		UnblockCommand(d),
 		ListCommands(d),
+		SnapshotWorkspace(d),
 	}
 }
 

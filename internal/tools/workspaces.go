@@ -141,9 +141,10 @@ func CreateWorkspace(d Deps) Tool {
 		if args.Import != "" && args.From != "" {
 			return errorResult("import and from: give one; a fork keeps its source's import baseline"), nil
 		}
+		var src *record.Workspace
 		if args.From != "" {
-			src, problem := d.workspaceFor(ctx, args.From, args.Language)
-			if problem != nil {
+			var problem *mcp.CallToolResult
+			if src, problem = d.workspaceFor(ctx, args.From, args.Language); problem != nil {
 				return problem, nil
 			}
 			args.Language = src.Language
@@ -152,9 +153,18 @@ func CreateWorkspace(d Deps) Tool {
 		if name == "" {
 			name = lang.DefaultLanguage
 		}
-		language, image, ok := d.Languages.Lookup(name)
-		if !ok {
-			return errorResult("unknown language %q: use one of %s (list_languages tells more)", truncate(name, 64), strings.Join(d.Languages.Names(), ", ")), nil
+		ctx, stop := d.withBuildProgress(ctx, req)
+		language, image, problem := d.resolveLanguage(ctx, name)
+		stop()
+		if problem != nil {
+			return problem, nil
+		}
+		template := ""
+		if language.Name != language.Base {
+			template = language.Name
+		}
+		if src != nil { // a fork runs on its source's image, template or not
+			image, template = src.Image, src.Details.Template
 		}
 		limits, err := d.Policy.Resolve(policy.Request{MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids})
 		if err != nil {
@@ -181,7 +191,7 @@ func CreateWorkspace(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
-		w, origin, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Name, Image: image, Limits: limits,
+		w, origin, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Base, Template: template, Image: image, Limits: limits,
 			Mounts: mounts, Import: imp, From: args.From, Egress: allow, Secrets: secretNames(secrets)})
 		if err != nil {
 			return workspaceFailure(err), nil
@@ -295,7 +305,7 @@ func (d Deps) workspaceFor(ctx context.Context, name, language string) (*record.
 		return nil, workspaceFailure(err)
 	}
 	if language != "" {
-		if l, _, ok := d.Languages.Lookup(language); ok && l.Name != w.Language {
+		if language != w.Language && language != w.Details.Template {
 			return nil, errorResult("language %q does not match workspace %q, which runs %s: omit language", truncate(language, 32), name, w.Language)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/baseline"
 	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/policy"
@@ -30,6 +32,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/secret"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
@@ -198,8 +201,12 @@ func (m *Manager) Policy() *policy.Policy { return m.pol }
 // CreateRequest is what a workspace is made of.
 type CreateRequest struct {
 	Name, Language, Image string
-	Limits                policy.Resolved
-	Mounts                []sandbox.Mount // granted host directories, read-only
+	// Template is the template Image is (""= a language's image): a new
+	// workspace starts with its files (proto.SeedDir) unless Import or
+	// From fill it.
+	Template string
+	Limits   policy.Resolved
+	Mounts   []sandbox.Mount // granted host directories, read-only
 	// Import, when set, fills /workspace with a copy of a granted mount's
 	// tree and keeps it as the baseline of Changes.
 	Import *Import
@@ -273,6 +280,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*record.Worksp
 		origin, err = m.fillImport(ctx, w, im)
 	case src != nil:
 		origin, err = m.fillFork(ctx, w, src)
+	case req.Template != "":
+		err = m.fillSeed(ctx, w)
 	}
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
@@ -292,7 +301,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*record.Worksp
 		Name: req.Name, Language: req.Language, Image: req.Image, State: StateCreating, ServerID: m.server,
 		Limits: record.WorkspaceLimits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
 			DiskBytes: m.pol.Workspaces.DiskMB << 20},
-		CreatedAt: time.Now(), LastUsedAt: time.Now(), Details: record.WorkspaceDetails{Egress: req.Egress},
+		CreatedAt: time.Now(), LastUsedAt: time.Now(), Details: record.WorkspaceDetails{Egress: req.Egress, Template: req.Template},
 	}
 	for _, name := range req.Secrets {
 		rec.Details.Secrets = append(rec.Details.Secrets, record.SecretUse{Name: name, Placeholder: secret.NewPlaceholder()})
@@ -637,4 +646,24 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// fillSeed gives a workspace made from a template the template's files.
+func (m *Manager) fillSeed(ctx context.Context, w *record.Workspace) error {
+	var out bytes.Buffer
+	code, err := m.rt.Exec(ctx, w.ContainerID, sandbox.ExecOptions{
+		Cmd: []string{images.SupervisorPath, proto.SeedCommand, Root}, Stdout: &out, Stderr: &out})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit code %d: %s", code, strings.TrimSpace(out.String()))
+	}
+	if err != nil {
+		return fmt.Errorf("template %s: its files: %w", w.Details.Template, err)
+	}
+	return nil
+}
+
+// Files streams a workspace's /workspace as a tar ("./" names), running or
+// stopped; the caller closes it.
+func (m *Manager) Files(ctx context.Context, w *record.Workspace) (io.ReadCloser, error) {
+	return m.rt.CopyFrom(ctx, w.ContainerID, Root+"/.")
 }

@@ -217,7 +217,7 @@ func TestBuildFromImages(t *testing.T) {
 		{df: "RUN true\n", err: true},
 	}
 	for _, c := range cases {
-		got, err := fromImages(c.df, c.args)
+		got, err := images.FromImages(c.df, c.args)
 		if (err != nil) != c.err {
 			t.Errorf("%q: err = %v", c.df, err)
 			continue
@@ -241,7 +241,7 @@ func TestBuildFromImages(t *testing.T) {
 			want = images.CoreTag(im.Base)
 			args[images.BaseImageArg] = want // each image is built FROM its parent's core
 		}
-		if got, err := fromImages(df, args); err != nil || len(got) != 1 || got[0] != want {
+		if got, err := images.FromImages(df, args); err != nil || len(got) != 1 || got[0] != want {
 			t.Errorf("%s: FROM images %v, %v; want [%s]", im.Name, got, err, want)
 		}
 	}
@@ -255,7 +255,7 @@ func TestBuildFromImages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := fromImages(df, b.BuildArgs)
+		got, err := images.FromImages(df, b.BuildArgs)
 		want := images.BaseRef
 		switch im, _ := images.Lookup(b.Image); {
 		case b.Final:

@@ -360,6 +360,7 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		// exec cannot be re-joined after a restart, so its job dies with
 		// this server's stream to it; a daemon's job waits for the next.
 		ps.KillMode, ps.KillOnDetach = proto.KillTree, h.execID != ""
+		ps.Seed = false // a workspace got its template's files when made
 		ps.Rlimits = supervisor.JobRlimits(spec.Limits)
 	}
 	h.c.HasStdin, h.c.TTY = spec.OpenStdin, spec.TTY != nil
@@ -662,5 +663,5 @@ var _ sandbox.Engine = (*Runtime)(nil)
 // tunnels: its sandboxes can join the egress network, and its installers a
 // network of their own.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, Processes: r, EgressNetwork: r}
+	return sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, Processes: r, EgressNetwork: r, Images: r}
 }

@@ -34,6 +34,7 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 		{"Volumes", func(c sandbox.Capabilities) bool { return c.Volumes != nil }, runVolumes},
 		{"Processes", func(c sandbox.Capabilities) bool { return c.Processes != nil }, runProcesses},
 		{"Workspaces", func(c sandbox.Capabilities) bool { return c.Workspaces != nil }, runWorkspaces},
+		{"Images", func(c sandbox.Capabilities) bool { return c.Images != nil }, runImages},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {

@@ -87,6 +87,8 @@ func Main() {
 			os.Exit(changesMain(os.Stdin, os.Stdout))
 		case proto.RelayCommand:
 			os.Exit(relayMain(os.Args[2:], os.Stdin, os.Stdout))
+		case proto.SeedCommand:
+			os.Exit(seedMain(os.Args[2:]))
 		case proto.DaemonCommand:
 			os.Exit(daemonMain())
 		case proto.ConnectCommand:

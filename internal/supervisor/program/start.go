@@ -39,6 +39,11 @@ func (s *super) start() (int, error) {
 			}
 			return codeCannotExec, fmt.Errorf("cannot start: working directory %s: %v", truncate(cwd, 200), unwrapPath(err))
 		}
+		if sp.Seed {
+			if _, err := seedWorkdir(proto.SeedDir, cwd); err != nil {
+				return codeCannotExec, fmt.Errorf("cannot start: %v", err)
+			}
+		}
 	}
 	if s.early != nil {
 		early := s.early

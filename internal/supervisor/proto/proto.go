@@ -337,6 +337,9 @@ type Spec struct {
 	AwaitExitAck bool `json:"await_exit_ack,omitempty"`
 	// Files are written before the job starts (see File).
 	Files []File `json:"files,omitempty"`
+	// Seed copies SeedDir, when the image has one, into Cwd before the
+	// job starts (a fresh sandbox's empty working directory).
+	Seed bool `json:"seed,omitempty"`
 	// Collect names the files the job returns (collect.go), sent before Exit.
 	Collect *Collect `json:"collect,omitempty"`
 }
@@ -354,6 +357,15 @@ type File struct {
 
 // FilesDir holds every File: on the sandbox's /tmp tmpfs.
 const FilesDir = "/tmp/.sandboxer/"
+
+// SeedDir is where a template's image keeps the files each fresh job and
+// each new workspace made from it starts with (a snapshot's /workspace):
+// the supervisor copies them into the job's empty working directory
+// (Spec.Seed), or into a new workspace (SeedCommand).
+const SeedDir = "/usr/local/share/sandboxer/workspace"
+
+// SeedCommand copies SeedDir into the directory named by its argument.
+const SeedCommand = "seed"
 
 // MaxFilesBytes bounds the Files of one spec, together.
 const MaxFilesBytes = 1 << 20

@@ -1,0 +1,149 @@
+package policy
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Template is an image the operator defines from a Dockerfile
+// (internal/template builds it). Jobs name it where they name a language.
+type Template struct {
+	// Dockerfile is an absolute path; "" = <context>/Dockerfile. It is
+	// sent as the context's Dockerfile, whatever its name.
+	Dockerfile string `yaml:"dockerfile"`
+	// Context is the absolute directory sent to the builder.
+	Context string `yaml:"context"`
+	// BuildArgs are the build's ARG values.
+	BuildArgs map[string]string `yaml:"build_args"`
+	// Language is the built-in language whose run_script, installs and
+	// sessions the template follows; "" = bash.
+	Language string `yaml:"language"`
+	// Network is the build's network: "none" (default), "egress" (the
+	// allowlist proxy) or "bridge" (only with templates_build.allow_bridge).
+	Network string `yaml:"network"`
+}
+
+// TemplateBuilds are the caps of every template build and the templates'
+// disk budget.
+type TemplateBuilds struct {
+	// MaxContextMB caps a build context (its files, before anything is sent).
+	MaxContextMB int64 `yaml:"max_context_mb"`
+	// MaxBuildS caps one build's time.
+	MaxBuildS int64 `yaml:"max_build_s"`
+	// MaxImageMB caps a built image's size: a larger one is removed and refused.
+	MaxImageMB int64 `yaml:"max_image_mb"`
+	// DiskMB is what all templates' images may take together; past it the
+	// least recently used one not in use is removed.
+	DiskMB int64 `yaml:"disk_mb"`
+	// AllowBridge lets a template build on the engine's bridge network
+	// (full network access during the build).
+	AllowBridge bool `yaml:"allow_bridge"`
+}
+
+// TemplateNamePattern is a template's name: a language's grammar.
+var TemplateNamePattern = LanguageNamePattern
+
+var buildArgPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// IsBuiltinLanguage says whether name is a built-in language. Package lang
+// (which imports policy) sets it: templates share the languages' names.
+var IsBuiltinLanguage func(name string) bool
+
+// validateTemplates checks templates and templates_build.
+func (p *Policy) validateTemplates(ps *problems) {
+	builtin := IsBuiltinLanguage
+	b := p.TemplateBuilds
+	ps.intIn("templates_build.max_context_mb", b.MaxContextMB, 1, maxMB)
+	ps.intIn("templates_build.max_build_s", b.MaxBuildS, 10, maxSeconds)
+	ps.intIn("templates_build.max_image_mb", b.MaxImageMB, 16, 1<<20)
+	ps.intIn("templates_build.disk_mb", b.DiskMB, 16, 1<<22)
+	if len(p.Templates) > 0 && p.Backend == BackendKubernetes {
+		ps.add("templates", "templates need backend docker (Docker or Podman), which build images: on kubernetes, build the image yourself, push it where the cluster pulls from, and map a language to it (languages.<name>.image)")
+	}
+	names := make([]string, 0, len(p.Templates))
+	for n := range p.Templates {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t := p.Templates[name]
+		key := "templates." + name
+		if !TemplateNamePattern.MatchString(name) {
+			ps.add(key, "invalid template name %q (want %s)", name, TemplateNamePattern)
+			continue
+		}
+		if builtin != nil && builtin(name) {
+			ps.add(key, "%q is a built-in language: templates share the languages' names, so pick another", name)
+		}
+		if !cleanAbs(t.Context) {
+			ps.add(key+".context", "must be a clean absolute directory, got %q", t.Context)
+		}
+		if t.Dockerfile != "" && !cleanAbs(t.Dockerfile) {
+			ps.add(key+".dockerfile", "must be a clean absolute path of a Dockerfile (or empty for <context>/Dockerfile), got %q", t.Dockerfile)
+		}
+		if t.Language != "" && builtin != nil && !builtin(t.Language) {
+			ps.add(key+".language", "%q is not a built-in language", t.Language)
+		}
+		switch t.Network {
+		case "", NetworkNone:
+		case NetworkEgress:
+			if len(p.Egress.Allow) == 0 {
+				ps.add(key+".network", "egress needs hosts in egress.allow")
+			}
+		case NetworkBridge:
+			if !b.AllowBridge {
+				ps.add(key+".network", "bridge gives the build the whole network: set templates_build.allow_bridge: true to allow it, or use egress")
+			}
+		default:
+			ps.add(key+".network", "must be %q, %q or %q, got %q", NetworkNone, NetworkEgress, NetworkBridge, t.Network)
+		}
+		args := make([]string, 0, len(t.BuildArgs))
+		for k := range t.BuildArgs {
+			args = append(args, k)
+		}
+		sort.Strings(args)
+		for _, k := range args {
+			if !buildArgPattern.MatchString(k) {
+				ps.add(key+".build_args", "%q is not a build argument name (letters, digits, _)", k)
+			}
+			if strings.ContainsAny(t.BuildArgs[k], "\x00") {
+				ps.add(key+".build_args."+k, "holds a NUL byte")
+			}
+		}
+	}
+}
+
+func cleanAbs(p string) bool {
+	return p != "" && filepath.IsAbs(p) && filepath.Clean(p) == p && p != "/" && !strings.ContainsAny(p, "\x00\n")
+}
+
+// TemplateLanguage is the built-in language a template follows.
+func (t Template) TemplateLanguage() string {
+	if t.Language == "" {
+		return "bash"
+	}
+	return t.Language
+}
+
+// TemplateNetwork is a template build's network.
+func (t Template) TemplateNetwork() string {
+	if t.Network == "" {
+		return NetworkNone
+	}
+	return t.Network
+}
+
+// DockerfilePath is where a template's Dockerfile is read.
+func (t Template) DockerfilePath() string {
+	if t.Dockerfile == "" {
+		return filepath.Join(t.Context, "Dockerfile")
+	}
+	return t.Dockerfile
+}
+
+func (b TemplateBuilds) String() string {
+	return fmt.Sprintf("context %d MiB, build %d s, image %d MiB, disk %d MiB", b.MaxContextMB, b.MaxBuildS, b.MaxImageMB, b.DiskMB)
+}

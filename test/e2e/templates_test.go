@@ -1,0 +1,290 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandboxer/sandboxer/internal/testutil"
+)
+
+// templateDir writes a template's build context: its Dockerfile and files.
+func templateDir(t *testing.T, dockerfile string, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// templatesCLI runs `sandboxer templates ARGS` on a state dir and policy.
+func templatesCLI(t *testing.T, stateDir, policyPath string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(binPath, append([]string{"templates"}, args...)...)
+	cmd.Env = append(os.Environ(), "SANDBOXER_STATE_DIR="+stateDir, "SANDBOXER_POLICY="+policyPath)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// removeTemplateImages removes a test's template images (unique names).
+func removeTemplateImages(t *testing.T, names ...string) {
+	t.Cleanup(func() {
+		for _, n := range names {
+			out, _ := exec.Command("docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "label=dev.sandboxer.template="+n).Output()
+			for _, ref := range strings.Fields(string(out)) {
+				_ = exec.Command("docker", "rmi", "-f", ref).Run()
+			}
+		}
+	})
+}
+
+// TestTemplateFromADockerfile: a template built from a Dockerfile in a temp
+// dir (FROM the local base image, a RUN that writes a file and installs a
+// Debian package through the egress proxy) on first use, with progress
+// notifications; its job sees the file and the program, runs as uid 1000
+// with no capabilities on a read-only root, and starts with the files the
+// template seeds; the second job of the template is warm.
+func TestTemplateFromADockerfile(t *testing.T) {
+	t.Parallel()
+	name := fmt.Sprintf("team%d", time.Now().UnixNano()%1_000_000)
+	removeTemplateImages(t, name)
+	dir := templateDir(t, `FROM sandboxer/base:latest
+USER root
+ARG NOTE=unset
+COPY note.txt /opt/template/note.txt
+RUN echo "$NOTE" > /opt/template/arg.txt \
+ && apt-get update -o Acquire::Retries=2 \
+ && apt-get install -y --no-install-recommends hello \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /usr/local/share/sandboxer/workspace \
+ && echo seeded > /usr/local/share/sandboxer/workspace/start.txt
+`, map[string]string{"note.txt": "from the context\n"})
+	s := startServer(t, policyEnv(t, fmt.Sprintf(`
+egress:
+  allow: [deb.debian.org]
+pool:
+  size: {bash: 0, python: 0}
+templates:
+  %s:
+    context: %s
+    build_args: {NOTE: first}
+    network: egress
+`, name, dir)))
+	req := toolRequest("run_command", map[string]any{"language": name, "wait_s": 45, "command": `
+cat /opt/template/note.txt /opt/template/arg.txt start.txt; hello
+echo "uid $(id -u)"; grep CapEff /proc/self/status
+touch /opt/template/x 2>&1 | sed 's/.*: //'`})
+	req.Params.Meta = &mcp.Meta{ProgressToken: "build"}
+	res, err := s.client.CallTool(ctxTimeout(t, 5*time.Minute), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError {
+		t.Fatalf("run_command on a template: %s\nstderr:\n%s", text(res), tail(s.stderr.String(), 3000))
+	}
+	first := structured(t, res)
+	want := "from the context\nfirst\nseeded\nHello, world!\nuid 1000\nCapEff:\t0000000000000000\nRead-only file system\n"
+	if str(first, "stdout") != want {
+		t.Fatalf("stdout %q, want %q (stderr %q)", str(first, "stdout"), want, str(first, "stderr"))
+	}
+	s.notes.mu.Lock()
+	steps := 0
+	for _, n := range s.notes.progress {
+		if strings.Contains(fmt.Sprint(n.Params.AdditionalFields["message"]), "Step ") {
+			steps++
+		}
+	}
+	s.notes.mu.Unlock()
+	if steps == 0 {
+		t.Errorf("no progress notification named a build step")
+	}
+	if langs := text(s.call("list_languages", map[string]any{})); !strings.Contains(langs, name) {
+		t.Errorf("list_languages does not list the template:\n%s", langs)
+	}
+	if cmds := s.ok("list_commands", map[string]any{"language": name}); !strings.Contains(fmt.Sprint(cmds), "hello") {
+		t.Errorf("list_commands on the template does not name hello: %v", cmds)
+	}
+	// The pool follows use: the template's next job is served warm.
+	warm := s.waitWarm(1)
+	second := s.ok("run_command", map[string]any{"language": name, "command": "hello"})
+	if rec := s.ok("get_job", map[string]any{"job_id": str(second, "job_id")}); !servedWarm(warm, rec) {
+		t.Errorf("the template's second job was not served warm: %v, warm %v", rec["container_id"], warm)
+	}
+	if str(second, "stdout") != "Hello, world!\n" {
+		t.Errorf("second job: %v", second)
+	}
+}
+
+// TestTemplateBuildFailures: a broken RUN step fails the call with that
+// step, its exit code and its last lines; a context over the cap is refused
+// before anything is sent; Dockerfile instructions that reach outside the
+// context are refused.
+func TestTemplateBuildFailures(t *testing.T) {
+	t.Parallel()
+	testutil.RequireDocker(t)
+	sfx := fmt.Sprint(time.Now().UnixNano() % 1_000_000)
+	removeTemplateImages(t, "broken"+sfx, "big"+sfx, "reach"+sfx)
+	broken := templateDir(t, "FROM sandboxer/base:latest\nRUN echo preparing\nRUN for i in 1 2 3; do echo \"line $i\"; done; exit 3\nRUN echo never\n", nil)
+	big := templateDir(t, "FROM sandboxer/base:latest\nCOPY blob /blob\n", map[string]string{"blob": strings.Repeat("x", 2<<20)})
+	reach := templateDir(t, "FROM sandboxer/base:latest\nADD https://example.com/tool.tgz /opt/\n", nil)
+	s := startServer(t, policyEnv(t, fmt.Sprintf(`
+templates_build: {max_context_mb: 1}
+templates:
+  broken%[1]s: {context: %[2]s}
+  big%[1]s: {context: %[3]s}
+  reach%[1]s: {context: %[4]s}
+`, sfx, broken, big, reach)))
+	msg := s.toolErr("run_command", map[string]any{"language": "broken" + sfx, "command": "true"})
+	for _, want := range []string{"Step 3/4 : RUN for i in 1 2 3", "exit code 3", "line 3"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the broken build's error lacks %q:\n%s", want, msg)
+		}
+	}
+	msg = s.toolErr("run_command", map[string]any{"language": "big" + sfx, "command": "true"})
+	if !strings.Contains(msg, "over templates_build.max_context_mb (1 MiB): nothing was sent") {
+		t.Errorf("a context over the cap: %s", msg)
+	}
+	msg = s.toolErr("run_command", map[string]any{"language": "reach" + sfx, "command": "true"})
+	if !strings.Contains(msg, "ADD of https://example.com/tool.tgz is refused") {
+		t.Errorf("ADD of a URL: %s", msg)
+	}
+	if strings.Contains(s.stderr.String(), "big"+sfx+"-core") {
+		t.Errorf("the oversized context reached the builder")
+	}
+}
+
+// TestTemplatesCLI: `templates build` builds once; unchanged it builds
+// nothing (timed in the log); a changed build arg or context file
+// rebuilds under a new key, which `templates list` states; --no-cache
+// rebuilds; with a tiny disk budget the least recently used template goes,
+// never one in use; `templates rm` refuses a template in use.
+func TestTemplatesCLI(t *testing.T) {
+	t.Parallel()
+	testutil.RequireDocker(t)
+	sfx := fmt.Sprint(time.Now().UnixNano() % 1_000_000)
+	a, b := "alpha"+sfx, "beta"+sfx
+	removeTemplateImages(t, a, b)
+	ctxA := templateDir(t, "FROM sandboxer/base:latest\nUSER root\nARG V=0\nCOPY f.txt /opt/f.txt\nRUN echo \"$V\" > /opt/v\n", map[string]string{"f.txt": "one\n"})
+	ctxB := templateDir(t, "FROM sandboxer/base:latest\nRUN echo b > /tmp/b\n", nil)
+	state := t.TempDir()
+	policy := func(v string, budgetMB int) string {
+		return writePolicy(t, fmt.Sprintf("templates_build: {disk_mb: %d}\ntemplates:\n  %s: {context: %s, build_args: {V: %q}}\n  %s: {context: %s}\n",
+			budgetMB, a, ctxA, v, b, ctxB))
+	}
+	p := policy("1", 100000)
+	keyOf := func(out string) string {
+		m := regexp.MustCompile(a + `\s+bash\s+dockerfile\s+([0-9a-f]{12})`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("templates list has no key for %s:\n%s", a, out)
+		}
+		return m[1]
+	}
+	build := func(policyPath string, args ...string) string {
+		t.Helper()
+		out, err := templatesCLI(t, state, policyPath, append([]string{"build"}, args...)...)
+		if err != nil {
+			t.Fatalf("templates build %v: %v\n%s", args, err, out)
+		}
+		return out
+	}
+	if out := build(p, a); !strings.Contains(out, " built in ") {
+		t.Fatalf("first build: %s", out)
+	}
+	list, _ := templatesCLI(t, state, p, "list")
+	k1 := keyOf(list)
+	start := time.Now()
+	if out := build(p, a); !strings.Contains(out, "up to date") {
+		t.Fatalf("an unchanged build built: %s", out)
+	}
+	t.Logf("unchanged templates build: %v", time.Since(start))
+	p2 := policy("2", 100000)
+	if out := build(p2, a); !strings.Contains(out, " built in ") {
+		t.Fatalf("a changed build arg did not rebuild: %s", out)
+	}
+	list, _ = templatesCLI(t, state, p2, "list")
+	k2 := keyOf(list)
+	if err := os.WriteFile(filepath.Join(ctxA, "f.txt"), []byte("two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := build(p2, a); !strings.Contains(out, " built in ") {
+		t.Fatalf("a changed context file did not rebuild: %s", out)
+	}
+	list, _ = templatesCLI(t, state, p2, "list")
+	k3 := keyOf(list)
+	if k1 == k2 || k2 == k3 || k1 == k3 {
+		t.Fatalf("keys did not change with their inputs: %s %s %s", k1, k2, k3)
+	}
+	if out := build(p2, "--no-cache", a); !strings.Contains(out, " built in ") {
+		t.Fatalf("--no-cache did not rebuild: %s", out)
+	}
+	// A server runs a workspace on alpha: in use, it survives a tiny budget
+	// and `templates rm`; beta, built then, stays as the one just built.
+	tiny := writePolicy(t, fmt.Sprintf("templates_build: {disk_mb: 16}\ntemplates:\n  %s: {context: %s, build_args: {V: \"2\"}}\n  %s: {context: %s}\n", a, ctxA, b, ctxB))
+	s := startServerIn(t, state, "SANDBOXER_POLICY="+tiny)
+	s.ok("create_workspace", map[string]any{"name": "w" + sfx, "language": a})
+	if out := s.wsOut("w"+sfx, "cat /opt/v /opt/f.txt"); out != "2\ntwo\n" {
+		t.Fatalf("a workspace on the template: %q", out)
+	}
+	build(tiny, b)
+	list, _ = templatesCLI(t, state, tiny, "list")
+	if strings.Contains(list, "not built: sandboxer templates build "+a) {
+		t.Fatalf("the disk budget removed a template in use:\n%s", list)
+	}
+	if out, err := templatesCLI(t, state, tiny, "rm", a); err == nil || !strings.Contains(out, "is in use") {
+		t.Fatalf("templates rm of a template in use: %v\n%s", err, out)
+	}
+	s.ok("delete_workspace", map[string]any{"name": "w" + sfx})
+	// Now alpha is unused and least recently used: building beta anew
+	// (--no-cache) removes it, keeping beta.
+	build(tiny, "--no-cache", b)
+	list, _ = templatesCLI(t, state, tiny, "list")
+	if !strings.Contains(list, "(not built: sandboxer templates build "+a+")") || strings.Contains(list, "(not built: sandboxer templates build "+b+")") {
+		t.Fatalf("with a tiny budget, want %s removed and %s kept:\n%s", a, b, list)
+	}
+}
+
+// TestSnapshotWorkspace: a workspace where install_packages added a Debian
+// package and a file was written becomes a template; a fresh job from it
+// has both, and a new workspace from it starts with the file.
+func TestSnapshotWorkspace(t *testing.T) {
+	t.Parallel()
+	sfx := fmt.Sprint(time.Now().UnixNano() % 1_000_000)
+	snap := "snap" + sfx
+	removeTemplateImages(t, snap)
+	s := startServer(t, "SANDBOXER_TOOLSETS=all")
+	ws := "src" + sfx
+	s.ok("create_workspace", map[string]any{"name": ws})
+	if r := s.ok("install_packages", map[string]any{"workspace": ws, "by_manager": map[string]any{"apt": []any{"hello"}}}); r["installed"] != true {
+		t.Fatalf("install hello: %v", r)
+	}
+	s.ok("write_file", map[string]any{"workspace": ws, "path": "notes/data.txt", "content": "kept\n"})
+	r := s.ok("snapshot_workspace", map[string]any{"workspace": ws, "template": snap})
+	if str(r, "template") != snap || str(r, "language") != "bash" || len(str(r, "key")) != 12 {
+		t.Fatalf("snapshot_workspace: %v", r)
+	}
+	job := s.ok("run_command", map[string]any{"language": snap, "command": "hello; cat notes/data.txt; id -u"})
+	if str(job, "stdout") != "Hello, world!\nkept\n1000\n" {
+		t.Fatalf("a fresh job from the snapshot: %v", job)
+	}
+	s.ok("create_workspace", map[string]any{"name": "dst" + sfx, "language": snap})
+	if out := s.wsOut("dst"+sfx, "cat notes/data.txt; hello"); out != "kept\nHello, world!\n" {
+		t.Fatalf("a new workspace from the snapshot: %q", out)
+	}
+	msg := s.toolErr("snapshot_workspace", map[string]any{"workspace": ws, "template": "python"})
+	if !strings.Contains(msg, "built-in language") {
+		t.Errorf("a snapshot named like a language: %s", msg)
+	}
+}
