@@ -90,20 +90,20 @@ type SnapshotWorkspaceArgs struct {
 
 // TemplateResult is a template as snapshot_workspace made it.
 type TemplateResult struct {
-	Template string `json:"template" jsonschema:"its name: give it as language"`
-	Language string `json:"language" jsonschema:"the language it runs as"`
-	Image    string `json:"image" jsonschema:"its image"`
+	Template string `json:"template" jsonschema:"give it as language"`
+	Language string `json:"language" jsonschema:"runs as"`
+	Image    string `json:"image"`
 	Key      string `json:"key" jsonschema:"hash of its inputs"`
-	SizeMB   int64  `json:"size_mb" jsonschema:"image size, MiB"`
+	SizeMB   int64  `json:"size_mb"`
 }
 
 func SnapshotWorkspace(d Deps) Tool {
 	in := inputSchema[SnapshotWorkspaceArgs](map[string]param{
 		"workspace": {desc: "workspace to snapshot"},
-		"template":  {desc: "name of the new template (a language's grammar; yours replaces your earlier one)"},
+		"template":  {desc: "new template's name; replaces yours of that name"},
 	})
 	def := mcp.NewTool("snapshot_workspace",
-		mcp.WithDescription("Make a template of a workspace: its installed packages and /workspace files. Fresh jobs and new workspaces then name it as language. Processes are not kept. Docs: sandboxer://docs/snapshot_workspace"),
+		mcp.WithDescription("Make a template of a workspace (packages, /workspace files; not processes): jobs and workspaces then name it as language. Docs: sandboxer://docs/snapshot_workspace"),
 		mcp.WithToolTitle("Snapshot a workspace"),
 		annotations("Snapshot a workspace", false, false, false, false),
 		withInput(in),

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandboxer/sandboxer/internal/testutil"
@@ -286,5 +287,47 @@ func TestSnapshotWorkspace(t *testing.T) {
 	msg := s.toolErr("snapshot_workspace", map[string]any{"workspace": ws, "template": "python"})
 	if !strings.Contains(msg, "built-in language") {
 		t.Errorf("a snapshot named like a language: %s", msg)
+	}
+}
+
+// TestHTTPSnapshotsAreTheTenants: alice's snapshot is hers alone. Bob
+// naming it as a language gets, byte for byte, what he gets on a server
+// where it does not exist; list_languages does not show it to him; his own
+// snapshot of that name is his and leaves hers as it was (THREATS 117).
+func TestHTTPSnapshotsAreTheTenants(t *testing.T) {
+	t.Parallel()
+	sfx := fmt.Sprint(time.Now().UnixNano() % 1_000_000)
+	snap := "tsnap" + sfx
+	removeTemplateImages(t, snap)
+	h := startHTTPServer(t, "--toolsets", "all")
+	empty := startHTTPServer(t, "--toolsets", "all")
+	alice, bob, bobElsewhere := h.client(aliceToken), h.client(bobToken), empty.client(bobToken)
+	ws := "tws" + sfx
+	cleanupWorkspace(t, ws)
+	for _, c := range []*client.Client{alice, bob} {
+		if res := callHTTP(t, c, "create_workspace", map[string]any{"name": ws}); res.IsError {
+			t.Fatalf("create_workspace: %s", text(res))
+		}
+	}
+	callHTTP(t, alice, "write_file", map[string]any{"workspace": ws, "path": "who.txt", "content": "alice\n"})
+	callHTTP(t, bob, "write_file", map[string]any{"workspace": ws, "path": "who.txt", "content": "bob\n"})
+	if res := callHTTP(t, alice, "snapshot_workspace", map[string]any{"workspace": ws, "template": snap}); res.IsError {
+		t.Fatalf("alice's snapshot: %s", text(res))
+	}
+	run := map[string]any{"language": snap, "command": "cat who.txt"}
+	if got, want := answer(t, bob, "run_command", run), answer(t, bobElsewhere, "run_command", run); got != want {
+		t.Fatalf("bob naming alice's snapshot:\n got %s\nwant %s", got, want)
+	}
+	if langs := text(callHTTP(t, bob, "list_languages", map[string]any{})); strings.Contains(langs, snap) {
+		t.Fatalf("bob's list_languages shows alice's snapshot:\n%s", langs)
+	}
+	if res := callHTTP(t, bob, "snapshot_workspace", map[string]any{"workspace": ws, "template": snap}); res.IsError {
+		t.Fatalf("bob's snapshot of the same name: %s", text(res))
+	}
+	for c, want := range map[*client.Client]string{alice: "alice\n", bob: "bob\n"} {
+		res := callHTTP(t, c, "run_command", run)
+		if res.IsError || str(structured(t, res), "stdout") != want {
+			t.Errorf("a job on the snapshot: %s, want %q", text(res), want)
+		}
 	}
 }
