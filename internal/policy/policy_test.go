@@ -828,3 +828,44 @@ secrets:
 		t.Errorf("no allowlist: %v", err)
 	}
 }
+
+// Templates: names a language's grammar but no built-in's; clean absolute
+// paths; network bridge only when allowed, egress only with an allowlist;
+// refused on Kubernetes; caps within their ranges.
+func TestValidateTemplates(t *testing.T) {
+	IsBuiltinLanguage = func(n string) bool { return n == "python" || n == "bash" }
+	defer func() { IsBuiltinLanguage = nil }()
+	ok := Template{Context: "/srv/t"}
+	tests := []struct {
+		name   string
+		mutate func(p *Policy)
+		want   string
+	}{
+		{"builtin name", func(p *Policy) { p.Templates["python"] = ok }, `templates.python: "python" is a built-in language`},
+		{"bad name", func(p *Policy) { p.Templates["Bad Name"] = ok }, `invalid template name "Bad Name"`},
+		{"relative context", func(p *Policy) { p.Templates["t"] = Template{Context: "srv/t"} }, "templates.t.context: must be a clean absolute directory"},
+		{"unclean dockerfile", func(p *Policy) { p.Templates["t"] = Template{Context: "/srv/t", Dockerfile: "/srv/../t/Dockerfile"} }, "templates.t.dockerfile: must be a clean absolute path"},
+		{"unknown language", func(p *Policy) { p.Templates["t"] = Template{Context: "/srv/t", Language: "cobol"} }, `templates.t.language: "cobol" is not a built-in language`},
+		{"bridge", func(p *Policy) { p.Templates["t"] = Template{Context: "/srv/t", Network: "bridge"} }, "set templates_build.allow_bridge: true"},
+		{"egress without hosts", func(p *Policy) { p.Templates["t"] = Template{Context: "/srv/t", Network: "egress"} }, "templates.t.network: egress needs hosts in egress.allow"},
+		{"other network", func(p *Policy) { p.Templates["t"] = Template{Context: "/srv/t", Network: "host"} }, `templates.t.network: must be "none", "egress" or "bridge", got "host"`},
+		{"build arg", func(p *Policy) { p.Templates["t"] = Template{Context: "/srv/t", BuildArgs: map[string]string{"A-B": "1"}} }, `"A-B" is not a build argument name`},
+		{"kubernetes", func(p *Policy) { p.Backend = BackendKubernetes; p.Templates["t"] = ok }, "templates: templates need backend docker"},
+		{"context cap", func(p *Policy) { p.TemplateBuilds.MaxContextMB = 0 }, "templates_build.max_context_mb: must be > 0"},
+		{"disk cap", func(p *Policy) { p.TemplateBuilds.DiskMB = 1 }, "templates_build.disk_mb: must be >= 16"},
+	}
+	for _, tc := range tests {
+		p := Default()
+		tc.mutate(p)
+		err := p.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	p := Default()
+	p.Templates["t"] = Template{Context: "/srv/t", Network: "bridge", Language: "python"}
+	p.TemplateBuilds.AllowBridge = true
+	if err := p.Validate(); err != nil {
+		t.Errorf("bridge allowed: %v", err)
+	}
+}
