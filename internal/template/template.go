@@ -55,8 +55,9 @@ type Manager struct {
 	Egress func(ctx context.Context, job string) (env []string, revoke func())
 
 	mu       sync.Mutex
-	flights  map[string]*flight     // builds under way, by template
-	contexts map[string]contextMemo // by template
+	flights  map[string]*flight      // builds under way, by template
+	contexts map[string]contextMemo  // by template
+	resolved map[string]resolvedMemo // by tenant and name
 }
 
 type flight struct {
@@ -72,7 +73,7 @@ type contextMemo struct {
 
 // New makes a manager; eng nil refuses every template (ErrUnsupported).
 func New(pol *policy.Policy, eng sandbox.ImageBuilder, st *store.Store, log zerolog.Logger) *Manager {
-	return &Manager{pol: pol, eng: eng, st: st, log: log, flights: map[string]*flight{}, contexts: map[string]contextMemo{}}
+	return &Manager{pol: pol, eng: eng, st: st, log: log, flights: map[string]*flight{}, contexts: map[string]contextMemo{}, resolved: map[string]resolvedMemo{}}
 }
 
 // Supported says whether the engine builds templates.
@@ -357,6 +358,7 @@ func (m *Manager) finish(ctx context.Context, f finishing) (*record.Template, er
 	if err := m.st.PutTemplate(ctx, rec); err != nil {
 		return nil, err
 	}
+	m.forget()
 	if old != nil && old.Tenant == f.owner && old.Image != rec.Image { // its earlier build, unless a job still runs on it
 		m.removeUnused(ctx, old)
 	}
@@ -403,6 +405,40 @@ func (m *Manager) Resolve(ctx context.Context, name string, progress Progress) (
 	if m == nil {
 		return Resolved{}, false, nil
 	}
+	memoKey := tenant.Owner(ctx) + "\x00" + name
+	m.mu.Lock()
+	memo, fresh := m.resolved[memoKey]
+	m.mu.Unlock()
+	if fresh && time.Since(memo.at) < resolveFresh {
+		return Resolved{Record: memo.rec}, true, nil
+	}
+	res, ok, err = m.resolve(ctx, name, progress)
+	if ok && err == nil {
+		m.mu.Lock()
+		m.resolved[memoKey] = resolvedMemo{rec: res.Record, at: time.Now()}
+		m.mu.Unlock()
+	}
+	return res, ok, err
+}
+
+// resolveFresh is how long a resolved template is taken as it is: jobs
+// that come back to back find it without a look at its context, the
+// engine or the store (a changed context is seen this much later).
+const resolveFresh = 2 * time.Second
+
+type resolvedMemo struct {
+	rec *record.Template
+	at  time.Time
+}
+
+// forget drops every resolved template: a build, snapshot or removal changed them.
+func (m *Manager) forget() {
+	m.mu.Lock()
+	clear(m.resolved)
+	m.mu.Unlock()
+}
+
+func (m *Manager) resolve(ctx context.Context, name string, progress Progress) (res Resolved, ok bool, err error) {
 	if snap, err := m.st.GetTemplate(ctx, name); err == nil && snap.Source == record.TemplateSnapshot {
 		if m.eng == nil {
 			return Resolved{}, true, ErrUnsupported
@@ -516,6 +552,7 @@ func (m *Manager) remove(ctx context.Context, rec *record.Template) error {
 	if err := m.st.DeleteTemplate(ctx, rec.Tenant, rec.Name); err != nil {
 		return err
 	}
+	m.forget()
 	m.log.Info().Str("template", rec.Name).Str("tenant", rec.Tenant).Str("image", rec.Image).Msg("template removed")
 	return nil
 }
