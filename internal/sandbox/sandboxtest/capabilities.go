@@ -35,6 +35,7 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 		{"Processes", func(c sandbox.Capabilities) bool { return c.Processes != nil }, runProcesses},
 		{"Workspaces", func(c sandbox.Capabilities) bool { return c.Workspaces != nil }, runWorkspaces},
 		{"Images", func(c sandbox.Capabilities) bool { return c.Images != nil }, runImages},
+		{"EgressNetwork", func(c sandbox.Capabilities) bool { return c.EgressNetwork != nil }, runEgressNetwork},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
