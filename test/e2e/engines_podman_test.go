@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxer/sandboxer/internal/testutil"
 )
@@ -60,5 +62,28 @@ func TestPodmanRootlessRefused(t *testing.T) {
 	res := s.call("run_command", map[string]any{"command": "echo ran"})
 	if txt := text(res); !strings.Contains(txt, "rootless on cgroup v1") || strings.Contains(txt, `"completed"`) {
 		t.Fatalf("run_command on rootless Podman with cgroup v1 should be refused, naming why: %s", txt)
+	}
+}
+
+// Templates on Podman: one built from a Dockerfile through Podman's
+// Docker-compatible API runs its job as uid 1000 with its files; a
+// workspace's snapshot starts fresh jobs with the workspace's files.
+func TestPodmanTemplate(t *testing.T) {
+	requirePodman(t)
+	sfx := fmt.Sprint(time.Now().UnixNano() % 1_000_000)
+	name, snap := "pod"+sfx, "podsnap"+sfx
+	removeTemplateImages(t, name, snap)
+	dir := templateDir(t, "FROM sandboxer/base:latest\nUSER root\nCOPY note.txt /opt/note.txt\nRUN echo built > /opt/built\n", map[string]string{"note.txt": "podman\n"})
+	s := startServer(t, "SANDBOXER_TOOLSETS=all", policyEnv(t, fmt.Sprintf("templates:\n  %s: {context: %s}\n", name, dir)))
+	r := s.ok("run_command", map[string]any{"language": name, "wait_s": 45, "command": "cat /opt/note.txt /opt/built; id -u"})
+	if str(r, "stdout") != "podman\nbuilt\n1000\n" {
+		t.Fatalf("a job on a template on Podman: %v", r)
+	}
+	ws := "pw" + sfx
+	s.ok("create_workspace", map[string]any{"name": ws})
+	s.ok("write_file", map[string]any{"workspace": ws, "path": "kept.txt", "content": "kept\n"})
+	s.ok("snapshot_workspace", map[string]any{"workspace": ws, "template": snap})
+	if r := s.ok("run_command", map[string]any{"language": snap, "command": "cat kept.txt"}); str(r, "stdout") != "kept\n" {
+		t.Fatalf("a fresh job from a snapshot on Podman: %v", r)
 	}
 }

@@ -7,8 +7,10 @@ package docker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -158,11 +160,13 @@ func exitCodeOf(msg string) int {
 
 var exitCodePattern = regexp.MustCompile(`(?:non-zero code|exit status|exit code):? ([0-9]+)`)
 
-// CommitWorkspace implements sandbox.ImageBuilder. The engine merges the
-// container's labels and environment into a commit's config, and an image
-// can unset neither: each of the container's labels and variables that
-// config lacks is committed empty, so none of the workspace's own (its
-// instance, its kind, its name) reaches containers made from the image.
+// CommitWorkspace implements sandbox.ImageBuilder. The engine keeps the
+// container's labels and environment in a commit, and an image can unset
+// neither: each of the container's labels and variables that config lacks
+// is committed empty, so none of the workspace's own (its instance, its
+// kind, its name) reaches containers made from the image. The config goes
+// as the commit's changes (Dockerfile instructions), which Docker and
+// Podman both apply (Podman ignores a commit's config body).
 func (r *Runtime) CommitWorkspace(ctx context.Context, workspaceContainer, tag string, cfg sandbox.ImageConfig) error {
 	inspect, err := r.cli.ContainerInspect(ctx, workspaceContainer, client.ContainerInspectOptions{})
 	if err != nil {
@@ -194,10 +198,8 @@ func (r *Runtime) CommitWorkspace(ctx context.Context, workspaceContainer, tag s
 	_, err = r.cli.ContainerCommit(ctx, workspaceContainer, client.ContainerCommitOptions{
 		Reference: tag,
 		Comment:   "sandboxer workspace snapshot",
-		Config: &container.Config{
-			User: cfg.User, Env: env, WorkingDir: cfg.WorkingDir,
-			Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd, Labels: labels,
-		},
+		Config:    &container.Config{}, // Podman wants a body; the changes say it all
+		Changes:   commitChanges(sandbox.ImageConfig{User: cfg.User, Env: env, WorkingDir: cfg.WorkingDir, Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd, Labels: labels}),
 	})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
@@ -253,4 +255,39 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// commitChanges is cfg as a commit's Dockerfile instructions.
+func commitChanges(cfg sandbox.ImageConfig) []string {
+	var out []string
+	if cfg.User != "" {
+		out = append(out, "USER "+cfg.User)
+	}
+	if cfg.WorkingDir != "" {
+		out = append(out, "WORKDIR "+cfg.WorkingDir)
+	}
+	for _, kv := range cfg.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		out = append(out, "ENV "+k+"="+strconv.Quote(v))
+	}
+	keys := make([]string, 0, len(cfg.Labels))
+	for k := range cfg.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out = append(out, "LABEL "+strconv.Quote(k)+"="+strconv.Quote(cfg.Labels[k]))
+	}
+	list := func(s []string) string {
+		b, _ := json.Marshal(s)
+		if s == nil {
+			return "[]"
+		}
+		return string(b)
+	}
+	out = append(out, "ENTRYPOINT "+list(cfg.Entrypoint))
+	if len(cfg.Cmd) > 0 {
+		out = append(out, "CMD "+list(cfg.Cmd))
+	}
+	return out
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
@@ -49,6 +51,15 @@ func (r *Runtime) execRun(ctx context.Context, containerID string, argv []string
 		return "", "", -1, r.engineErr(err)
 	}
 	insp, err := r.cli.ExecInspect(ctx, created.ID, client.ExecInspectOptions{})
+	gone := cerrdefs.IsNotFound(err) || (err != nil && (strings.Contains(err.Error(), "no such exec session") || strings.Contains(err.Error(), "no such container")))
+	if (gone || err == nil && insp.ExitCode == 137) && stderr.Len() == 0 {
+		// A kill that ended the sandbox's main process stops its
+		// container, which takes the exec down with it (Docker: SIGKILL,
+		// 137; Podman: its record too). It said nothing wrong: done.
+		if c, cerr := r.cli.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(cerr) || cerr == nil && c.Container.State != nil && !c.Container.State.Running {
+			return stdout.String(), "", 0, nil
+		}
+	}
 	if err != nil {
 		return "", "", -1, r.engineErr(err)
 	}

@@ -37,8 +37,13 @@ func (r *Runtime) ListVolumes(ctx context.Context, label string) ([]sandbox.Volu
 	if err != nil {
 		return nil, r.engineErr(fmt.Errorf("list volumes: %w", err))
 	}
+	key, value, byValue := strings.Cut(label, "=")
 	out := make([]sandbox.Volume, 0, len(res.Items))
 	for _, v := range res.Items {
+		// Podman 4 filters volumes by a label's key only, whatever its value.
+		if got, ok := v.Labels[key]; !ok || byValue && got != value {
+			continue
+		}
 		out = append(out, sandbox.Volume{Name: v.Name, Labels: v.Labels, CreatedAt: parseTime(v.CreatedAt)})
 	}
 	return out, nil
