@@ -849,7 +849,9 @@ func TestValidateTemplates(t *testing.T) {
 		{"bridge", func(p *Policy) { p.Templates["t"] = Template{Context: "/srv/t", Network: "bridge"} }, "set templates_build.allow_bridge: true"},
 		{"egress without hosts", func(p *Policy) { p.Templates["t"] = Template{Context: "/srv/t", Network: "egress"} }, "templates.t.network: egress needs hosts in egress.allow"},
 		{"other network", func(p *Policy) { p.Templates["t"] = Template{Context: "/srv/t", Network: "host"} }, `templates.t.network: must be "none", "egress" or "bridge", got "host"`},
-		{"build arg", func(p *Policy) { p.Templates["t"] = Template{Context: "/srv/t", BuildArgs: map[string]string{"A-B": "1"}} }, `"A-B" is not a build argument name`},
+		{"build arg", func(p *Policy) {
+			p.Templates["t"] = Template{Context: "/srv/t", BuildArgs: map[string]string{"A-B": "1"}}
+		}, `"A-B" is not a build argument name`},
 		{"kubernetes", func(p *Policy) { p.Backend = BackendKubernetes; p.Templates["t"] = ok }, "templates: templates need backend docker"},
 		{"context cap", func(p *Policy) { p.TemplateBuilds.MaxContextMB = 0 }, "templates_build.max_context_mb: must be > 0"},
 		{"disk cap", func(p *Policy) { p.TemplateBuilds.DiskMB = 1 }, "templates_build.disk_mb: must be >= 16"},
