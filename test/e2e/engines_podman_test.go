@@ -80,10 +80,12 @@ func TestPodmanTemplate(t *testing.T) {
 		t.Fatalf("a job on a template on Podman: %v", r)
 	}
 	ws := "pw" + sfx
+	cleanupWorkspace(t, ws)
 	s.ok("create_workspace", map[string]any{"name": ws})
 	s.ok("write_file", map[string]any{"workspace": ws, "path": "kept.txt", "content": "kept\n"})
 	s.ok("snapshot_workspace", map[string]any{"workspace": ws, "template": snap})
 	if r := s.ok("run_command", map[string]any{"language": snap, "command": "cat kept.txt"}); str(r, "stdout") != "kept\n" {
 		t.Fatalf("a fresh job from a snapshot on Podman: %v", r)
 	}
+	s.ok("delete_workspace", map[string]any{"name": ws})
 }

@@ -235,6 +235,7 @@ func TestTemplatesCLI(t *testing.T) {
 	// and `templates rm`; beta, built then, stays as the one just built.
 	tiny := writePolicy(t, fmt.Sprintf("templates_build: {disk_mb: 16}\ntemplates:\n  %s: {context: %s, build_args: {V: \"2\"}}\n  %s: {context: %s}\n", a, ctxA, b, ctxB))
 	s := startServerIn(t, state, "SANDBOXER_POLICY="+tiny)
+	cleanupWorkspace(t, "w"+sfx)
 	s.ok("create_workspace", map[string]any{"name": "w" + sfx, "language": a})
 	if out := s.wsOut("w"+sfx, "cat /opt/v /opt/f.txt"); out != "2\ntwo\n" {
 		t.Fatalf("a workspace on the template: %q", out)
@@ -267,6 +268,8 @@ func TestSnapshotWorkspace(t *testing.T) {
 	removeTemplateImages(t, snap)
 	s := startServer(t, "SANDBOXER_TOOLSETS=all")
 	ws := "src" + sfx
+	cleanupWorkspace(t, ws)
+	cleanupWorkspace(t, "dst"+sfx)
 	s.ok("create_workspace", map[string]any{"name": ws})
 	if r := s.ok("install_packages", map[string]any{"workspace": ws, "by_manager": map[string]any{"apt": []any{"hello"}}}); r["installed"] != true {
 		t.Fatalf("install hello: %v", r)
@@ -288,6 +291,8 @@ func TestSnapshotWorkspace(t *testing.T) {
 	if !strings.Contains(msg, "built-in language") {
 		t.Errorf("a snapshot named like a language: %s", msg)
 	}
+	s.ok("delete_workspace", map[string]any{"name": ws})
+	s.ok("delete_workspace", map[string]any{"name": "dst" + sfx})
 }
 
 // TestHTTPSnapshotsAreTheTenants: alice's snapshot is hers alone. Bob
@@ -304,6 +309,10 @@ func TestHTTPSnapshotsAreTheTenants(t *testing.T) {
 	alice, bob, bobElsewhere := h.client(aliceToken), h.client(bobToken), empty.client(bobToken)
 	ws := "tws" + sfx
 	cleanupWorkspace(t, ws)
+	defer func() {
+		callHTTP(t, alice, "delete_workspace", map[string]any{"name": ws})
+		callHTTP(t, bob, "delete_workspace", map[string]any{"name": ws})
+	}()
 	for _, c := range []*client.Client{alice, bob} {
 		if res := callHTTP(t, c, "create_workspace", map[string]any{"name": ws}); res.IsError {
 			t.Fatalf("create_workspace: %s", text(res))
