@@ -48,6 +48,7 @@ func removeTemplateImages(t *testing.T, names ...string) {
 			for _, ref := range strings.Fields(string(out)) {
 				_ = exec.Command("docker", "rmi", "-f", ref).Run()
 			}
+			_ = exec.Command("docker", "image", "prune", "-f", "--filter", "label=dev.sandboxer.template="+n).Run()
 		}
 	})
 }
