@@ -40,14 +40,20 @@ func templatesCLI(t *testing.T, stateDir, policyPath string, args ...string) (st
 	return string(out), err
 }
 
-// removeTemplateImages removes a test's template images (unique names).
+// removeTemplateImages removes a test's template images (unique names):
+// their final, core and snapshot root tags, and their dangling layers.
 func removeTemplateImages(t *testing.T, names ...string) {
 	t.Cleanup(func() {
-		for _, n := range names {
-			out, _ := exec.Command("docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "label=dev.sandboxer.template="+n).Output()
-			for _, ref := range strings.Fields(string(out)) {
-				_ = exec.Command("docker", "rmi", "-f", ref).Run()
+		out, _ := exec.Command("docker", "images", "--format", "{{.Repository}}:{{.Tag}}").Output()
+		for _, ref := range strings.Fields(string(out)) {
+			repo, _, _ := strings.Cut(ref, ":")
+			for _, n := range names {
+				if strings.HasPrefix(repo, "sandboxer/") && (strings.HasSuffix(repo, "-"+n) || strings.Contains(repo, "-"+n+"-")) {
+					_ = exec.Command("docker", "rmi", "-f", ref).Run()
+				}
 			}
+		}
+		for _, n := range names {
 			_ = exec.Command("docker", "image", "prune", "-f", "--filter", "label=dev.sandboxer.template="+n).Run()
 		}
 	})
