@@ -49,7 +49,7 @@ func templatesBench(ctx context.Context, o options) error {
 	policyYAML := fmt.Sprintf("templates:\n  %s: {context: %s}\n  %sx: {context: %s}\n", name, ctxDir, name, broken)
 	policyPath := filepath.Join(dir, "policy.yaml")
 	os.WriteFile(policyPath, []byte(policyYAML), 0o644)
-	defer exec.Command("sh", "-c", "docker rmi -f $(docker images -q --filter label=dev.sandboxer.template="+name+") bench-templates:"+name+" >/dev/null 2>&1").Run()
+	defer exec.Command("sh", "-c", "docker rmi -f $(docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^sandboxer/template-"+name+"x?(-core)?:') bench-templates:"+name+" >/dev/null 2>&1").Run()
 
 	pol, err := policy.Load(policyPath)
 	if err != nil {
