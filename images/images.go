@@ -62,6 +62,13 @@ func Supervisor() []byte {
 	return supervisorFrom(supervisorDir)
 }
 
+// SupervisorSum is the sha256 of the embedded supervisor, in hex, computed
+// once (the binary is megabytes; template keys name it on every lookup).
+var SupervisorSum = sync.OnceValue(func() string {
+	sum := sha256.Sum256(Supervisor())
+	return hex.EncodeToString(sum[:])
+})
+
 func supervisorFrom(fsys fs.FS) []byte {
 	data, err := fs.ReadFile(fsys, "supervisor/"+SupervisorFile)
 	if err != nil || len(data) == 0 {

@@ -1,10 +1,10 @@
 package policy
 
 import (
-	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -63,12 +63,7 @@ func (p *Policy) validateTemplates(ps *problems) {
 	if len(p.Templates) > 0 && p.Backend == BackendKubernetes {
 		ps.add("templates", "templates need backend docker (Docker or Podman), which build images: on kubernetes, build the image yourself, push it where the cluster pulls from, and map a language to it (languages.<name>.image)")
 	}
-	names := make([]string, 0, len(p.Templates))
-	for n := range p.Templates {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(p.Templates)) {
 		t := p.Templates[name]
 		key := "templates." + name
 		if !TemplateNamePattern.MatchString(name) {
@@ -100,12 +95,7 @@ func (p *Policy) validateTemplates(ps *problems) {
 		default:
 			ps.add(key+".network", "must be %q, %q or %q, got %q", NetworkNone, NetworkEgress, NetworkBridge, t.Network)
 		}
-		args := make([]string, 0, len(t.BuildArgs))
-		for k := range t.BuildArgs {
-			args = append(args, k)
-		}
-		sort.Strings(args)
-		for _, k := range args {
+		for _, k := range slices.Sorted(maps.Keys(t.BuildArgs)) {
 			if !buildArgPattern.MatchString(k) {
 				ps.add(key+".build_args", "%q is not a build argument name (letters, digits, _)", k)
 			}
@@ -142,8 +132,4 @@ func (t Template) DockerfilePath() string {
 		return filepath.Join(t.Context, "Dockerfile")
 	}
 	return t.Dockerfile
-}
-
-func (b TemplateBuilds) String() string {
-	return fmt.Sprintf("context %d MiB, build %d s, image %d MiB, disk %d MiB", b.MaxContextMB, b.MaxBuildS, b.MaxImageMB, b.DiskMB)
 }

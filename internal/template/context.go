@@ -213,13 +213,19 @@ func Pack(dir string, dockerfile []byte, maxBytes int64) (*Packed, error) {
 	if total > maxBytes {
 		return nil, &ContextTooLargeError{Dir: dir, Bytes: total, Max: maxBytes}
 	}
+	return pack(dir, dockerfile, maxBytes)
+}
+
+// pack is Pack for a context already measured within maxBytes (a file
+// that grew meanwhile still stops it at maxBytes).
+func pack(dir string, dockerfile []byte, maxBytes int64) (*Packed, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	if err := writeFile(tw, "Dockerfile", 0o644, dockerfile); err != nil {
 		return nil, err
 	}
 	var read int64
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

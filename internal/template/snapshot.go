@@ -97,9 +97,8 @@ func (m *Manager) Snapshot(ctx context.Context, req SnapshotRequest) (*record.Te
 		return nil, fmt.Errorf("snapshot: workspace %s: %w", w.Name, err)
 	}
 	fsum := sha256.Sum256(files)
-	supSum := sha256.Sum256(images.Supervisor())
 	h := sha256.New()
-	fmt.Fprintf(h, "sandboxer-snapshot-v1\nroot %s\nfiles %x\nsupervisor %x\n", rootInfo.ID, fsum, supSum)
+	fmt.Fprintf(h, "sandboxer-snapshot-v1\nroot %s\nfiles %x\nsupervisor %s\n", rootInfo.ID, fsum, images.SupervisorSum())
 	key := hex.EncodeToString(h.Sum(nil))[:KeyLen]
 	core := repo + "-core:" + key
 	progress(fmt.Sprintf("building snapshot %s of %d MiB of files (key %s)", req.Name, ceilMiB(n), key))

@@ -17,6 +17,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -96,27 +98,19 @@ func (m *Manager) Names() []string {
 	if m == nil {
 		return nil
 	}
-	names := make([]string, 0, len(m.pol.Templates))
-	for n := range m.pol.Templates {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(m.pol.Templates))
 }
 
-// Plan is a policy template's inputs, packed, with its key.
-type Plan struct {
-	Name    string
-	Key     string
-	Context *Packed // nil when the key came from the memo (unchanged context)
-	Args    map[string]string
-	Parents map[string]string // FROM image -> its id
+// keyed is a policy template's key, with its context when it was packed.
+type keyed struct {
+	key     string
+	context *Packed // nil when the key came from the memo (unchanged context)
 }
 
 // Key computes a policy template's key: the Dockerfile, the context's
 // files, the build args, the network, every FROM image's id and the
-// supervisor. pack forces the context to be read (for a build).
-func (m *Manager) key(ctx context.Context, name string, pack bool) (*Plan, error) {
+// supervisor. repack forces the context to be read (for a build).
+func (m *Manager) key(ctx context.Context, name string, repack bool) (*keyed, error) {
 	if m.eng == nil {
 		return nil, ErrUnsupported
 	}
@@ -138,19 +132,19 @@ func (m *Manager) key(ctx context.Context, name string, pack bool) (*Plan, error
 	}
 	dfSum := sha256.Sum256(dockerfile)
 	dfHex := hex.EncodeToString(dfSum[:])
-	plan := &Plan{Name: name, Args: t.BuildArgs, Parents: map[string]string{}}
+	p := &keyed{}
 	m.mu.Lock()
 	memo, ok := m.contexts[name]
 	m.mu.Unlock()
 	digest := ""
-	if ok && memo.sig == sig && memo.dockerfile == dfHex && !pack {
+	if ok && memo.sig == sig && memo.dockerfile == dfHex && !repack {
 		digest = memo.digest
 	} else {
-		packed, err := Pack(t.Context, dockerfile, maxBytes)
+		packed, err := pack(t.Context, dockerfile, maxBytes) // measured above
 		if err != nil {
 			return nil, fmt.Errorf("template %s: %w", name, err)
 		}
-		plan.Context, digest = packed, packed.Digest
+		p.context, digest = packed, packed.Digest
 		m.mu.Lock()
 		m.contexts[name] = contextMemo{sig: sig, dockerfile: dfHex, digest: digest}
 		m.mu.Unlock()
@@ -161,12 +155,7 @@ func (m *Manager) key(ctx context.Context, name string, pack bool) (*Plan, error
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "sandboxer-template-v1\ncontext %s\nnetwork %s\n", digest, t.TemplateNetwork())
-	args := make([]string, 0, len(t.BuildArgs))
-	for k := range t.BuildArgs {
-		args = append(args, k)
-	}
-	sort.Strings(args)
-	for _, k := range args {
+	for _, k := range slices.Sorted(maps.Keys(t.BuildArgs)) {
 		fmt.Fprintf(h, "arg %q=%q\n", k, t.BuildArgs[k])
 	}
 	for _, ref := range parents {
@@ -177,17 +166,14 @@ func (m *Manager) key(ctx context.Context, name string, pack bool) (*Plan, error
 		if err != nil {
 			return nil, fmt.Errorf("template %s: %w", name, err)
 		}
-		plan.Parents[ref] = info.ID
 		fmt.Fprintf(h, "from %s %s\n", ref, info.ID)
 	}
-	sup := images.Supervisor()
-	if sup == nil {
+	if images.Supervisor() == nil {
 		return nil, images.ErrNoSupervisor
 	}
-	supSum := sha256.Sum256(sup)
-	fmt.Fprintf(h, "supervisor %x\n", supSum)
-	plan.Key = hex.EncodeToString(h.Sum(nil))[:KeyLen]
-	return plan, nil
+	fmt.Fprintf(h, "supervisor %s\n", images.SupervisorSum())
+	p.key = hex.EncodeToString(h.Sum(nil))[:KeyLen]
+	return p, nil
 }
 
 // ImageOf is a policy template's final image tag for key.
@@ -201,7 +187,7 @@ func (m *Manager) Key(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return p.Key, nil
+	return p.key, nil
 }
 
 // BuildOptions are a build's choices.
@@ -217,9 +203,9 @@ func (m *Manager) Build(ctx context.Context, name string, o BuildOptions) (rec *
 	if err != nil {
 		return nil, false, err
 	}
-	tag := ImageOf(name, plan.Key)
+	tag := ImageOf(name, plan.key)
 	if !o.NoCache {
-		if rec, ok := m.present(ctx, "", name, tag, plan.Key); ok {
+		if rec, ok := m.present(ctx, "", name, tag, plan.key); ok {
 			return rec, false, nil
 		}
 	}
@@ -292,19 +278,19 @@ func (m *Manager) build(ctx context.Context, name string, o BuildOptions) (*reco
 		}
 		network = sandbox.NetworkEgress
 	}
-	core := coreOf(name, plan.Key)
-	progress(fmt.Sprintf("building template %s (key %s)", name, plan.Key))
+	core := coreOf(name, plan.key)
+	progress(fmt.Sprintf("building template %s (key %s)", name, plan.key))
 	start := time.Now()
 	// No labels here: the builder would add a step for each, and the
 	// steps a failure names are to be the Dockerfile's own.
-	err = m.eng.BuildImage(ctx, sandbox.ImageBuild{Tag: core, Context: plan.Context.Tar, BuildArgs: args, Network: network, NoCache: o.NoCache}, progress)
+	err = m.eng.BuildImage(ctx, sandbox.ImageBuild{Tag: core, Context: plan.context.Tar, BuildArgs: args, Network: network, NoCache: o.NoCache}, progress)
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
 			return nil, fmt.Errorf("template %s: the build ran past templates_build.max_build_s (%d s): %w", name, m.pol.TemplateBuilds.MaxBuildS, err)
 		}
 		return nil, fmt.Errorf("template %s: %w", name, err)
 	}
-	rec, err := m.finish(ctx, finishing{name: name, owner: "", core: core, final: ImageOf(name, plan.Key), key: plan.Key,
+	rec, err := m.finish(ctx, finishing{name: name, owner: "", core: core, final: ImageOf(name, plan.key), key: plan.key,
 		source: record.TemplateDockerfile, language: t.TemplateLanguage(), progress: progress})
 	if err != nil {
 		return nil, err
@@ -392,33 +378,27 @@ func coreTag(r *record.Template) string {
 	return repo + "-core:" + key
 }
 
-// Resolved is a template a job runs in.
-type Resolved struct {
-	Record *record.Template
-	Built  bool // built for this use
-}
-
 // Resolve finds the template name that ctx's tenant sees (its snapshot,
 // or the policy's template, built now when its image is missing or its
 // inputs changed) and records the use. ok false: no template has the name.
-func (m *Manager) Resolve(ctx context.Context, name string, progress Progress) (res Resolved, ok bool, err error) {
+func (m *Manager) Resolve(ctx context.Context, name string, progress Progress) (rec *record.Template, ok bool, err error) {
 	if m == nil {
-		return Resolved{}, false, nil
+		return nil, false, nil
 	}
 	memoKey := tenant.Owner(ctx) + "\x00" + name
 	m.mu.Lock()
 	memo, fresh := m.resolved[memoKey]
 	m.mu.Unlock()
 	if fresh && time.Since(memo.at) < resolveFresh {
-		return Resolved{Record: memo.rec}, true, nil
+		return memo.rec, true, nil
 	}
-	res, ok, err = m.resolve(ctx, name, progress)
+	rec, ok, err = m.resolve(ctx, name, progress)
 	if ok && err == nil {
 		m.mu.Lock()
-		m.resolved[memoKey] = resolvedMemo{rec: res.Record, at: time.Now()}
+		m.resolved[memoKey] = resolvedMemo{rec: rec, at: time.Now()}
 		m.mu.Unlock()
 	}
-	return res, ok, err
+	return rec, ok, err
 }
 
 // resolveFresh is how long a resolved template is taken as it is: jobs
@@ -438,29 +418,29 @@ func (m *Manager) forget() {
 	m.mu.Unlock()
 }
 
-func (m *Manager) resolve(ctx context.Context, name string, progress Progress) (res Resolved, ok bool, err error) {
+func (m *Manager) resolve(ctx context.Context, name string, progress Progress) (*record.Template, bool, error) {
 	if snap, err := m.st.GetTemplate(ctx, name); err == nil && snap.Source == record.TemplateSnapshot {
 		if m.eng == nil {
-			return Resolved{}, true, ErrUnsupported
+			return nil, true, ErrUnsupported
 		}
 		if _, err := m.eng.ImageInfo(ctx, snap.Image); err != nil {
-			return Resolved{}, true, fmt.Errorf("template %s: its image %s is gone from the engine: make the snapshot again", name, snap.Image)
+			return nil, true, fmt.Errorf("template %s: its image %s is gone from the engine: make the snapshot again", name, snap.Image)
 		}
 		_ = m.st.TouchTemplate(ctx, snap.Tenant, snap.Name)
-		return Resolved{Record: snap}, true, nil
+		return snap, true, nil
 	}
 	if !m.IsTemplate(name) {
-		return Resolved{}, false, nil
+		return nil, false, nil
 	}
 	rec, built, err := m.Build(ctx, name, BuildOptions{Progress: progress})
 	if err != nil {
-		return Resolved{}, true, err
+		return nil, true, err
 	}
 	if !built { // a lookup: keep its record and its last use current
 		rec.UsedAt = time.Now()
 		_ = m.st.PutTemplate(ctx, rec)
 	}
-	return Resolved{Record: rec, Built: built}, true, nil
+	return rec, true, nil
 }
 
 // Info is a template as list_languages and `templates list` show it.
@@ -611,9 +591,9 @@ func (m *Manager) TemplateLanguage(name string) (string, bool) {
 
 // ResolveImage is Resolve as the language registry asks (lang.Templates).
 func (m *Manager) ResolveImage(ctx context.Context, name string, progress func(string)) (string, string, bool, error) {
-	res, ok, err := m.Resolve(ctx, name, progress)
+	rec, ok, err := m.Resolve(ctx, name, progress)
 	if !ok || err != nil {
 		return "", "", ok, err
 	}
-	return res.Record.Language, res.Record.Image, true, nil
+	return rec.Language, rec.Image, true, nil
 }

@@ -53,7 +53,7 @@ func cacheOut(c deps.Cache) DependencyCache {
 func ListDependencyCaches(d Deps) Tool {
 	in := inputSchema[ListDependencyCachesArgs](nil)
 	def := mcp.NewTool("list_dependency_caches",
-		mcp.WithDescription("List run_script's dependency caches with sizes. Docs: sandboxer://docs/list_dependency_caches"),
+		mcp.WithDescription("run_script's dependency caches and sizes. Docs: sandboxer://docs/list_dependency_caches"),
 		mcp.WithToolTitle("List dependency caches"),
 		annotations("List dependency caches", true, false, true, false),
 		withInput(in),

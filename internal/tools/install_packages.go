@@ -63,7 +63,7 @@ func InstallPackages(d Deps) Tool {
 		"timeout_s":  between(1, maxTimeout).describe("seconds for the whole install; default %d", min(defaultInstallTimeoutS, int(maxTimeout))),
 	})
 	def := mcp.NewTool("install_packages",
-		mcp.WithDescription("Install packages into a workspace with apt, pip, npm, go or cargo, with a network its jobs never see. Docs: sandboxer://docs/install_packages"),
+		mcp.WithDescription("Install packages into a workspace with apt, pip, npm, go or cargo, on a network its jobs never see. Docs: sandboxer://docs/install_packages"),
 		mcp.WithToolTitle("Install packages"),
 		annotations("Install packages", false, false, true, true),
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),

@@ -124,7 +124,7 @@ func (d Deps) processes(ctx context.Context, rec *record.Job) JobProcesses {
 func ListProcesses(d Deps) Tool {
 	in := inputSchema[ListProcessesArgs](nil)
 	def := mcp.NewTool("list_processes",
-		mcp.WithDescription("List the processes inside one running job's sandbox, or all of this server's. Docs: sandboxer://docs/list_processes"),
+		mcp.WithDescription("Processes in one running job's sandbox, or in all of this server's. Docs: sandboxer://docs/list_processes"),
 		mcp.WithToolTitle("List processes in sandboxes"),
 		annotations("List processes in sandboxes", true, false, false, false),
 		withInput(in),

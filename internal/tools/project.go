@@ -75,7 +75,7 @@ func WorkspaceChanges(d Deps) Tool {
 		"max_bytes": between(1, maxReadBytes).describe("page size; default %d", defaultDiffPage),
 	})
 	def := mcp.NewTool("workspace_changes",
-		mcp.WithDescription("A workspace's changes since its import: paths and a git-format patch for `git apply`. Docs: sandboxer://docs/workspace_changes"),
+		mcp.WithDescription("A workspace's changes since its import: paths and a patch for `git apply`. Docs: sandboxer://docs/workspace_changes"),
 		mcp.WithToolTitle("Workspace changes"),
 		annotations("Workspace changes", true, false, true, false),
 		withInput(in),

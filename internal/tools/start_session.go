@@ -95,7 +95,7 @@ func StartSession(d Deps) Tool {
 		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("start_session",
-		mcp.WithDescription("Start an interactive program (shell, REPL, top) on a terminal or pipes in a fresh sandbox; drive it with send_input and read_output. Docs: sandboxer://docs/start_session"),
+		mcp.WithDescription("Start an interactive program (shell, REPL, top) on a terminal or pipes in a fresh sandbox; drive it with send_input. Docs: sandboxer://docs/start_session"),
 		mcp.WithToolTitle("Start an interactive session"),
 		annotations("Start an interactive session", false, true, false, false),
 		withInput(in),

@@ -100,10 +100,10 @@ type TemplateResult struct {
 func SnapshotWorkspace(d Deps) Tool {
 	in := inputSchema[SnapshotWorkspaceArgs](map[string]param{
 		"workspace": {desc: "workspace to snapshot"},
-		"template":  {desc: "new template's name; replaces yours of that name"},
+		"template":  {desc: "its name; replaces yours of that name"},
 	})
 	def := mcp.NewTool("snapshot_workspace",
-		mcp.WithDescription("Make a template of a workspace (packages, /workspace files; not processes): jobs and workspaces then name it as language. Docs: sandboxer://docs/snapshot_workspace"),
+		mcp.WithDescription("Template a workspace (its packages and /workspace files): fresh jobs and workspaces name it as language. Docs: sandboxer://docs/snapshot_workspace"),
 		mcp.WithToolTitle("Snapshot a workspace"),
 		annotations("Snapshot a workspace", false, false, false, false),
 		withInput(in),

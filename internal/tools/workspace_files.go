@@ -79,7 +79,7 @@ func WriteFile(d Deps) Tool {
 		"content":   {desc: fmt.Sprintf("text, or base64 (≤ %d bytes decoded)", workspace.MaxWriteBytes)},
 	})
 	def := mcp.NewTool("write_file",
-		mcp.WithDescription("Write or append a file in a workspace, making missing directories. Docs: sandboxer://docs/write_file"),
+		mcp.WithDescription("Write or append a workspace file, making missing directories. Docs: sandboxer://docs/write_file"),
 		mcp.WithToolTitle("Write a file"),
 		annotations("Write a file", false, true, false, false),
 		withInput(in),

@@ -120,7 +120,7 @@ func CreateWorkspace(d Deps) Tool {
 		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("create_workspace",
-		mcp.WithDescription("Create a named persistent sandbox with a volume at /workspace; jobs with its workspace argument share its files and packages. Docs: sandboxer://docs/create_workspace"),
+		mcp.WithDescription("A named persistent sandbox with a volume at /workspace; jobs naming it share its files and packages. Docs: sandboxer://docs/create_workspace"),
 		mcp.WithToolTitle("Create a workspace"),
 		annotations("Create a workspace", false, false, false, false),
 		withInput(in),
@@ -267,7 +267,7 @@ type DeleteWorkspaceResult struct {
 func DeleteWorkspace(d Deps) Tool {
 	in := inputSchema[DeleteWorkspaceArgs](map[string]param{"name": {desc: workspaceNameDesc}})
 	def := mcp.NewTool("delete_workspace",
-		mcp.WithDescription("Delete a workspace with its files and packages; its jobs end. Docs: sandboxer://docs/delete_workspace"),
+		mcp.WithDescription("Delete a workspace, its files and packages; its jobs end. Docs: sandboxer://docs/delete_workspace"),
 		mcp.WithToolTitle("Delete a workspace"),
 		annotations("Delete a workspace", false, true, true, false),
 		withInput(in),

@@ -208,7 +208,7 @@ func lastLine(b []byte) []byte {
 // fillFork copies workspace src's files (caches and user installs
 // included; not its running jobs) into w, and gives w src's baseline.
 func (m *Manager) fillFork(ctx context.Context, w, src *record.Workspace) (*Origin, error) {
-	tree, err := m.rt.CopyFrom(ctx, src.ContainerID, Root+"/.")
+	tree, err := m.Files(ctx, src)
 	if err != nil {
 		return nil, fmt.Errorf("fork %q: %w", src.Name, err)
 	}

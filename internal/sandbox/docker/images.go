@@ -9,8 +9,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -270,12 +271,7 @@ func commitChanges(cfg sandbox.ImageConfig) []string {
 		k, v, _ := strings.Cut(kv, "=")
 		out = append(out, "ENV "+k+"="+strconv.Quote(v))
 	}
-	keys := make([]string, 0, len(cfg.Labels))
-	for k := range cfg.Labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(cfg.Labels)) {
 		out = append(out, "LABEL "+strconv.Quote(k)+"="+strconv.Quote(cfg.Labels[k]))
 	}
 	list := func(s []string) string {
