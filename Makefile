@@ -12,7 +12,7 @@ BIN   := bin/sandboxer
 SUPERVISOR := images/supervisor/sandboxer-supervisor
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: all build supervisor engine base-image images run test test-unit test-integration test-podman k8s-cluster k8s-cluster-down k8s-gvisor test-k8s leftovers lint bench clean doctor gvisor conformance
+.PHONY: all build supervisor engine base-image images run test test-unit test-integration test-podman test-containerd k8s-cluster k8s-cluster-down k8s-gvisor test-k8s leftovers lint bench clean doctor gvisor conformance
 
 all: build
 
@@ -85,6 +85,16 @@ test-podman: build base-image
 	$(GO) build -race -o $(BIN)-race ./cmd/sandboxer
 	DOCKER_HOST=$(PODMAN_HOST) SANDBOXER_TEST_PODMAN=1 SANDBOXER_PODMAN_ROOTLESS_HOST=$(PODMAN_ROOTLESS_HOST) SANDBOXER_BIN=$(CURDIR)/$(BIN)-race \
 	  $(GO) test $(GOTEST_FLAGS) -run '$(PODMAN_TESTS)' ./internal/sandbox/docker/ ./test/e2e/
+
+# The runtime contract and capability suites and the e2e core (jobs, stdin, hardening and limits
+# read from inside, a session, the warm pool, restart adoption, doctor, granted mounts) against a
+# containerd of its own (scripts/containerd.sh starts Debian's containerd and copies the images over
+# from the Docker engine). Not part of `make test`: see docs/engines.md for what it takes and refuses.
+test-containerd: images
+	@bash scripts/containerd.sh >/dev/null
+	$(GO) build -race -o $(BIN)-race ./cmd/sandboxer
+	SANDBOXER_TEST_CONTAINERD=1 $(GO) test $(GOTEST_FLAGS) ./internal/sandbox/containerd/
+	SANDBOXER_TEST_CONTAINERD=1 SANDBOXER_BIN=$(CURDIR)/$(BIN)-race $(GO) test $(GOTEST_FLAGS) -run 'Containerd' ./test/e2e/
 
 # A single-node Kubernetes cluster on this machine (no registry, no internet): the control plane
 # and kubelet built from the Go module proxy at the version pinned in scripts/k8s-tools/go.mod

@@ -51,8 +51,12 @@ func doctor(args []string) error {
 	}
 	defer lock.Release()
 	reportSecrets(cfg.Policy, report)
-	if cfg.Policy.Backend == policy.BackendKubernetes {
-		if err := doctorKubernetes(cfg, lock.ID(), report); err != nil {
+	if b := cfg.Policy.Backend; b == policy.BackendKubernetes || b == policy.BackendContainerd {
+		doctorBackend := doctorKubernetes
+		if b == policy.BackendContainerd {
+			doctorBackend = doctorContainerd
+		}
+		if err := doctorBackend(cfg, lock.ID(), report); err != nil {
 			return err
 		}
 		if problems > 0 {

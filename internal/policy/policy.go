@@ -41,11 +41,14 @@ type Policy struct {
 	Secrets map[string]Secret `yaml:"secrets"`
 	// Runtime is the OCI runtime of job containers; "" = engine default (e.g. "runsc" for gVisor).
 	Runtime string `yaml:"runtime"`
-	// Backend is where sandboxes run: "docker" (default) or "kubernetes"
-	// (a pod per job, docs/kubernetes.md).
+	// Backend is where sandboxes run: "docker" (default), "kubernetes"
+	// (a pod per job, docs/kubernetes.md) or "containerd" (straight on
+	// containerd, docs/engines.md).
 	Backend string `yaml:"backend"`
 	// Kubernetes is where backend "kubernetes" finds its cluster.
 	Kubernetes Kubernetes `yaml:"kubernetes"`
+	// Containerd is where backend "containerd" finds its containerd.
+	Containerd Containerd `yaml:"containerd"`
 	// Languages optionally overrides the image of a language, by language name.
 	// Never nil after Default() or Load().
 	Languages map[string]Language `yaml:"languages"`
@@ -80,7 +83,18 @@ type Policy struct {
 const (
 	BackendDocker     = "docker"
 	BackendKubernetes = "kubernetes"
+	BackendContainerd = "containerd"
 )
+
+// Containerd says which containerd, and which of its namespaces, backend
+// "containerd" uses.
+type Containerd struct {
+	// Address is containerd's socket, an absolute path; "" =
+	// /run/sandboxer-containerd/containerd.sock (scripts/containerd.sh's).
+	Address string `yaml:"address"`
+	// Namespace is containerd's namespace of the sandboxes; "" = "sandboxer".
+	Namespace string `yaml:"namespace"`
+}
 
 // Kubernetes says which cluster and namespace backend "kubernetes" uses.
 type Kubernetes struct {

@@ -248,8 +248,20 @@ func TestValidateErrors(t *testing.T) {
 		{"egress without hosts", func(p *Policy) { p.Network = NetworkEgress }, `policy: egress.allow: must name at least one host with network: egress`},
 		{"egress bad host", func(p *Policy) { p.Egress.Allow = []string{"http://x.com"} }, `policy: egress.allow: allowlist entry "http://x.com"`},
 		{"runtime", func(p *Policy) { p.Runtime = "runsc; rm -rf /" }, `policy: runtime: invalid OCI runtime name`},
-		{"backend", func(p *Policy) { p.Backend = "nomad" }, `policy: backend: must be "docker" or "kubernetes", got "nomad"`},
-		{"backend empty", func(p *Policy) { p.Backend = "" }, `policy: backend: must be "docker" or "kubernetes", got ""`},
+		{"backend", func(p *Policy) { p.Backend = "nomad" }, `policy: backend: must be "docker", "kubernetes" or "containerd", got "nomad"`},
+		{"backend empty", func(p *Policy) { p.Backend = "" }, `policy: backend: must be "docker", "kubernetes" or "containerd", got ""`},
+		{"containerd network", func(p *Policy) {
+			p.Backend = BackendContainerd
+			p.Network = NetworkEgress
+			p.Egress.Allow = []string{"x.com"}
+		}, `policy: network: must be "none" with backend: containerd`},
+		{"containerd runtime", func(p *Policy) { p.Backend = BackendContainerd; p.Runtime = "runsc" }, `policy: runtime: must be empty with backend: containerd`},
+		{"containerd address", func(p *Policy) { p.Containerd.Address = "run/c.sock" }, `policy: containerd.address: must be an absolute path to containerd's socket, got "run/c.sock"`},
+		{"containerd namespace", func(p *Policy) { p.Containerd.Namespace = "a b" }, `policy: containerd.namespace: invalid namespace "a b"`},
+		{"containerd templates", func(p *Policy) {
+			p.Backend = BackendContainerd
+			p.Templates["t"] = Template{Context: "/srv/t", Dockerfile: "Dockerfile"}
+		}, `policy: templates: templates need backend docker (Docker or Podman), which build images: on containerd`},
 		{"namespace", func(p *Policy) { p.Kubernetes.Namespace = "Team_A" }, `policy: kubernetes.namespace: invalid namespace "Team_A"`},
 		{"kubeconfig relative", func(p *Policy) { p.Kubernetes.Kubeconfig = "kube/config" }, `policy: kubernetes.kubeconfig: must be an absolute path, got "kube/config"`},
 		{"kubernetes network", func(p *Policy) { p.Backend = BackendKubernetes; p.Network = NetworkBridge }, `policy: network: must be "none" or "egress" with backend: kubernetes (pods have no network`},

@@ -60,8 +60,8 @@ func (p *Policy) validateTemplates(ps *problems) {
 	ps.intIn("templates_build.max_build_s", b.MaxBuildS, 10, maxSeconds)
 	ps.intIn("templates_build.max_image_mb", b.MaxImageMB, 16, 1<<20)
 	ps.intIn("templates_build.disk_mb", b.DiskMB, 16, 1<<22)
-	if len(p.Templates) > 0 && p.Backend == BackendKubernetes {
-		ps.add("templates", "templates need backend docker (Docker or Podman), which build images: on kubernetes, build the image yourself, push it where the cluster pulls from, and map a language to it (languages.<name>.image)")
+	if len(p.Templates) > 0 && p.Backend != BackendDocker {
+		ps.add("templates", "templates need backend docker (Docker or Podman), which build images: on %s, build the image yourself, put it where the backend finds it, and map a language to it (languages.<name>.image)", p.Backend)
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.Templates)) {
 		t := p.Templates[name]

@@ -385,7 +385,10 @@ func ResolveMountSource(source string, forbidden []string) (string, string) {
 // namespacePattern is a Kubernetes namespace name (an RFC 1123 label).
 var namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
-// validateBackend checks backend and its kubernetes keys. The kubernetes
+// containerdNamespacePattern is a containerd namespace name.
+var containerdNamespacePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,75}$`)
+
+// validateBackend checks backend and its kubernetes and containerd keys. The kubernetes
 // runtime has no network but the egress tunnel (network: egress): a policy
 // asking for another with it is refused here, before any pod starts.
 // (Granted mounts are copied into its pods: kubernetes.mount_mb; runtime
@@ -399,12 +402,28 @@ func (p *Policy) validateBackend(ps *problems) {
 		ps.add("kubernetes.kubeconfig", "must be an absolute path, got %q", k.Kubeconfig)
 	}
 	ps.intIn("kubernetes.mount_mb", k.MountMB, 1, maxMB)
+	c := p.Containerd
+	if c.Address != "" && !filepath.IsAbs(c.Address) {
+		ps.add("containerd.address", "must be an absolute path to containerd's socket, got %q", c.Address)
+	}
+	if c.Namespace != "" && !containerdNamespacePattern.MatchString(c.Namespace) {
+		ps.add("containerd.namespace", "invalid namespace %q (want letters, digits, '.', '_' and '-', at most 76, starting with a letter or digit)", c.Namespace)
+	}
 	switch p.Backend {
 	case BackendDocker:
 		return
 	case BackendKubernetes:
+	case BackendContainerd:
+		// Sandboxes with loopback only, and no egress path yet.
+		if p.Network != NetworkNone {
+			ps.add("network", "must be %q with backend: containerd (its sandboxes have no network and no egress path yet), got %q", NetworkNone, p.Network)
+		}
+		if p.Runtime != "" {
+			ps.add("runtime", "must be empty with backend: containerd (it runs containerd's runc shim), got %q", p.Runtime)
+		}
+		return
 	default:
-		ps.add("backend", "must be %q or %q, got %q", BackendDocker, BackendKubernetes, p.Backend)
+		ps.add("backend", "must be %q, %q or %q, got %q", BackendDocker, BackendKubernetes, BackendContainerd, p.Backend)
 		return
 	}
 	if p.Network == NetworkBridge {

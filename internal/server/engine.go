@@ -4,6 +4,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/containerd"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
 )
@@ -13,7 +14,16 @@ import (
 // engine it is: everything else takes the engine's declared parts
 // (sandbox.Capabilities).
 func NewEngine(cfg *config.Config, server string, onError func(operation string)) (sandbox.Engine, error) {
-	if cfg.Policy.Backend == policy.BackendKubernetes {
+	switch cfg.Policy.Backend {
+	case policy.BackendContainerd:
+		opts := []containerd.Option{containerd.WithServer(server)}
+		if onError != nil {
+			opts = append(opts, containerd.WithErrorHook(onError))
+		}
+		return containerd.New(cfg.Instance(), containerd.Config{
+			Address: cfg.Policy.Containerd.Address, Namespace: cfg.Policy.Containerd.Namespace,
+		}, opts...)
+	case policy.BackendKubernetes:
 		opts := []kubernetes.Option{kubernetes.WithServer(server)}
 		if onError != nil {
 			opts = append(opts, kubernetes.WithErrorHook(onError))

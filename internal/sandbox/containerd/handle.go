@@ -84,7 +84,7 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec) (h *handle, er
 	}
 	c, err := r.cli.NewContainer(ctx, id,
 		client.WithImageName(img.Name()),
-		client.WithNewSnapshotView(id, img),
+		client.WithNewSnapshot(id, img),
 		client.WithNewSpec(specOpts(img, spec)...),
 		client.WithContainerLabels(r.labels(spec)),
 		client.WithRuntime(shimRuntime, nil))

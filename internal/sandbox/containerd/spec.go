@@ -54,6 +54,9 @@ func specOpts(img oci.Image, spec sandbox.Spec) []oci.SpecOpts {
 		}
 	}
 	mounts := []specs.Mount{
+		// Its own cgroup (the namespace's view), read-only: the supervisor
+		// reads the job's usage and OOM kills there.
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"ro", "nosuid", "noexec", "nodev"}},
 		tmpfs(tmpPath, l.TmpBytes, false),
 		tmpfs(homePath, homeSize, true),
 	}
