@@ -250,11 +250,7 @@ func TestValidateErrors(t *testing.T) {
 		{"runtime", func(p *Policy) { p.Runtime = "runsc; rm -rf /" }, `policy: runtime: invalid OCI runtime name`},
 		{"backend", func(p *Policy) { p.Backend = "nomad" }, `policy: backend: must be "docker", "kubernetes" or "containerd", got "nomad"`},
 		{"backend empty", func(p *Policy) { p.Backend = "" }, `policy: backend: must be "docker", "kubernetes" or "containerd", got ""`},
-		{"containerd network", func(p *Policy) {
-			p.Backend = BackendContainerd
-			p.Network = NetworkEgress
-			p.Egress.Allow = []string{"x.com"}
-		}, `policy: network: must be "none" with backend: containerd`},
+		{"containerd network", func(p *Policy) { p.Backend = BackendContainerd; p.Network = NetworkBridge }, `policy: network: must be "none" or "egress" with backend: containerd`},
 		{"containerd runtime", func(p *Policy) { p.Backend = BackendContainerd; p.Runtime = "runsc" }, `policy: runtime: must be empty with backend: containerd`},
 		{"containerd address", func(p *Policy) { p.Containerd.Address = "run/c.sock" }, `policy: containerd.address: must be an absolute path to containerd's socket, got "run/c.sock"`},
 		{"containerd namespace", func(p *Policy) { p.Containerd.Namespace = "a b" }, `policy: containerd.namespace: invalid namespace "a b"`},

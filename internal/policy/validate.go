@@ -414,9 +414,9 @@ func (p *Policy) validateBackend(ps *problems) {
 		return
 	case BackendKubernetes:
 	case BackendContainerd:
-		// Sandboxes with loopback only, and no egress path yet.
-		if p.Network != NetworkNone {
-			ps.add("network", "must be %q with backend: containerd (its sandboxes have no network and no egress path yet), got %q", NetworkNone, p.Network)
+		// Sandboxes with loopback only: their way out is the egress tunnel.
+		if p.Network == NetworkBridge {
+			ps.add("network", "must be %q or %q with backend: containerd (its sandboxes have no network; their only way out is the egress tunnel to the server's proxy), got %q", NetworkNone, NetworkEgress, p.Network)
 		}
 		if p.Runtime != "" {
 			ps.add("runtime", "must be empty with backend: containerd (it runs containerd's runc shim), got %q", p.Runtime)

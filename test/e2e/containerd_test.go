@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -215,6 +219,106 @@ cat secret-link 2>&1 | grep -c HOST-SECRET; echo x > new 2>/dev/null && echo WRO
 	out := str(r, "stdout")
 	if !strings.HasPrefix(out, "package calc\n") || strings.Contains(out, "WROTE") || strings.Contains(out, "APPENDED") || !strings.Contains(out, "\n0\n") {
 		t.Fatalf("granted mount on containerd: %v", r)
+	}
+	s.waitNoSandboxes(false, 30*time.Second)
+}
+
+// network: egress on backend containerd: the sandboxes have loopback only,
+// so a job's way out is the tunnel-only exec the server opens beside it
+// (127.0.0.1:3128 inside), as on Kubernetes; the proxy, its allowlist and
+// its audit are the same as on Docker.
+func TestContainerdEgress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello from the mirror") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	s := startServer(t, containerdEnv(t, fmt.Sprintf(`network: egress
+egress:
+  allow: ["mirror.sbx.test:%[1]s"]
+  hosts:
+    mirror.sbx.test: 127.0.0.1
+`, port))...)
+
+	// A cold python job: the listed host, one off the list, CONNECT to both
+	// and a raw address, and no direct route.
+	r := s.ok("run_command", map[string]any{"command": k8sEgressCommand(port), "language": "python", "timeout_s": 120})
+	if out := str(r, "stdout"); str(r, "status") != "completed" || out != k8sEgressWant(port) {
+		t.Fatalf("egress probe on containerd: got\n%s\nwant\n%s\nrecord: %v\nstderr:\n%s", out, k8sEgressWant(port), r, tail(s.stderr.String(), 3000))
+	}
+	allowed, refused := 0, 0
+	for _, e := range egressAudit(t, s) {
+		if e["job_id"] == str(r, "job_id") {
+			switch e["decision"] {
+			case "allowed":
+				allowed++
+			case "refused":
+				refused++
+			}
+		}
+	}
+	if allowed != 2 || refused != 2 {
+		t.Errorf("audit: %d allowed, %d refused, want 2 and 2: %v", allowed, refused, egressAudit(t, s))
+	}
+
+	// egress: [] is no network at all: no proxy variable, no tunnel.
+	r = s.ok("run_command", map[string]any{"language": "python", "egress": []any{}, "timeout_s": 60,
+		"command": `echo "proxy=${HTTPS_PROXY:-}"; python3 -c "import socket; socket.create_connection(('127.0.0.1', 3128), timeout=5)" 2>/dev/null && echo tunnel || echo "no tunnel"`})
+	if out := str(r, "stdout"); out != "proxy=\nno tunnel\n" {
+		t.Errorf("a job with egress: []: %v", r)
+	}
+
+	// A job in a warm sandbox (bash): the tunnel and the grant are the job's.
+	served := false
+	for try := 0; try < 10 && !served; try++ {
+		warm := s.waitWarmSandbox()
+		r = s.ok("run_command", map[string]any{"command": k8sBashProbe + "get mirror.sbx.test:" + port + "; get other.sbx.test:" + port, "timeout_s": 60})
+		if want := "mirror.sbx.test:" + port + " 200 hello from the mirror\nother.sbx.test:" + port + " 403\n"; str(r, "stdout") != want {
+			t.Fatalf("an egress job in bash: %v, want %q\nstderr:\n%s", r, want, tail(s.stderr.String(), 3000))
+		}
+		served = str(s.ok("get_job", map[string]any{"job_id": str(r, "job_id")}), "container_id") == warm
+	}
+	if !served {
+		t.Errorf("no egress job ran in a warm sandbox in 10 tries")
+	}
+	s.waitNoSandboxes(false, 30*time.Second)
+}
+
+// Secrets on backend containerd: the proxy behind the sandbox's tunnel
+// swaps the placeholder for the value at the bound host only.
+func TestContainerdSecrets(t *testing.T) {
+	containerdEnv(t, "") // skips outside make test-containerd
+	upCA := upstreamCA(t)
+	value := "ctr-value-" + fmt.Sprint(time.Now().UnixNano())
+	up := startSecretUpstream(t, "127.0.0.1", upCA, value)
+	dir := t.TempDir()
+	caFile, valueFile := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "api-token")
+	os.WriteFile(caFile, upCA.CertPEM(), 0o644)
+	os.WriteFile(valueFile, []byte(value), 0o600)
+	s := startServer(t, "SSL_CERT_FILE="+caFile, policyEnv(t, containerdPolicy+fmt.Sprintf(`
+egress:
+  allow: ["bound.sbx.test:%[1]s", "free.sbx.test:%[1]s"]
+  hosts: {bound.sbx.test: 127.0.0.1, free.sbx.test: 127.0.0.1}
+secrets:
+  API_TOKEN: {value_file: %[2]s, hosts: ["bound.sbx.test:%[1]s"]}
+`, up.port, valueFile)))
+	r := s.ok("run_command", map[string]any{"language": "python", "secrets": []any{"API_TOKEN"}, "egress": []any{"free.sbx.test:" + up.port}, "timeout_s": 120,
+		"command": fmt.Sprintf(`echo "var=$API_TOKEN"; echo "bound=$(curl -sS -H "X-Api-Key: $API_TOKEN" https://bound.sbx.test:%[1]s/ctr)"; echo "free=$(curl -ksS -H "X-Api-Key: $API_TOKEN" https://free.sbx.test:%[1]s/ctr)"; echo "plain=$(curl -s -o /dev/null -w '%%{http_code}' http://bound.sbx.test:%[1]s/ctr)"`, up.port)})
+	out := str(r, "stdout")
+	f := fFields(out)
+	if str(r, "status") != "completed" || !strings.HasPrefix(f["var"], "sbx_placeholder_") || f["bound"] != "ok" || f["free"] != "ok" || f["plain"] != "403" {
+		t.Fatalf("secrets on containerd: %v\n%s\nstderr:\n%s", r, out, tail(s.stderr.String(), 3000))
+	}
+	var bound, free bool
+	for _, q := range up.requests() {
+		bound = bound || (q.host == "bound.sbx.test" && q.apiKey == value)
+		free = free || (q.host == "free.sbx.test" && q.apiKey == f["var"])
+	}
+	if !bound || !free {
+		t.Fatalf("upstream: value at the bound host %v, placeholder at the free host %v: %+v", bound, free, up.requests())
 	}
 	s.waitNoSandboxes(false, 30*time.Second)
 }

@@ -22,11 +22,13 @@ import (
 // supervisor. Frames to it go into its stdin FIFO; its frames are read
 // from its stdout file. Its end is observed once, by waitForEnd.
 type handle struct {
-	rt     *Runtime
-	id     string
-	task   client.Task
-	c      *supervisor.Client
-	stdin  *os.File // nil when adopted
+	rt    *Runtime
+	id    string
+	task  client.Task
+	c     *supervisor.Client
+	stdin *os.File // nil when adopted
+	// tunnel is the job's egress tunnel (network egress), closed with it.
+	tunnel *sandbox.Tunnel
 	exited chan struct{}
 	exit   client.ExitStatus // valid once exited is closed
 
@@ -70,7 +72,7 @@ func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm,
 // process, opens its streams and registers the wait before it starts it,
 // so no output and no exit can be missed.
 func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec) (h *handle, err error) {
-	if err := check(spec); err != nil {
+	if err := r.check(spec); err != nil {
 		return nil, err
 	}
 	img, err := r.image(ctx, spec.Image)
@@ -195,6 +197,9 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	}
 	payload, err := json.Marshal(ps)
 	if err != nil {
+		return err
+	}
+	if err := h.openTunnel(ctx, spec); err != nil {
 		return err
 	}
 	h.c.Out.Set(out, 0, 0)
@@ -367,6 +372,9 @@ func (h *handle) waitForEnd() {
 	}
 	if h.stdin != nil {
 		h.stdin.Close()
+	}
+	if h.tunnel != nil {
+		h.tunnel.Close()
 	}
 	if e := h.c.Exit(); e != nil {
 		h.status = supervisor.ExitStatus(e)

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,8 @@ type Runtime struct {
 	ioRoot   string
 	watch    *watcher
 	onError  func(operation string)
+	// egressProxy serves the egress tunnels (egress.go); nil: none.
+	egressProxy http.Handler
 
 	imagesMu sync.Mutex
 	images   map[string]client.Image // by normalized reference, once unpacked
@@ -110,11 +113,11 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 // Host says where containerd is, and the namespace.
 func (r *Runtime) Host() string { return "unix://" + r.address + " (namespace " + r.ns + ")" }
 
-// Capabilities: a warm pool only. Workspaces, volumes, the egress path,
+// Capabilities: a warm pool and the egress tunnel. Workspaces, volumes,
 // process listing and template builds are Docker's (and partly
 // Kubernetes') for now: see docs/engines.md.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Warm: r}
+	return sandbox.Capabilities{Warm: r, EgressTunnel: r}
 }
 
 // Close waits (bounded) for removals under way, then closes the client.
@@ -224,11 +227,15 @@ func (r *Runtime) labels(spec sandbox.Spec) map[string]string {
 }
 
 // check refuses what this runtime cannot give a sandbox, naming it.
-func check(spec sandbox.Spec) error {
+func (r *Runtime) check(spec sandbox.Spec) error {
 	switch spec.Network {
 	case "", "none":
+	case sandbox.NetworkEgress:
+		if r.egressProxy == nil {
+			return errors.New("network egress: this server runs no egress proxy (policy key egress.allow is empty)")
+		}
 	default:
-		return fmt.Errorf("network %q: backend containerd runs sandboxes with no network (loopback only); the egress path needs backend docker or kubernetes", spec.Network)
+		return fmt.Errorf("network %q: backend containerd runs sandboxes with no network (loopback only) but the egress tunnel (network egress)", spec.Network)
 	}
 	if spec.Runtime != "" {
 		return fmt.Errorf("runtime %q: backend containerd runs runc through containerd's runc shim only", spec.Runtime)

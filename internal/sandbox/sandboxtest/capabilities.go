@@ -36,6 +36,7 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 		{"Workspaces", func(c sandbox.Capabilities) bool { return c.Workspaces != nil }, runWorkspaces},
 		{"Images", func(c sandbox.Capabilities) bool { return c.Images != nil }, runImages},
 		{"EgressNetwork", func(c sandbox.Capabilities) bool { return c.EgressNetwork != nil }, runEgressNetwork},
+		{"EgressTunnel", func(c sandbox.Capabilities) bool { return c.EgressTunnel != nil }, runEgressTunnel},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {

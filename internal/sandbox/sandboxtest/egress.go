@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -51,5 +52,32 @@ elif [[ $out == *"Connection refused"* ]]; then echo from-the-gateway; else echo
 	st := waitDone(t, h, "a sandbox on the egress network")
 	if got := out.Stdout(); st.ExitCode != 0 || got != "from-the-gateway\n" {
 		t.Fatalf("on the egress network: %s, stdout %q, stderr %q; want the gateway's line", describe(st), got, strings.TrimSpace(out.Stderr()))
+	}
+}
+
+// runEgressTunnel: a sandbox on network egress reaches the proxy the
+// engine was given at the tunnel's address inside it (its own loopback),
+// and a sandbox with no network finds nothing listening there.
+func runEgressTunnel(t *testing.T, e sandbox.Engine, image string) {
+	addr := e.Capabilities().EgressTunnel.TunnelEgress(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "via-the-proxy %s %s\n", r.Method, r.Host)
+	}))
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("TunnelEgress gave %q: %v", addr, err)
+	}
+	probe := fmt.Sprintf(`if exec 3<>/dev/tcp/%s/%s; then printf 'GET http://example.test/x HTTP/1.0\r\nHost: example.test\r\n\r\n' >&3; tail -n1 <&3; else echo nothing-listens; fi 2>/dev/null`, host, port)
+	for _, c := range []struct{ network, want string }{
+		{sandbox.NetworkEgress, "via-the-proxy GET example.test\n"},
+		{"none", "nothing-listens\n"},
+	} {
+		spec := Spec(image, probe)
+		spec.Network = c.network
+		out := newBuffer()
+		h := start(t, e, spec, out)
+		st := waitDone(t, h, "a sandbox on network "+c.network)
+		if got := out.Stdout(); st.ExitCode != 0 || got != c.want {
+			t.Fatalf("network %s: %s, stdout %q, stderr %q; want %q", c.network, describe(st), got, strings.TrimSpace(out.Stderr()), c.want)
+		}
 	}
 }
