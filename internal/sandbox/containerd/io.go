@@ -151,7 +151,8 @@ func (f *follower) Close() error {
 // follow opens name in d for following from its first byte that holds data
 // (past holes punched by an earlier reader): joinedAt says where that is.
 func (r *Runtime) follow(d ioDir, name string, end <-chan struct{}) (fl *follower, joinedAt int64, err error) {
-	f, err := os.Open(d.path(name))
+	// Read-write: punching a hole needs it. Only read here otherwise.
+	f, err := os.OpenFile(d.path(name), os.O_RDWR, 0)
 	if err != nil {
 		return nil, 0, fmt.Errorf("open the sandbox's %s: %w", name, err)
 	}
