@@ -108,12 +108,12 @@ func loadOn(ctx context.Context, o options, backend string, dockerRun stats) err
 	}
 	time.Sleep(arrivalQuiet)
 	progress("load %s: %s sustained from %d callers", backend, loadSustained, loadCallers)
-	cpu0, engine0 := processCPU(s.cmd.Process.Pid), engineCPU()
+	cpu0, engine0, busy0 := processCPU(s.cmd.Process.Pid), engineCPU(), machineCPU()
 	n, el, err := sustained(ctx, loadCallers, loadSustained, func() error { _, err := s.runJob(ctx, job); return err })
 	if err != nil {
 		return err
 	}
-	cpu1, engine1 := processCPU(s.cmd.Process.Pid), engineCPU()
+	cpu1, engine1, busy1 := processCPU(s.cmd.Process.Pid), engineCPU(), machineCPU()
 	s.close()
 
 	off, err := startServer(ctx, o, "load-off-"+backend, jobs+"pool:\n  enabled: false\n")
@@ -137,8 +137,8 @@ func loadOn(ctx context.Context, o options, backend string, dockerRun stats) err
 	fmt.Printf("| empty pool (cold) | %.1f | %.1f | %.2fx docker run's p50 |\n", ms(cold.p50()), ms(cold.p95()), ms(cold.p50())/ms(dockerRun.p50()))
 	fmt.Printf("\nsustained: %d jobs in %s from %d callers: %.1f jobs/s (docker run --rm in series: %.1f/s)\n", n, el.Round(time.Millisecond), loadCallers, jps, 1/dockerRun.p50().Seconds())
 	if n > 0 && cpu1 >= cpu0 {
-		fmt.Printf("CPU per job: server %.1f ms, dockerd + containerd(s) %.1f ms (from /proc: the shims' and runc's own time is not counted)\n",
-			float64(cpu1-cpu0)/float64(n), float64(engine1-engine0)/float64(n))
+		fmt.Printf("CPU per job: server %.1f ms, dockerd + containerd(s) %.1f ms (from /proc: the shims' and runc's own time is not counted), the whole machine %.1f ms (/proc/stat, everything busy)\n",
+			float64(cpu1-cpu0)/float64(n), float64(engine1-engine0)/float64(n), float64(busy1-busy0)/float64(n))
 	}
 	return nil
 }
@@ -233,6 +233,26 @@ func processCPU(pid int) int64 {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return (ut + st) * 10 // clock ticks of 10 ms
+}
+
+// machineCPU is the whole machine's busy CPU time in ms (/proc/stat: all
+// but idle and iowait), which counts the shims, runc and the kernel too.
+func machineCPU() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var busy int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		busy += n
+	}
+	return busy * 10 // clock ticks of 10 ms
 }
 
 // engineCPU is dockerd's and containerd's CPU time in ms.

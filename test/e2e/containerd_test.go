@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +44,18 @@ func (s *server) sandboxes(all bool) []sandbox.Container {
 		s.t.Fatal(err)
 	}
 	defer rt.Close()
+	return s.listOn(rt, all)
+}
+
+// waitNoSandboxes waits until the instance has no containers left (warm ones too when all).
+func (s *server) waitNoSandboxes(all bool, within time.Duration) {
+	s.waitNoneOn(s.sandboxes, all, within)
+}
+
+// listOn lists what rt (a runtime of this server's instance) holds: jobs'
+// sandboxes, and warm ones too when all.
+func (s *server) listOn(rt sandbox.Runtime, all bool) []sandbox.Container {
+	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cs, err := rt.List(ctx)
@@ -60,26 +71,21 @@ func (s *server) sandboxes(all bool) []sandbox.Container {
 	return out
 }
 
-// waitNoSandboxes waits until the instance has no containers left (warm ones too when all).
-func (s *server) waitNoSandboxes(all bool, within time.Duration) {
+// waitNoneOn waits until list (all or jobs' only) is empty.
+func (s *server) waitNoneOn(list func(all bool) []sandbox.Container, all bool, within time.Duration) {
 	s.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		cs := s.sandboxes(all)
+		cs := list(all)
 		if len(cs) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("%d containers still present after %s: %+v", len(cs), within, cs)
+			s.t.Fatalf("%d sandboxes still present after %s: %+v", len(cs), within, cs)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-
-// containerdProbe adds the default route to the hardening probe.
-const containerdProbe = fHardeningProbe + `
-echo "default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)"
-`
 
 func TestContainerdCore(t *testing.T) {
 	s := startServer(t, containerdEnv(t, "")...)
@@ -96,17 +102,7 @@ func TestContainerdCore(t *testing.T) {
 	}
 
 	// Hardening, read from inside.
-	h := fRun(s, map[string]any{"command": containerdProbe, "env": map[string]any{"PROBE_VAR": "agent-set"}})
-	f := fFields(str(h, "stdout"))
-	for k, want := range map[string]string{"uid": "1000", "CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2",
-		"write_tmp": "written", "docker_sock": "", "leaked_env": "", "probe_var": "agent-set", "default_route": "0", "netifs": "lo"} {
-		if f[k] != want {
-			t.Errorf("inside the sandbox %s=%q, want %q", k, f[k], want)
-		}
-	}
-	if !strings.HasPrefix(f["rootfs_opts"], "ro,") || f["write_root"] == "written" {
-		t.Errorf("root filesystem: options %q, write %q", f["rootfs_opts"], f["write_root"])
-	}
+	f := hardeningFromInside(t, s)
 	if f["connect"] == "connected" || f["connect"] == "" {
 		t.Errorf("a connect to 1.1.1.1:80 from the sandbox: %q", f["connect"])
 	}
@@ -291,34 +287,6 @@ egress:
 // swaps the placeholder for the value at the bound host only.
 func TestContainerdSecrets(t *testing.T) {
 	containerdEnv(t, "") // skips outside make test-containerd
-	upCA := upstreamCA(t)
-	value := "ctr-value-" + fmt.Sprint(time.Now().UnixNano())
-	up := startSecretUpstream(t, "127.0.0.1", upCA, value)
-	dir := t.TempDir()
-	caFile, valueFile := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "api-token")
-	os.WriteFile(caFile, upCA.CertPEM(), 0o644)
-	os.WriteFile(valueFile, []byte(value), 0o600)
-	s := startServer(t, "SSL_CERT_FILE="+caFile, policyEnv(t, containerdPolicy+fmt.Sprintf(`
-egress:
-  allow: ["bound.sbx.test:%[1]s", "free.sbx.test:%[1]s"]
-  hosts: {bound.sbx.test: 127.0.0.1, free.sbx.test: 127.0.0.1}
-secrets:
-  API_TOKEN: {value_file: %[2]s, hosts: ["bound.sbx.test:%[1]s"]}
-`, up.port, valueFile)))
-	r := s.ok("run_command", map[string]any{"language": "python", "secrets": []any{"API_TOKEN"}, "egress": []any{"free.sbx.test:" + up.port}, "timeout_s": 120,
-		"command": fmt.Sprintf(`echo "var=$API_TOKEN"; echo "bound=$(curl -sS -H "X-Api-Key: $API_TOKEN" https://bound.sbx.test:%[1]s/ctr)"; echo "free=$(curl -ksS -H "X-Api-Key: $API_TOKEN" https://free.sbx.test:%[1]s/ctr)"; echo "plain=$(curl -s -o /dev/null -w '%%{http_code}' http://bound.sbx.test:%[1]s/ctr)"`, up.port)})
-	out := str(r, "stdout")
-	f := fFields(out)
-	if str(r, "status") != "completed" || !strings.HasPrefix(f["var"], "sbx_placeholder_") || f["bound"] != "ok" || f["free"] != "ok" || f["plain"] != "403" {
-		t.Fatalf("secrets on containerd: %v\n%s\nstderr:\n%s", r, out, tail(s.stderr.String(), 3000))
-	}
-	var bound, free bool
-	for _, q := range up.requests() {
-		bound = bound || (q.host == "bound.sbx.test" && q.apiKey == value)
-		free = free || (q.host == "free.sbx.test" && q.apiKey == f["var"])
-	}
-	if !bound || !free {
-		t.Fatalf("upstream: value at the bound host %v, placeholder at the free host %v: %+v", bound, free, up.requests())
-	}
+	s := secretsThroughTunnel(t, containerdPolicy)
 	s.waitNoSandboxes(false, 30*time.Second)
 }

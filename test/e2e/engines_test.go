@@ -29,17 +29,7 @@ func engineCore(t *testing.T, env ...string) {
 	}
 
 	// Hardening, read from inside the sandbox.
-	h := fRun(s, map[string]any{"command": fHardeningProbe, "env": map[string]any{"PROBE_VAR": "agent-set"}})
-	f := fFields(str(h, "stdout"))
-	for k, want := range map[string]string{"uid": "1000", "CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2",
-		"netifs": "lo", "routes": "0", "write_tmp": "written", "docker_sock": "", "leaked_env": "", "probe_var": "agent-set"} {
-		if f[k] != want {
-			t.Errorf("inside the sandbox %s=%q, want %q", k, f[k], want)
-		}
-	}
-	if !strings.HasPrefix(f["rootfs_opts"], "ro,") || f["write_root"] == "written" {
-		t.Errorf("root filesystem: options %q, write %q", f["rootfs_opts"], f["write_root"])
-	}
+	hardeningFromInside(t, s)
 
 	// A background job: output read while it runs, then killed.
 	bg := s.ok("run_command", map[string]any{"command": "i=0; while :; do i=$((i+1)); echo tick$i; sleep 0.2; done", "background": true})
@@ -219,4 +209,23 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// hardeningFromInside runs the hardening probe in a fresh sandbox and
+// checks what every engine's sandbox must show (loopback only, no route
+// out among it); it returns the probe's fields for what is the engine's own.
+func hardeningFromInside(t *testing.T, s *server) map[string]string {
+	t.Helper()
+	h := fRun(s, map[string]any{"command": fHardeningProbe, "env": map[string]any{"PROBE_VAR": "agent-set"}})
+	f := fFields(str(h, "stdout"))
+	for k, want := range map[string]string{"uid": "1000", "CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2",
+		"netifs": "lo", "routes": "0", "write_tmp": "written", "docker_sock": "", "leaked_env": "", "probe_var": "agent-set"} {
+		if f[k] != want {
+			t.Errorf("inside the sandbox %s=%q, want %q", k, f[k], want)
+		}
+	}
+	if !strings.HasPrefix(f["rootfs_opts"], "ro,") || f["write_root"] == "written" {
+		t.Errorf("root filesystem: options %q, write %q", f["rootfs_opts"], f["write_root"])
+	}
+	return f
 }

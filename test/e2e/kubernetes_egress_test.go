@@ -194,9 +194,17 @@ workspaces:
 // Secrets on backend kubernetes: the proxy behind the pod's tunnel swaps
 // the placeholder for the value at the bound host, as on Docker.
 func TestKubernetesSecrets(t *testing.T) {
-	pol := kubernetesPolicyFor(t)
+	secretsThroughTunnel(t, kubernetesPolicyFor(t))
+}
+
+// secretsThroughTunnel runs a job with a secret on a server of policy pol
+// (an engine whose egress is the tunnel): the proxy swaps the placeholder
+// for the value at the bound host only, and refuses plain HTTP there. It
+// returns the server.
+func secretsThroughTunnel(t *testing.T, pol string) *server {
+	t.Helper()
 	upCA := upstreamCA(t)
-	value := "k8s-value-" + fmt.Sprint(time.Now().UnixNano())
+	value := "tunnel-value-" + fmt.Sprint(time.Now().UnixNano())
 	up := startSecretUpstream(t, "127.0.0.1", upCA, value)
 	dir := t.TempDir()
 	caFile, valueFile := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "api-token")
@@ -210,11 +218,11 @@ secrets:
   API_TOKEN: {value_file: %[2]s, hosts: ["bound.sbx.test:%[1]s"]}
 `, up.port, valueFile)))
 	r := s.ok("run_command", map[string]any{"language": "python", "secrets": []any{"API_TOKEN"}, "egress": []any{"free.sbx.test:" + up.port}, "timeout_s": 120,
-		"command": fmt.Sprintf(`echo "var=$API_TOKEN"; echo "bound=$(curl -sS -H "X-Api-Key: $API_TOKEN" https://bound.sbx.test:%[1]s/k8s)"; echo "free=$(curl -ksS -H "X-Api-Key: $API_TOKEN" https://free.sbx.test:%[1]s/k8s)"; echo "plain=$(curl -s -o /dev/null -w '%%{http_code}' http://bound.sbx.test:%[1]s/k8s)"`, up.port)})
+		"command": fmt.Sprintf(`echo "var=$API_TOKEN"; echo "bound=$(curl -sS -H "X-Api-Key: $API_TOKEN" https://bound.sbx.test:%[1]s/t)"; echo "free=$(curl -ksS -H "X-Api-Key: $API_TOKEN" https://free.sbx.test:%[1]s/t)"; echo "plain=$(curl -s -o /dev/null -w '%%{http_code}' http://bound.sbx.test:%[1]s/t)"`, up.port)})
 	out := str(r, "stdout")
 	f := fFields(out)
 	if str(r, "status") != "completed" || !strings.HasPrefix(f["var"], "sbx_placeholder_") || f["bound"] != "ok" || f["free"] != "ok" || f["plain"] != "403" {
-		t.Fatalf("secrets in a pod: %v\n%s\nstderr:\n%s", r, out, tail(s.stderr.String(), 3000))
+		t.Fatalf("secrets through the tunnel: %v\n%s\nstderr:\n%s", r, out, tail(s.stderr.String(), 3000))
 	}
 	var bound, free bool
 	for _, q := range up.requests() {
@@ -224,4 +232,5 @@ secrets:
 	if !bound || !free {
 		t.Fatalf("upstream: value at the bound host %v, placeholder at the free host %v: %+v", bound, free, up.requests())
 	}
+	return s
 }

@@ -72,42 +72,16 @@ func kubernetesPolicyFor(t *testing.T) string {
 // pods lists this server instance's pods on the cluster; warm ones too when all.
 func (s *server) pods(all bool) []sandbox.Container {
 	s.t.Helper()
-	cfg := config.Config{StateDir: s.stateDir}
-	rt, err := kubernetes.New(cfg.Instance(), kubernetes.Config{})
+	rt, err := kubernetes.New((&config.Config{StateDir: s.stateDir}).Instance(), kubernetes.Config{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	defer rt.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cs, err := rt.List(ctx)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	out := cs[:0]
-	for _, c := range cs {
-		if all || c.Kind != sandbox.KindPool || c.JobID != "" {
-			out = append(out, c)
-		}
-	}
-	return out
+	return s.listOn(rt, all)
 }
 
 // waitNoPods waits until the instance has no pods left (warm ones too when all).
-func (s *server) waitNoPods(all bool, within time.Duration) {
-	s.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ps := s.pods(all)
-		if len(ps) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%d pods still present after %s: %+v", len(ps), within, ps)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
+func (s *server) waitNoPods(all bool, within time.Duration) { s.waitNoneOn(s.pods, all, within) }
 
 // waitWarmPod waits for a warm pod of this server and returns its name.
 func (s *server) waitWarmPod() string {
