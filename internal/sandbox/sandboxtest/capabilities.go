@@ -32,6 +32,7 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 	}{
 		{"Warm", func(c sandbox.Capabilities) bool { return c.Warm != nil }, runWarm},
 		{"Volumes", func(c sandbox.Capabilities) bool { return c.Volumes != nil }, runVolumes},
+		{"VolumeFiller", func(c sandbox.Capabilities) bool { return c.VolumeFiller != nil }, runVolumeFiller},
 		{"Processes", func(c sandbox.Capabilities) bool { return c.Processes != nil }, runProcesses},
 		{"Workspaces", func(c sandbox.Capabilities) bool { return c.Workspaces != nil }, runWorkspaces},
 		{"Images", func(c sandbox.Capabilities) bool { return c.Images != nil }, runImages},

@@ -1,6 +1,7 @@
 package sandboxtest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -79,5 +80,44 @@ func runEgressTunnel(t *testing.T, e sandbox.Engine, image string) {
 		if got := out.Stdout(); st.ExitCode != 0 || got != c.want {
 			t.Fatalf("network %s: %s, stdout %q, stderr %q; want %q", c.network, describe(st), got, strings.TrimSpace(out.Stderr()), c.want)
 		}
+	}
+}
+
+// runVolumeFiller: a filler sandbox mounts a volume read-write; a command
+// exec'd in it through the tunnel reaches the proxy it is given (its HTTP
+// proxy variables name the tunnel) and writes what it fetched into the
+// volume; a sandbox started later with the volume reads it there.
+func runVolumeFiller(t *testing.T, e sandbox.Engine, image string) {
+	f := e.Capabilities().VolumeFiller
+	ctx := context.Background()
+	name := "sandboxer-contract-fill-" + randomHex(6)
+	if err := f.CreateVolume(ctx, name, nil); err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	t.Cleanup(func() { _ = f.RemoveVolume(context.Background(), name) })
+	spec := Spec(image, "")
+	spec.Mounts = []sandbox.Mount{{Volume: name, Target: "/cache"}}
+	id, err := f.StartFiller(ctx, spec)
+	if err != nil {
+		t.Fatalf("StartFiller: %v", err)
+	}
+	proxy := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "filled-through-the-proxy %s\n", r.Host)
+	})
+	var out bytes.Buffer
+	code, err := f.Exec(ctx, id, sandbox.ExecOptions{Cmd: []string{"bash", "-c", "curl -sS http://example.test/x > /cache/got && cat /cache/got"},
+		Proxy: proxy, Stdout: &out, Stderr: &out})
+	if rerr := f.Remove(ctx, id); rerr != nil {
+		t.Errorf("Remove the filler: %v", rerr)
+	}
+	if err != nil || code != 0 || out.String() != "filled-through-the-proxy example.test\n" {
+		t.Fatalf("a fill through the tunnel: exit %d, %v, output %q", code, err, out.String())
+	}
+	read := Spec(image, "cat /cache/got")
+	read.Mounts = []sandbox.Mount{{Volume: name, Target: "/cache", ReadOnly: true}}
+	buf := newBuffer()
+	h := start(t, e, read, buf)
+	if st := waitDone(t, h, "a sandbox with the filled volume"); st.ExitCode != 0 || buf.Stdout() != "filled-through-the-proxy example.test\n" {
+		t.Fatalf("the filled volume read back: %s, stdout %q, stderr %q", describe(st), buf.Stdout(), buf.Stderr())
 	}
 }
