@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/sandboxer/sandboxer/images"
@@ -52,18 +51,7 @@ func doctorContainerd(cfg *config.Config, server string, report func(ok bool, wh
 	if !ok {
 		return nil
 	}
-	for _, w := range []struct{ key, value, what string }{
-		{"uid", "1000", "non-root user"},
-		{"CapEff", "0000000000000000", "no capabilities"},
-		{"NoNewPrivs", "1", "no-new-privileges"},
-		{"Seccomp", "2", "seccomp filter"},
-		{"rootfs", "readonly", "read-only root"},
-		{"interfaces", "lo", "loopback only"},
-		{"default_route", "0", "no route out"},
-		{"docker_sock", "absent", "no Docker socket"},
-	} {
-		report(facts[w.key] == w.value, w.what, fmt.Sprintf("%s=%s", w.key, facts[w.key]), "")
-	}
+	reportFacts(facts, append(hardeningFacts(), fact{"interfaces", "lo", "loopback only"}, fact{"default_route", "0", "no route out"}), false, report)
 	reportMounts(ctx, cfg.Policy, rt, job.SandboxLimits(limits, 1<<20), report)
 	return nil
 }

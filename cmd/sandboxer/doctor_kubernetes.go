@@ -55,22 +55,35 @@ func doctorKubernetes(cfg *config.Config, server string, report func(ok bool, wh
 	if !ok {
 		return nil
 	}
-	for _, w := range []struct{ key, value, what string }{
+	reportFacts(facts, append(hardeningFacts(), fact{"sa_token", "absent", "no SA token"}, fact{"default_route", "0", "no route out"}),
+		cfg.Policy.Runtime == policy.RuntimeRunsc, report)
+	// Granted mounts: a copy the server takes into the pod, which the job cannot write.
+	reportMounts(ctx, cfg.Policy, rt, job.SandboxLimits(limits, 1<<20), report)
+	return nil
+}
+
+// fact is one line of a probe's output that doctor checks: key=value.
+type fact struct{ key, value, what string }
+
+// hardeningFacts are what every backend's sandbox shows from inside.
+func hardeningFacts() []fact {
+	return []fact{
 		{"uid", "1000", "non-root user"},
 		{"CapEff", "0000000000000000", "no capabilities"},
 		{"NoNewPrivs", "1", "no-new-privileges"},
 		{"Seccomp", "2", "seccomp filter"},
 		{"rootfs", "readonly", "read-only root"},
-		{"sa_token", "absent", "no SA token"},
-		{"default_route", "0", "no route out"},
 		{"docker_sock", "absent", "no Docker socket"},
-	} {
-		if cfg.Policy.Runtime == policy.RuntimeRunsc && runscBlind[w.key] {
+	}
+}
+
+// reportFacts reports each fact of the probe's output (under gVisor,
+// those it cannot show are left out).
+func reportFacts(facts map[string]string, want []fact, runsc bool, report func(ok bool, what, detail, fix string)) {
+	for _, w := range want {
+		if runsc && runscBlind[w.key] {
 			continue
 		}
 		report(facts[w.key] == w.value, w.what, fmt.Sprintf("%s=%s", w.key, facts[w.key]), "")
 	}
-	// Granted mounts: a copy the server takes into the pod, which the job cannot write.
-	reportMounts(ctx, cfg.Policy, rt, job.SandboxLimits(limits, 1<<20), report)
-	return nil
 }
