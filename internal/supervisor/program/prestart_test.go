@@ -108,7 +108,7 @@ func TestPrestartThatEndedIsNotUsed(t *testing.T) {
 	pre := proto.Prestart{Argv: []string{"bash", "-c", "exit 0", "prestart-" + m}}
 	c := startPrestarted(t, pre)
 	// Wait until it has ended (a zombie child of the supervisor): no timing assumed.
-	for !hasZombieChild(c.cmd.Process.Pid) {
+	for !hasZombieChild(c.cmd.Process.Pid, "bash") {
 		time.Sleep(10 * time.Millisecond)
 	}
 	s := proto.Spec{Argv: append(slices.Clone(pre.Argv), "x"), InheritEnv: true, Stdin: proto.StdinPipe, KillMode: proto.KillTree}
@@ -153,13 +153,22 @@ func TestEarlyEnvDiff(t *testing.T) {
 	}
 }
 
-// hasZombieChild says whether a child of pid has ended and is not reaped yet.
-func hasZombieChild(pid int) bool {
+// hasZombieChild says whether a child of pid named comm has ended and is not
+// reaped yet. The name matters: the Go runtime's first StartProcess forks a
+// short-lived child of its own to check CLONE_PIDFD (os.checkClonePidfd), and
+// that zombie, seen before the prestarted process even starts, once made this
+// test hand the job to a process that was still running.
+func hasZombieChild(pid int, comm string) bool {
 	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 	for _, task := range tasks {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/children")
 		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil && !running(c) {
+			c, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			stat, err := os.ReadFile("/proc/" + f + "/stat")
+			if err == nil && strings.Contains(string(stat), "("+comm+")") && !running(c) {
 				return true
 			}
 		}
