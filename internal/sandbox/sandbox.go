@@ -20,7 +20,8 @@ const (
 	LabelInstance = "dev.sandboxer.instance" // which state directory it belongs to
 	LabelServer   = "dev.sandboxer.server"   // which server process made it (its serverlock identity)
 	LabelJobID    = "dev.sandboxer.job-id"
-	LabelKind     = "dev.sandboxer.kind" // job kind: command, script, session, doctor
+	LabelKind     = "dev.sandboxer.kind"    // job kind: command, script, session, doctor
+	LabelNetwork  = "dev.sandboxer.network" // the spec's network ("" none): an adopting server reopens an egress tunnel
 )
 
 // Limits are hard ceilings applied to one container.

@@ -8,6 +8,7 @@ import (
 	"log"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/tunnel"
@@ -154,4 +155,75 @@ func (t *Tunnel) Close() {
 			t.cancel() // an exec that did not end with its stdin
 		}
 	}()
+}
+
+// WorkspaceTunnels keeps the egress tunnels of long-lived sandboxes (the
+// workspaces of an engine whose egress is the tunnel): one per sandbox
+// that needs one, opened when a job finds none live. The zero value is
+// ready to use.
+type WorkspaceTunnels struct {
+	mu    sync.Mutex
+	open  map[string]*Tunnel
+	needs map[string]bool // asked once per sandbox (its label)
+}
+
+// Ensure makes sure sandbox id has a live tunnel if it needs one. needs
+// says whether it does (ErrNotFound: the sandbox is gone, and nothing is
+// kept); open opens its tunnel.
+func (ts *WorkspaceTunnels) Ensure(ctx context.Context, id string, needs func(context.Context) (bool, error), open func(context.Context) (*Tunnel, error)) error {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	need, known := ts.needs[id]
+	if !known {
+		var err error
+		if need, err = needs(ctx); errors.Is(err, ErrNotFound) {
+			return nil // not running: the job's start says so
+		} else if err != nil {
+			return err
+		}
+		if ts.needs == nil {
+			ts.needs = map[string]bool{}
+		}
+		ts.needs[id] = need
+	}
+	if !need {
+		return nil
+	}
+	if t := ts.open[id]; t != nil {
+		select {
+		case <-t.Done():
+		default:
+			return nil
+		}
+	}
+	t, err := open(ctx)
+	if err != nil {
+		return err
+	}
+	if ts.open == nil {
+		ts.open = map[string]*Tunnel{}
+	}
+	ts.open[id] = t
+	return nil
+}
+
+// Drop closes sandbox id's tunnel and forgets what it needs (it stops or goes).
+func (ts *WorkspaceTunnels) Drop(id string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if t := ts.open[id]; t != nil {
+		t.Close()
+	}
+	delete(ts.open, id)
+	delete(ts.needs, id)
+}
+
+// CloseAll closes every tunnel (the server stops).
+func (ts *WorkspaceTunnels) CloseAll() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for id, t := range ts.open {
+		t.Close()
+		delete(ts.open, id)
+	}
 }

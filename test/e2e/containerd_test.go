@@ -148,7 +148,7 @@ func TestContainerdCore(t *testing.T) {
 	// The warm pool keeps a sandbox through the runtime's Warmer: a job runs in it.
 	served := false
 	for try := 0; try < 10 && !served; try++ {
-		warm := s.waitWarmSandbox()
+		warm := s.waitWarmOn(s.sandboxes)
 		r = s.ok("run_command", map[string]any{"command": "echo warm"})
 		g := s.ok("get_job", map[string]any{"job_id": str(r, "job_id")})
 		served = str(g, "container_id") == warm
@@ -165,12 +165,12 @@ func TestContainerdCore(t *testing.T) {
 	s.waitNoSandboxes(true, 30*time.Second)
 }
 
-// waitWarmSandbox waits for a warm sandbox of this server and returns its id.
-func (s *server) waitWarmSandbox() string {
+// waitWarmOn waits for a warm sandbox among list's and returns its id.
+func (s *server) waitWarmOn(list func(all bool) []sandbox.Container) string {
 	s.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		for _, c := range s.sandboxes(true) {
+		for _, c := range list(true) {
 			if c.Kind == sandbox.KindPool && c.JobID == "" && c.Running {
 				return c.ID
 			}
@@ -270,7 +270,7 @@ egress:
 	// A job in a warm sandbox (bash): the tunnel and the grant are the job's.
 	served := false
 	for try := 0; try < 10 && !served; try++ {
-		warm := s.waitWarmSandbox()
+		warm := s.waitWarmOn(s.sandboxes)
 		r = s.ok("run_command", map[string]any{"command": k8sBashProbe + "get mirror.sbx.test:" + port + "; get other.sbx.test:" + port, "timeout_s": 60})
 		if want := "mirror.sbx.test:" + port + " 200 hello from the mirror\nother.sbx.test:" + port + " 403\n"; str(r, "stdout") != want {
 			t.Fatalf("an egress job in bash: %v, want %q\nstderr:\n%s", r, want, tail(s.stderr.String(), 3000))

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/config"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 	"github.com/sandboxer/sandboxer/internal/testutil"
 )
 
@@ -88,4 +91,39 @@ func TestPodmanTemplate(t *testing.T) {
 		t.Fatalf("a fresh job from a snapshot on Podman: %v", r)
 	}
 	s.ok("delete_workspace", map[string]any{"name": ws})
+}
+
+// podmanPolicy keeps one warm bash sandbox, so the egress tests see a warm
+// job take its tunnel too.
+const podmanPolicy = `pool:
+  size: {bash: 1, python: 0}
+  max_total: 1
+`
+
+// engineSandboxes lists this server instance's containers on the engine
+// DOCKER_HOST names; warm ones too when all.
+func (s *server) engineSandboxes(all bool) []sandbox.Container {
+	s.t.Helper()
+	rt, err := docker.New((&config.Config{StateDir: s.stateDir}).Instance())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rt.Close()
+	return s.listOn(rt, all)
+}
+
+// Egress on Podman goes through the tunnel (its internal network has no
+// gateway for the proxy): jobs fresh and warm, and workspaces, as on
+// Kubernetes.
+func TestPodmanEgress(t *testing.T) {
+	requirePodman(t)
+	egressThroughTunnel(t, func(extra string) []string { return []string{policyEnv(t, podmanPolicy+extra)} }, (*server).engineSandboxes)
+}
+
+// Secrets on Podman: the proxy behind the sandbox's tunnel swaps the
+// placeholder for the value at the bound host only.
+func TestPodmanSecrets(t *testing.T) {
+	requirePodman(t)
+	s := secretsThroughTunnel(t, podmanPolicy)
+	s.waitNoneOn(s.engineSandboxes, false, 30*time.Second)
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"net"
 	"net/http"
 	"os"
@@ -79,6 +80,17 @@ get() {
 `
 
 func TestKubernetesEgress(t *testing.T) {
+	kubernetesPolicyFor(t) // skips outside make test-k8s
+	egressThroughTunnel(t, func(extra string) []string { return kubernetesEnvWith(t, extra) }, (*server).pods)
+}
+
+// egressThroughTunnel: on an engine whose egress is the tunnel (a server
+// with env(extra policy), its sandboxes listed by list), a job in a fresh
+// sandbox, one in a warm sandbox, and the jobs of a workspace made with
+// egress (after a server restart, and after an idle stop and start) reach
+// the allowlist's host through the proxy and nothing else; a job with
+// egress: [] and a workspace without egress have no proxy at all.
+func egressThroughTunnel(t *testing.T, env func(extra string) []string, list func(s *server, all bool) []sandbox.Container) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +99,7 @@ func TestKubernetesEgress(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	env := kubernetesEnvWith(t, fmt.Sprintf(`network: egress
+	serverEnv := env(fmt.Sprintf(`network: egress
 egress:
   allow: ["mirror.sbx.test:%[1]s"]
   hosts:
@@ -95,12 +107,12 @@ egress:
 workspaces:
   idle_stop_s: 4
 `, port))
-	s := startServer(t, env...)
-
-	// A job in a fresh pod (python: no warm pods).
+	s := startServer(t, serverEnv...)
+	listed := func(all bool) []sandbox.Container { return list(s, all) }
+	// A job in a fresh sandbox (python: no warm ones).
 	r := s.ok("run_command", map[string]any{"command": k8sEgressCommand(port), "language": "python", "timeout_s": 120})
 	if out := str(r, "stdout"); str(r, "status") != "completed" || out != k8sEgressWant(port) {
-		t.Fatalf("egress probe in a pod: got\n%s\nwant\n%s\nrecord: %v\nstderr:\n%s", out, k8sEgressWant(port), r, tail(s.stderr.String(), 3000))
+		t.Fatalf("egress probe in a fresh sandbox: got\n%s\nwant\n%s\nrecord: %v\nstderr:\n%s", out, k8sEgressWant(port), r, tail(s.stderr.String(), 3000))
 	}
 	jobID := str(r, "job_id")
 	var allowed, refused int
@@ -129,12 +141,12 @@ workspaces:
 		t.Errorf("a job with egress: []: %v", r)
 	}
 
-	// A job in a warm pod (bash): the tunnel and the grant are the job's.
-	// (A pod listed is not yet ready while it starts: a job then runs cold
-	// and leaves the warm one, so a few tries, bounded.)
+	// A job in a warm sandbox (bash): the tunnel and the grant are the job's.
+	// (A sandbox listed is not yet ready while it starts: a job then runs
+	// cold and leaves the warm one, so a few tries, bounded.)
 	served := false
 	for try := 0; try < 10 && !served; try++ {
-		warm := s.waitWarmPod()
+		warm := s.waitWarmOn(listed)
 		r = s.ok("run_command", map[string]any{"command": k8sBashProbe + "get mirror.sbx.test:" + port + "; get other.sbx.test:" + port, "timeout_s": 60})
 		if want := "mirror.sbx.test:" + port + " 200 hello from the mirror\nother.sbx.test:" + port + " 403\n"; str(r, "stdout") != want {
 			t.Fatalf("an egress job in bash: %v, want %q\nstderr:\n%s", r, want, tail(s.stderr.String(), 3000))
@@ -142,11 +154,11 @@ workspaces:
 		served = str(s.ok("get_job", map[string]any{"job_id": str(r, "job_id")}), "container_id") == warm
 	}
 	if !served {
-		t.Errorf("no egress job ran in a warm pod in 10 tries")
+		t.Errorf("no egress job ran in a warm sandbox in 10 tries")
 	}
 
 	// A workspace made with egress: its jobs reach the list through the
-	// workspace pod's tunnel, after a server restart and after an idle stop
+	// workspace's tunnel, after a server restart and after an idle stop
 	// and start too; a workspace without it has no proxy at all.
 	name, plain := "k8s-egress-ws", "k8s-egress-none"
 	s.createWS(name, map[string]any{"language": "python", "egress": []any{"mirror.sbx.test:" + port}})
@@ -163,10 +175,30 @@ workspaces:
 		t.Errorf("a job of a workspace without egress: %q", out)
 	}
 	s.ok("delete_workspace", map[string]any{"name": plain})
-	// A new server finds the workspace's pod running (its tunnel went with
-	// the old server): the next job opens it again.
-	s.stop()
-	s = startServerIn(t, s.stateDir, env...)
+	// A job running when its server dies keeps its grant: the new server
+	// adopts it and opens its tunnel again. It waits until the old tunnel
+	// is gone, then until the mirror answers again (bounded).
+	adopted := str(s.ok("run_command", map[string]any{"background": true, "timeout_s": 300, "command": k8sBashProbe + `
+until ! (exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null; do sleep 0.2; done; echo tunnel-gone
+for i in $(seq 1 600); do out=$(get mirror.sbx.test:` + port + ` 2>/dev/null); case $out in *" 200 "*) break;; esac; sleep 0.2; done; echo "$out"`}), "job_id")
+	// A background job is "running" while its sandbox starts: the crash
+	// comes once it has one (a job lost while starting is another case).
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if rec := s.ok("get_job", map[string]any{"job_id": adopted}); str(rec, "container_id") != "" {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the job to adopt has no sandbox after 60 s: %v", rec)
+		}
+	}
+	// A new server finds it and the workspace's sandbox running (their
+	// tunnels went with the old server): both are opened again.
+	s.kill9()
+	old := s
+	s = startServerIn(t, s.stateDir, serverEnv...)
+	g := s.ok("get_job", map[string]any{"job_id": adopted, "wait_s": 50})
+	if out, _ := s.readAll(adopted); str(g, "status") != "completed" || out != "tunnel-gone\nmirror.sbx.test:"+port+" 200 hello from the mirror\n" {
+		t.Fatalf("an egress job adopted after a restart: %q, record %v\nstderr of the first server:\n%s\nstderr of the second:\n%s", out, g, tail(old.stderr.String(), 3000), tail(s.stderr.String(), 3000))
+	}
 	probe()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -184,11 +216,11 @@ workspaces:
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	probe() // started again: its pod and its tunnel are new
+	probe() // started again: its sandbox's tunnel is new
 	s.ok("delete_workspace", map[string]any{"name": name})
-	s.waitNoPods(false, 30*time.Second)
+	s.waitNoneOn(listed, false, 30*time.Second)
 	s.stop()
-	s.waitNoPods(true, 30*time.Second)
+	s.waitNoneOn(listed, true, 30*time.Second)
 }
 
 // Secrets on backend kubernetes: the proxy behind the pod's tunnel swaps

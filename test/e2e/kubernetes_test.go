@@ -83,23 +83,6 @@ func (s *server) pods(all bool) []sandbox.Container {
 // waitNoPods waits until the instance has no pods left (warm ones too when all).
 func (s *server) waitNoPods(all bool, within time.Duration) { s.waitNoneOn(s.pods, all, within) }
 
-// waitWarmPod waits for a warm pod of this server and returns its name.
-func (s *server) waitWarmPod() string {
-	s.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		for _, c := range s.pods(true) {
-			if c.Kind == sandbox.KindPool && c.JobID == "" && c.Running {
-				return c.ID
-			}
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("no warm pod after 60 s\nstderr:\n%s", tail(s.stderr.String(), 3000))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // kubernetesProbe adds to the hardening probe what only a pod could leak:
 // a service account token, and a default route.
 const kubernetesProbe = fHardeningProbe + `
@@ -179,7 +162,7 @@ func TestKubernetesCore(t *testing.T) {
 	// cold and leaves the warm one, so a few tries, bounded.)
 	served := false
 	for try := 0; try < 10 && !served; try++ {
-		warm := s.waitWarmPod()
+		warm := s.waitWarmOn(s.pods)
 		r = s.ok("run_command", map[string]any{"command": "echo warm"})
 		g := s.ok("get_job", map[string]any{"job_id": str(r, "job_id")})
 		served = str(g, "container_id") == warm

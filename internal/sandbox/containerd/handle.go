@@ -303,6 +303,12 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	if err := h.follow(0, &resume{out, skipStdout, skipStderr}); err != nil {
 		return nil, err
 	}
+	if labels[sandbox.LabelNetwork] == sandbox.NetworkEgress && r.egressProxy != nil {
+		// Its tunnel went with the former server: a new one keeps its
+		// grant working. One that cannot open leaves the job without
+		// egress (its requests fail to connect), not without its result.
+		_ = h.openTunnel(ctx, sandbox.Spec{Network: sandbox.NetworkEgress})
+	}
 	go h.waitForEnd()
 	return h, nil
 }

@@ -223,6 +223,7 @@ func (r *Runtime) labels(spec sandbox.Spec) map[string]string {
 		sandbox.LabelServer:   r.server,
 		sandbox.LabelJobID:    spec.JobID,
 		sandbox.LabelKind:     spec.Kind,
+		sandbox.LabelNetwork:  spec.Network,
 	}
 }
 

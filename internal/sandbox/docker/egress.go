@@ -18,12 +18,17 @@ var _ sandbox.EgressRuntime = (*Runtime)(nil)
 // and no masquerading; the host's address on it is its gateway.
 const egressNetwork = "sandboxer-egress"
 
-// engineNetwork is the engine's network mode for a spec's Network.
-func engineNetwork(network string) string {
+// engineNetwork is the engine's network mode for a spec's Network. On an
+// engine whose egress is the tunnel (Podman), egress is no network at all:
+// the tunnel beside the job is the way out.
+func (r *Runtime) engineNetwork(network string) string {
 	switch network {
 	case "":
 		return "none"
 	case sandbox.NetworkEgress:
+		if r.tunnels() {
+			return "none"
+		}
 		return egressNetwork
 	}
 	return network

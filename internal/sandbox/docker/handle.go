@@ -46,6 +46,8 @@ type handle struct {
 	destroyMu sync.Once
 	status    sandbox.ExitStatus
 	prepared  sandbox.Spec // the spec it was made with (warm sandboxes)
+	// tunnel is the job's egress tunnel (network egress on Podman), closed with it.
+	tunnel *sandbox.Tunnel
 }
 
 func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
@@ -244,6 +246,9 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	}
 	if h.conn != nil {
 		h.conn.Close()
+	}
+	if h.tunnel != nil {
+		h.tunnel.Close()
 	}
 	if h.shared() {
 		// A job in a workspace: the container is the workspace's, never removed here.

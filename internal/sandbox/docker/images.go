@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -32,6 +33,10 @@ const templateTailLines = 50
 
 // BuildImage implements sandbox.ImageBuilder.
 func (r *Runtime) BuildImage(ctx context.Context, req sandbox.ImageBuild, progress func(string)) error {
+	if req.Network == sandbox.NetworkEgress && r.tunnels() {
+		// A build's RUN steps get no exec of ours to carry a tunnel.
+		return errors.New("a template build on network egress needs Docker's egress network: on Podman sandboxes reach the proxy only through a tunnel, which a build cannot have (build the template on Docker, or with network none)")
+	}
 	dockerfile, err := dockerfileFromTar(req.Context)
 	if err != nil {
 		return err
@@ -58,7 +63,7 @@ func (r *Runtime) BuildImage(ctx context.Context, req sandbox.ImageBuild, progre
 		Dockerfile:  "Dockerfile",
 		BuildArgs:   args,
 		Labels:      req.Labels,
-		NetworkMode: engineNetwork(req.Network),
+		NetworkMode: r.engineNetwork(req.Network),
 		Remove:      true,
 		ForceRemove: true,
 		NoCache:     req.NoCache,

@@ -49,7 +49,7 @@ func (r *Runtime) StartInstaller(ctx context.Context, workspaceID, network strin
 		sandbox.LabelWorkspace: ws.Config.Labels[sandbox.LabelWorkspace],
 	}
 	host := *ws.HostConfig
-	host.NetworkMode = container.NetworkMode(engineNetwork(network))
+	host.NetworkMode = container.NetworkMode(r.installerNetwork(network))
 	host.PortBindings, host.PublishAllPorts, host.Links, host.Binds, host.VolumesFrom = nil, false, nil, nil, nil
 	host.ContainerIDFile = ""
 	host.AutoRemove = false

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -67,6 +68,13 @@ type Runtime struct {
 
 	dialectMu sync.Mutex
 	dial      *dialect // the engine's, once known
+
+	capsOnce sync.Once
+	caps     sandbox.Capabilities // Capabilities, decided once
+
+	// egressProxy serves the egress tunnels (tunnel.go; Podman only); nil: none.
+	egressProxy http.Handler
+	wsTunnels   sandbox.WorkspaceTunnels // workspace containers' egress tunnels
 }
 
 // Option configures a Runtime.
@@ -123,7 +131,8 @@ func (r *Runtime) Close() error {
 		delete(r.execs, id)
 	}
 	r.execMu.Unlock()
-	r.daemons.Close() // the daemons keep the jobs for the next server
+	r.wsTunnels.CloseAll() // their egress goes with this server
+	r.daemons.Close()      // the daemons keep the jobs for the next server
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_ = r.Flush(ctx)
@@ -173,6 +182,7 @@ func (r *Runtime) labels(spec sandbox.Spec) map[string]string {
 		sandbox.LabelServer:   r.server,
 		sandbox.LabelJobID:    spec.JobID,
 		sandbox.LabelKind:     spec.Kind,
+		sandbox.LabelNetwork:  spec.Network,
 	}
 }
 
@@ -207,7 +217,7 @@ func (r *Runtime) containerConfig(d dialect, spec sandbox.Spec) (*container.Conf
 			cfg.Cmd = []string{supervisorPath, proto.PrestartCommand, string(pre)}
 		}
 	}
-	network := engineNetwork(spec.Network)
+	network := r.engineNetwork(spec.Network)
 	init := true
 	pids := l.Pids
 	tmpfsOpts := d.tmpfsOptions
@@ -371,6 +381,9 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err != nil {
 		return nil, err
 	}
+	if err := h.openJobTunnel(ctx, spec.Network); err != nil {
+		return nil, err
+	}
 	h.c.Out.Set(out, 0, 0)
 	close(h.launched)
 	if err := h.writeFrame(ctx, proto.TypeSpec, payload); err != nil {
@@ -464,6 +477,7 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 		h.c.Out.Set(out, 0, 0)
 		h.c.JoinMidStream = true
 		go h.readFrames(attach.Reader, attach.Close)
+		h.reopenTunnel(ctx, info.Container.Config.Labels[sandbox.LabelNetwork])
 		go h.waitForEnd(wait)
 		return h, nil
 	}
@@ -476,6 +490,7 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	}
 	h.followsLog = true
 	go h.readFrames(logs, func() { logs.Close() })
+	h.reopenTunnel(ctx, info.Container.Config.Labels[sandbox.LabelNetwork])
 	go h.waitForEnd(wait)
 	return h, nil
 }
@@ -659,9 +674,22 @@ func backstop(timeout time.Duration) int64 {
 
 var _ sandbox.Engine = (*Runtime)(nil)
 
-// Capabilities: Docker (and Podman through its API) has every part but the
-// tunnels: its sandboxes can join the egress network, and its installers a
-// network of their own.
+// Capabilities: Docker has every part but the tunnels: its sandboxes can
+// join the egress network, and its installers a network of their own.
+// Podman 4's internal network has no gateway for the proxy to listen on, so
+// there sandboxes reach the proxy as on Kubernetes: through a tunnel over
+// an exec (EgressTunnel, TunnelInstalls; tunnel.go). Which engine it is is
+// asked once, on the first call (the server's assembly); an engine that
+// does not answer then is taken for Docker, whose egress network needs the
+// engine at once anyway.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, Processes: r, EgressNetwork: r, Images: r}
+	r.capsOnce.Do(func() {
+		r.caps = sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, Processes: r, EgressNetwork: r, Images: r}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if r.dialect(ctx).product == podmanDialect.product {
+			r.caps.EgressNetwork, r.caps.EgressTunnel, r.caps.TunnelInstalls = nil, r, r
+		}
+	})
+	return r.caps
 }

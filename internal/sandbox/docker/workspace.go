@@ -34,6 +34,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		sandbox.LabelServer:    r.server,
 		sandbox.LabelKind:      sandbox.KindWorkspace,
 		sandbox.LabelWorkspace: ws.Name,
+		sandbox.LabelNetwork:   ws.Network,
 	}
 	vol, err := r.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: labels})
 	if err != nil {
@@ -72,7 +73,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		// StartInstaller, so a job never sees one), but for a workspace
 		// made with its own allowlist: the internal egress network, whose
 		// only peer is the proxy.
-		NetworkMode: container.NetworkMode(engineNetwork(ws.Network)),
+		NetworkMode: container.NetworkMode(r.engineNetwork(ws.Network)),
 		// No capability at all, root execs included: with no-new-privileges
 		// an exec as root gets none either (seen on Engine 20.10), so
 		// installs run as a capability-less root (apt's sandbox user off).
@@ -131,6 +132,7 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 
 // StopWorkspace stops the container at once: its jobs are gone by then.
 func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
+	r.wsTunnels.Drop(id)
 	r.dropExec(id)
 	r.daemons.Drop(id)
 	timeout := 1
@@ -160,6 +162,7 @@ func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error)
 // RemoveWorkspace removes the container, then the volume; idempotent.
 func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRefs) error {
 	if refs.ContainerID != "" {
+		r.wsTunnels.Drop(refs.ContainerID)
 		r.dropExec(refs.ContainerID)
 		r.daemons.Drop(refs.ContainerID)
 		if err := r.Remove(ctx, refs.ContainerID); err != nil {
@@ -192,6 +195,9 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRef
 // start are most of a workspace job's cost): a job takes it, and the next is
 // made in the background.
 func (r *Runtime) StartIn(ctx context.Context, containerID string, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	if err := r.workspaceTunnel(ctx, containerID); err != nil {
+		return nil, err
+	}
 	if ok, err := r.usesDaemon(ctx, containerID); err != nil {
 		return nil, err
 	} else if ok {

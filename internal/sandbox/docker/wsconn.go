@@ -146,6 +146,8 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, containerID, key string, s
 		}
 		return nil, err
 	}
+	// Its workspace's egress tunnel went with the former server (Podman).
+	_ = r.workspaceTunnel(ctx, containerID)
 	go h.waitForEnd(client.ContainerWaitResult{})
 	return h, nil
 }

@@ -62,58 +62,18 @@ func (r *Runtime) openTunnel(ctx context.Context, pod string) (*sandbox.Tunnel, 
 // its tunnel (opening it again when it ended); other pods need none. What
 // each pod needs is read from its annotation once.
 func (r *Runtime) workspaceTunnel(ctx context.Context, id string) error {
-	r.tunnelMu.Lock()
-	defer r.tunnelMu.Unlock()
-	egress, known := r.wsEgress[id]
-	if !known {
+	return r.wsTunnels.Ensure(ctx, id, func(ctx context.Context) (bool, error) {
 		pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
-		if err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil // not running: StartIn says so
-			}
-			return r.engineErr(fmt.Errorf("get pod %s: %w", id, err))
+		if apierrors.IsNotFound(err) {
+			return false, sandbox.ErrNotFound
+		} else if err != nil {
+			return false, r.engineErr(fmt.Errorf("get pod %s: %w", id, err))
 		}
-		egress = pod.Annotations[annEgress] == "true"
-		r.wsEgress[id] = egress
-	}
-	if !egress {
-		return nil
-	}
-	if t := r.wsTunnels[id]; t != nil {
-		select {
-		case <-t.Done():
-		default:
-			return nil
+		return pod.Annotations[annEgress] == "true", nil
+	}, func(ctx context.Context) (*sandbox.Tunnel, error) {
+		if r.egressProxy == nil {
+			return nil, fmt.Errorf("workspace pod %s was made with egress, but this server runs no egress proxy (policy key egress.allow is empty)", id)
 		}
-	}
-	if r.egressProxy == nil {
-		return fmt.Errorf("workspace pod %s was made with egress, but this server runs no egress proxy (policy key egress.allow is empty)", id)
-	}
-	t, err := r.openTunnel(ctx, id)
-	if err != nil {
-		return err
-	}
-	r.wsTunnels[id] = t
-	return nil
-}
-
-// dropTunnel closes a workspace pod's tunnel (the pod stops or goes).
-func (r *Runtime) dropTunnel(id string) {
-	r.tunnelMu.Lock()
-	defer r.tunnelMu.Unlock()
-	if t := r.wsTunnels[id]; t != nil {
-		t.Close()
-	}
-	delete(r.wsTunnels, id)
-	delete(r.wsEgress, id)
-}
-
-// closeTunnels closes every workspace's tunnel (the server stops).
-func (r *Runtime) closeTunnels() {
-	r.tunnelMu.Lock()
-	defer r.tunnelMu.Unlock()
-	for id, t := range r.wsTunnels {
-		t.Close()
-		delete(r.wsTunnels, id)
-	}
+		return r.openTunnel(ctx, id)
+	})
 }

@@ -85,9 +85,7 @@ type Runtime struct {
 
 	// egressProxy serves the egress tunnels (egress.go); nil: none.
 	egressProxy http.Handler
-	tunnelMu    sync.Mutex
-	wsTunnels   map[string]*sandbox.Tunnel // workspace pod → its egress tunnel
-	wsEgress    map[string]bool            // workspace pod → made with egress
+	wsTunnels   sandbox.WorkspaceTunnels // workspace pods' egress tunnels
 	// mountBytes bounds the granted mounts copied into a job's pod (mounts.go).
 	mountBytes int64
 	// helpers are StartHelper's helpers of the server's own, by id.
@@ -144,8 +142,7 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
 	}
-	r := &Runtime{cs: cs, cfg: rc, host: rc.Host, namespace: ns, instance: instance, mountBytes: cfg.MountBytes,
-		wsTunnels: map[string]*sandbox.Tunnel{}, wsEgress: map[string]bool{}}
+	r := &Runtime{cs: cs, cfg: rc, host: rc.Host, namespace: ns, instance: instance, mountBytes: cfg.MountBytes}
 	if r.mountBytes <= 0 {
 		r.mountBytes = DefaultMountBytes
 	}
@@ -174,8 +171,8 @@ func (r *Runtime) Namespace() string { return r.namespace }
 
 // Close waits (bounded) for pod removals under way.
 func (r *Runtime) Close() error {
-	r.daemons.Close() // the daemons keep the jobs for the next server
-	r.closeTunnels()  // their egress goes with this server
+	r.daemons.Close()      // the daemons keep the jobs for the next server
+	r.wsTunnels.CloseAll() // their egress goes with this server
 	r.removeMu.Lock()
 	idle, busy := r.removeIdle, r.removing > 0
 	r.removeMu.Unlock()
@@ -307,7 +304,7 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 			},
 			Annotations: map[string]string{
 				annInstance: r.instance, annServer: r.server, annJobID: spec.JobID,
-				sandbox.LabelKind: spec.Kind,
+				sandbox.LabelKind: spec.Kind, sandbox.LabelNetwork: spec.Network,
 			},
 		},
 		Spec: corev1.PodSpec{
@@ -555,6 +552,12 @@ func (r *Runtime) Adopt(ctx context.Context, id string, skipStdout, skipStderr i
 	h.c.Out.Set(out, skipStdout, skipStderr)
 	if err := h.followLog(ctx); err != nil {
 		return nil, err
+	}
+	if pod.Annotations[sandbox.LabelNetwork] == sandbox.NetworkEgress && r.egressProxy != nil {
+		// Its tunnel went with the former server: a new one keeps its
+		// grant working. One that cannot open leaves the job without
+		// egress (its requests fail to connect), not without its result.
+		_ = h.openTunnel(ctx, sandbox.Spec{Network: sandbox.NetworkEgress})
 	}
 	go h.waitForEnd()
 	return h, nil

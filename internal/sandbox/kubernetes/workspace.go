@@ -137,7 +137,7 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 	if err := json.Unmarshal([]byte(claim.Annotations[annWorkspace]), &ws); err != nil || ws.Image == "" {
 		return fmt.Errorf("persistent volume claim %s has no workspace spec (annotation %s)", id, annWorkspace)
 	}
-	r.dropTunnel(id) // a former pod's
+	r.wsTunnels.Drop(id) // a former pod's
 	pod, err = r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.workspacePod(id, claim, ws), metav1.CreateOptions{})
 	if err != nil {
 		return r.engineErr(fmt.Errorf("create pod: %w", err))
@@ -220,7 +220,7 @@ func (r *Runtime) deleteAndWait(ctx context.Context, id string) error {
 // claim and its files stay.
 func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
 	r.daemons.Drop(id)
-	r.dropTunnel(id)
+	r.wsTunnels.Drop(id)
 	return r.deleteAndWait(ctx, id)
 }
 
@@ -255,7 +255,7 @@ func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error)
 func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRefs) error {
 	if refs.ContainerID != "" {
 		r.daemons.Drop(refs.ContainerID)
-		r.dropTunnel(refs.ContainerID)
+		r.wsTunnels.Drop(refs.ContainerID)
 		if err := r.deleteAndWait(ctx, refs.ContainerID); err != nil {
 			return err
 		}

@@ -38,6 +38,7 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 		{"Images", func(c sandbox.Capabilities) bool { return c.Images != nil }, runImages},
 		{"EgressNetwork", func(c sandbox.Capabilities) bool { return c.EgressNetwork != nil }, runEgressNetwork},
 		{"EgressTunnel", func(c sandbox.Capabilities) bool { return c.EgressTunnel != nil }, runEgressTunnel},
+		{"TunnelInstalls", func(c sandbox.Capabilities) bool { return c.TunnelInstalls != nil }, runTunnelInstalls},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {

@@ -58,7 +58,10 @@ elif [[ $out == *"Connection refused"* ]]; then echo from-the-gateway; else echo
 
 // runEgressTunnel: a sandbox on network egress reaches the proxy the
 // engine was given at the tunnel's address inside it (its own loopback),
-// and a sandbox with no network finds nothing listening there.
+// and a sandbox with no network finds nothing listening there. On an
+// engine with workspaces too, so do the jobs of a workspace made with
+// egress (after a stop and a start as well), and those of one made
+// without find nothing.
 func runEgressTunnel(t *testing.T, e sandbox.Engine, image string) {
 	addr := e.Capabilities().EgressTunnel.TunnelEgress(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "via-the-proxy %s %s\n", r.Method, r.Host)
@@ -80,6 +83,99 @@ func runEgressTunnel(t *testing.T, e sandbox.Engine, image string) {
 		if got := out.Stdout(); st.ExitCode != 0 || got != c.want {
 			t.Fatalf("network %s: %s, stdout %q, stderr %q; want %q", c.network, describe(st), got, strings.TrimSpace(out.Stderr()), c.want)
 		}
+	}
+	w := e.Capabilities().Workspaces
+	if w == nil {
+		return
+	}
+	ctx := context.Background()
+	for _, c := range []struct{ network, want string }{
+		{sandbox.NetworkEgress, "via-the-proxy GET example.test\n"},
+		{"", "nothing-listens\n"},
+	} {
+		refs, err := w.CreateWorkspace(ctx, sandbox.WorkspaceSpec{Name: "contract-" + randomHex(4), Image: image, Limits: Spec(image, "").Limits, Network: c.network})
+		if err != nil {
+			t.Fatalf("CreateWorkspace on network %q: %v", c.network, err)
+		}
+		t.Cleanup(func() { _ = w.RemoveWorkspace(context.Background(), refs) })
+		for _, round := range []string{"started", "stopped and started again"} {
+			if round != "started" {
+				if err := w.StopWorkspace(ctx, refs.ContainerID); err != nil {
+					t.Fatalf("StopWorkspace: %v", err)
+				}
+			}
+			if err := w.StartWorkspace(ctx, refs.ContainerID); err != nil {
+				t.Fatalf("StartWorkspace: %v", err)
+			}
+			out := newBuffer()
+			h, err := w.StartIn(ctx, refs.ContainerID, Spec(image, probe), out)
+			if err != nil {
+				t.Fatalf("StartIn in a workspace on network %q: %v", c.network, err)
+			}
+			if st := waitDone(t, h, "a workspace job"); st.ExitCode != 0 || out.Stdout() != c.want {
+				t.Fatalf("a job of a workspace on network %q, %s: %s, stdout %q, stderr %q; want %q", c.network, round, describe(st), out.Stdout(), strings.TrimSpace(out.Stderr()), c.want)
+			}
+		}
+		if err := w.RemoveWorkspace(ctx, refs); err != nil {
+			t.Fatalf("RemoveWorkspace: %v", err)
+		}
+	}
+}
+
+// runTunnelInstalls: an install container of a workspace has no network
+// of its own; a command exec'd in it through the tunnel reaches the proxy
+// it is given, as root where the engine says it can, and what it writes
+// under /workspace is the workspace's.
+func runTunnelInstalls(t *testing.T, e sandbox.Engine, image string) {
+	caps := e.Capabilities()
+	w := caps.Workspaces
+	if w == nil {
+		t.Fatal("TunnelInstalls is declared without Workspaces")
+	}
+	ctx := context.Background()
+	refs, err := w.CreateWorkspace(ctx, sandbox.WorkspaceSpec{Name: "contract-" + randomHex(4), Image: image, Limits: Spec(image, "").Limits})
+	if err != nil {
+		t.Fatalf("CreateWorkspace: %v", err)
+	}
+	t.Cleanup(func() { _ = w.RemoveWorkspace(context.Background(), refs) })
+	if err := w.StartWorkspace(ctx, refs.ContainerID); err != nil {
+		t.Fatalf("StartWorkspace: %v", err)
+	}
+	inst, err := w.StartInstaller(ctx, refs.ContainerID, "bridge")
+	if err != nil {
+		t.Fatalf("StartInstaller: %v", err)
+	}
+	t.Cleanup(func() { _ = w.Remove(context.Background(), inst) })
+	var out bytes.Buffer
+	code, err := w.Exec(ctx, inst, sandbox.ExecOptions{Cmd: []string{"bash", "-c", "ls /sys/class/net"}, Stdout: &out})
+	if err != nil || code != 0 || strings.Fields(out.String())[0] != "lo" || len(strings.Fields(out.String())) != 1 {
+		t.Fatalf("the install container's interfaces: exit %d, %v, %q; want lo only", code, err, out.String())
+	}
+	proxy := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "installed-through-the-proxy %s\n", r.Host)
+	})
+	user, wantUID := "", "1000"
+	if caps.TunnelInstalls.RootExec() {
+		user, wantUID = "0:0", "0"
+	}
+	out.Reset()
+	code, err = w.Exec(ctx, inst, sandbox.ExecOptions{User: user, Proxy: proxy, Stdout: &out,
+		Cmd: []string{"bash", "-c", "id -u; curl -sS http://registry.test/pkg"}})
+	if want := wantUID + "\ninstalled-through-the-proxy registry.test\n"; err != nil || code != 0 || out.String() != want {
+		t.Fatalf("an install through the tunnel: exit %d, %v, output %q; want %q", code, err, out.String(), want)
+	}
+	// The workspace's files are the sandbox user's (root has no capability
+	// to write there on every engine).
+	out.Reset()
+	code, err = w.Exec(ctx, inst, sandbox.ExecOptions{Proxy: proxy, Stdout: &out,
+		Cmd: []string{"bash", "-c", "curl -sS -o /workspace/pkg http://registry.test/pkg"}})
+	if err != nil || code != 0 {
+		t.Fatalf("an install into /workspace through the tunnel: exit %d, %v, output %q", code, err, out.String())
+	}
+	out.Reset()
+	code, err = w.Exec(ctx, refs.ContainerID, sandbox.ExecOptions{Cmd: []string{"cat", "/workspace/pkg"}, Stdout: &out})
+	if err != nil || code != 0 || out.String() != "installed-through-the-proxy registry.test\n" {
+		t.Fatalf("the installed file in the workspace: exit %d, %v, %q", code, err, out.String())
 	}
 }
 
