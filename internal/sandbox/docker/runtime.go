@@ -54,6 +54,10 @@ type Runtime struct {
 	removeMu   sync.Mutex
 	removing   int           // removals under way (removeLater)
 	removeIdle chan struct{} // closed while removing == 0
+	// logReaders counts, per container, the handles of this runtime that
+	// still read its engine log (adopted): a removal waits for them, so
+	// an engine whose log follower lags (Podman's) is not cut off.
+	logReaders map[string]int
 
 	// execs are supervisor execs already attached in running workspaces,
 	// each waiting for its job (see StartIn).
@@ -489,6 +493,7 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 		return nil, r.engineErr(fmt.Errorf("read logs: %w", err))
 	}
 	h.followsLog = true
+	r.readsLog(h)
 	go h.readFrames(logs, func() { logs.Close() })
 	h.reopenTunnel(ctx, info.Container.Config.Labels[sandbox.LabelNetwork])
 	go h.waitForEnd(wait)
@@ -512,10 +517,43 @@ func (r *Runtime) removeLater(id string) {
 			}
 			r.removeMu.Unlock()
 		}()
+		r.waitLogReaders(id, drainTimeout)
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 		_ = r.Remove(ctx, id) // what fails here, the cleanup loop sweeps later
 	}()
+}
+
+// readsLog counts h as a reader of its container's engine log until its
+// stream is drained.
+func (r *Runtime) readsLog(h *handle) {
+	r.removeMu.Lock()
+	if r.logReaders == nil {
+		r.logReaders = map[string]int{}
+	}
+	r.logReaders[h.id]++
+	r.removeMu.Unlock()
+	go func() {
+		<-h.c.Drained()
+		r.removeMu.Lock()
+		if r.logReaders[h.id]--; r.logReaders[h.id] <= 0 {
+			delete(r.logReaders, h.id)
+		}
+		r.removeMu.Unlock()
+	}()
+}
+
+// waitLogReaders waits, at most bound, until no handle reads container
+// id's engine log.
+func (r *Runtime) waitLogReaders(id string, bound time.Duration) {
+	for deadline := time.Now().Add(bound); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		r.removeMu.Lock()
+		n := r.logReaders[id]
+		r.removeMu.Unlock()
+		if n == 0 {
+			return
+		}
+	}
 }
 
 // Flush waits, bounded by ctx, until the containers of ended sandboxes are removed.
