@@ -67,11 +67,16 @@ type ExecOptions struct {
 	Proxy http.Handler
 }
 
-// TunnelInstaller is a WorkspaceRuntime whose install containers have no
-// network of their own (StartInstaller ignores the network it is given):
-// an install reaches its registries only through the tunnel, so the
-// workspace manager passes ExecOptions.Proxy to its installers' Exec.
+// TunnelInstaller is a WorkspaceRuntime whose install containers, on the
+// install networks it names, have no network of their own: an install
+// there reaches its registries only through the tunnel, so the workspace
+// manager passes ExecOptions.Proxy to its installers' Exec.
 type TunnelInstaller interface {
+	// InstallsThroughTunnel says whether installs on the install network
+	// ("bridge" or "egress") go through the tunnel (StartInstaller then
+	// gives the install container no network); false: the install
+	// container is on that network, as on an engine without the part.
+	InstallsThroughTunnel(network string) bool
 	// RootExec says whether its Exec can run as root (User "0:0"). apt
 	// installs as root where it can; where not, it unpacks packages into
 	// the workspace's volume as the sandbox user.

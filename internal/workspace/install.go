@@ -175,7 +175,7 @@ func (m *Manager) Install(ctx context.Context, req InstallRequest) ([]ManagerRes
 			return nil, fmt.Errorf("read workspaces.install_ca_file: %v (fix the policy)", err)
 		}
 	}
-	tunnel := m.tunnel != nil
+	tunnel := m.tunnel != nil && m.tunnel.InstallsThroughTunnel(pol.InstallNetwork)
 	aptUnpacks := tunnel && !m.tunnel.RootExec()
 	if tunnel && m.TunnelProxy == nil {
 		return nil, errors.New("installs on this backend go through the tunnel to the server's proxy, and this server has none")

@@ -19,8 +19,9 @@ import (
 // its job, listening on 127.0.0.1:3128 in the sandbox. A job's tunnel lives
 // as long as its job; a workspace's as long as its container runs, opened
 // again when a job finds it gone (a restarted server, an idle stop and
-// start). Installs run in an install container with no network, through a
-// tunnel of their own (sandbox.TunnelInstaller). Every request still
+// start). Installs on the install network egress run in an install
+// container with no network, through a tunnel of their own
+// (sandbox.TunnelInstaller); those on bridge run on Podman's bridge. Every request still
 // carries its job's grant token: the tunnel carries bytes, the proxy decides.
 
 var (
@@ -40,10 +41,17 @@ func (r *Runtime) TunnelEgress(proxy http.Handler) string {
 // RootExec: an exec can run as root (apt installs as root).
 func (r *Runtime) RootExec() bool { return true }
 
+// InstallsThroughTunnel: on Podman, installs on the install network egress
+// (which Podman cannot give a container) go through the tunnel; those on
+// bridge run on the bridge, as on Docker.
+func (r *Runtime) InstallsThroughTunnel(network string) bool {
+	return r.tunnels() && network == sandbox.NetworkEgress
+}
+
 // installerNetwork is an install container's network: none where installs
 // go through the tunnel, else the install network.
 func (r *Runtime) installerNetwork(network string) string {
-	if r.tunnels() {
+	if r.InstallsThroughTunnel(network) {
 		return "none"
 	}
 	return r.engineNetwork(network)

@@ -275,6 +275,9 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRef
 // into the workspace's claim.
 func (r *Runtime) RootExec() bool { return false }
 
+// InstallsThroughTunnel: install pods have no network on any install network.
+func (r *Runtime) InstallsThroughTunnel(string) bool { return true }
+
 var _ sandbox.TunnelInstaller = (*Runtime)(nil)
 
 // StartInstaller makes a workspace's install pod: the workspace pod's spec

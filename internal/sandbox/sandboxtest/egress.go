@@ -122,8 +122,8 @@ func runEgressTunnel(t *testing.T, e sandbox.Engine, image string) {
 	}
 }
 
-// runTunnelInstalls: an install container of a workspace has no network
-// of its own; a command exec'd in it through the tunnel reaches the proxy
+// runTunnelInstalls: an install container of a workspace, on an install
+// network the engine tunnels, has no network of its own; a command exec'd in it through the tunnel reaches the proxy
 // it is given, as root where the engine says it can, and what it writes
 // under /workspace is the workspace's.
 func runTunnelInstalls(t *testing.T, e sandbox.Engine, image string) {
@@ -141,7 +141,16 @@ func runTunnelInstalls(t *testing.T, e sandbox.Engine, image string) {
 	if err := w.StartWorkspace(ctx, refs.ContainerID); err != nil {
 		t.Fatalf("StartWorkspace: %v", err)
 	}
-	inst, err := w.StartInstaller(ctx, refs.ContainerID, "bridge")
+	network := ""
+	for _, n := range []string{"egress", "bridge"} {
+		if caps.TunnelInstalls.InstallsThroughTunnel(n) {
+			network = n
+		}
+	}
+	if network == "" {
+		t.Fatal("TunnelInstalls is declared, but no install network goes through the tunnel")
+	}
+	inst, err := w.StartInstaller(ctx, refs.ContainerID, network)
 	if err != nil {
 		t.Fatalf("StartInstaller: %v", err)
 	}
