@@ -158,3 +158,73 @@ func TestOpenTunnelLocally(t *testing.T) {
 		t.Fatalf("audit events: %+v", events)
 	}
 }
+
+// WorkspaceTunnels asks once per sandbox whether it needs a tunnel, opens
+// one when a job finds none live, keeps a live one, opens again one that
+// ended, closes and forgets on Drop, and keeps nothing for a sandbox gone.
+func TestWorkspaceTunnels(t *testing.T) {
+	run := localExec(t)
+	proxy := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	var ts sandbox.WorkspaceTunnels
+	asked, opened := map[string]int{}, 0
+	var last *sandbox.Tunnel
+	addrs := map[string]string{}
+	for _, id := range []string{"egress", "plain", "gone"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[id] = ln.Addr().String()
+		ln.Close()
+	}
+	ensure := func(id string) error {
+		return ts.Ensure(context.Background(), id, func(context.Context) (bool, error) {
+			asked[id]++
+			if id == "gone" {
+				return false, sandbox.ErrNotFound
+			}
+			return id == "egress", nil
+		}, func(ctx context.Context) (*sandbox.Tunnel, error) {
+			opened++
+			tun, err := sandbox.OpenTunnel(ctx, addrs[id], proxy, run)
+			last = tun
+			return tun, err
+		})
+	}
+	listens := func(id string) bool {
+		c, err := net.Dial("tcp", addrs[id])
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	for i := 0; i < 3; i++ {
+		for _, id := range []string{"egress", "plain", "gone"} {
+			if err := ensure(id); err != nil {
+				t.Fatalf("Ensure(%s): %v", id, err)
+			}
+		}
+	}
+	if asked["egress"] != 1 || asked["plain"] != 1 || asked["gone"] != 3 || opened != 1 {
+		t.Fatalf("asked %v, opened %d: want each live sandbox asked once, the gone one each time, one tunnel", asked, opened)
+	}
+	if !listens("egress") || listens("plain") {
+		t.Fatal("the egress sandbox's tunnel does not listen, or the plain one has one")
+	}
+	first := last
+	first.Close()
+	<-first.Done()
+	if err := ensure("egress"); err != nil || opened != 2 || !listens("egress") {
+		t.Fatalf("after the tunnel ended: %v, opened %d; want it opened again", err, opened)
+	}
+	ts.Drop("egress")
+	<-last.Done()
+	if listens("egress") {
+		t.Fatal("the tunnel still listens after Drop")
+	}
+	if err := ensure("egress"); err != nil || asked["egress"] != 2 || opened != 3 {
+		t.Fatalf("after Drop: %v, asked %d, opened %d; want asked again and opened", err, asked["egress"], opened)
+	}
+	ts.CloseAll()
+	<-last.Done()
+}
