@@ -379,7 +379,13 @@ func TestKubernetesWorkspace(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	// A background job's sandbox may still be starting: list_processes
 	// says so as a tool error, and the loop asks again.
-	for !strings.Contains(text(s.call("list_processes", map[string]any{"job_id": sleeper})), `"command":"sleep 1001"`) {
+	listed := func() string {
+		if res := s.call("list_processes", map[string]any{"job_id": sleeper}); !res.IsError {
+			return mustJSON(structured(t, res))
+		}
+		return ""
+	}
+	for !strings.Contains(listed(), `"command":"sleep 1001"`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no sleep 1001 in the workspace's processes")
 		}
