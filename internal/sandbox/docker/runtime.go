@@ -469,6 +469,10 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	h := newHandle(r, containerID, cancelWait)
 	close(h.launched)
 	h.c.Out.Set(out, skipStdout, skipStderr)
+	// Once it is followed, an egress job gets a tunnel again (the former
+	// server's went with it); one that cannot open leaves the job without
+	// egress, not without its result.
+	network := info.Container.Config.Labels[sandbox.LabelNetwork]
 	if info.Container.HostConfig != nil && info.Container.HostConfig.LogConfig.Type == "none" {
 		// No engine log to read back: follow the live output from now on,
 		// joining the supervisor's frames where the stream starts; what was
@@ -481,7 +485,7 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 		h.c.Out.Set(out, 0, 0)
 		h.c.JoinMidStream = true
 		go h.readFrames(attach.Reader, attach.Close)
-		h.reopenTunnel(ctx, info.Container.Config.Labels[sandbox.LabelNetwork])
+		_ = h.openJobTunnel(ctx, network)
 		go h.waitForEnd(wait)
 		return h, nil
 	}
@@ -495,7 +499,7 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	h.followsLog = true
 	r.readsLog(h)
 	go h.readFrames(logs, func() { logs.Close() })
-	h.reopenTunnel(ctx, info.Container.Config.Labels[sandbox.LabelNetwork])
+	_ = h.openJobTunnel(ctx, network)
 	go h.waitForEnd(wait)
 	return h, nil
 }

@@ -73,7 +73,8 @@ func (r *Runtime) openTunnel(ctx context.Context, id string) (*sandbox.Tunnel, e
 
 // openJobTunnel opens the egress tunnel of a job's own sandbox on network
 // egress (its grant, the spec's HTTP_PROXY token, passes there); closed
-// when the job ends.
+// when the job ends. An adopting server calls it too: the former server's
+// tunnel went with it.
 func (h *handle) openJobTunnel(ctx context.Context, network string) error {
 	if network != sandbox.NetworkEgress || !h.rt.tunnels() || h.shared() || h.tunnel != nil {
 		return nil
@@ -84,14 +85,6 @@ func (h *handle) openJobTunnel(ctx context.Context, network string) error {
 	}
 	h.tunnel = t
 	return nil
-}
-
-// reopenTunnel opens again the tunnel of an adopted job on network egress
-// (the former server's went with it), so its grant goes on working. A
-// tunnel that cannot open (the job ended meanwhile, the engine is busy)
-// leaves the job running without egress: its requests fail to connect.
-func (h *handle) reopenTunnel(ctx context.Context, network string) {
-	_ = h.openJobTunnel(ctx, network)
 }
 
 // workspaceTunnel makes sure a running workspace container made with
