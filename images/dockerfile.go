@@ -1,9 +1,12 @@
 package images
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -96,4 +99,25 @@ func Instructions(dockerfile string) []string {
 		out = append(out, cur.String())
 	}
 	return out
+}
+
+// DockerfileFromTar returns the Dockerfile at the root of a build context tar.
+func DockerfileFromTar(contextTar []byte) (string, error) {
+	tr := tar.NewReader(bytes.NewReader(contextTar))
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return "", errors.New("build context has no Dockerfile")
+		}
+		if err != nil {
+			return "", fmt.Errorf("build context: %w", err)
+		}
+		if strings.TrimPrefix(hdr.Name, "./") == "Dockerfile" && hdr.Typeflag == tar.TypeReg {
+			data, err := io.ReadAll(tr)
+			if err != nil {
+				return "", fmt.Errorf("build context: %w", err)
+			}
+			return string(data), nil
+		}
+	}
 }

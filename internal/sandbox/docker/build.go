@@ -5,7 +5,6 @@ package docker
 // ever pulled.
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -60,7 +59,7 @@ func buildImage(ctx context.Context, cli *client.Client, tag string, contextTar 
 
 	// The classic builder pulls a missing FROM image even with pull=0; refuse
 	// instead, with a message that says what is missing.
-	dockerfile, err := dockerfileFromTar(contextTar)
+	dockerfile, err := images.DockerfileFromTar(contextTar)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", tag, err)
 	}
@@ -234,27 +233,6 @@ func repositoryOf(ref string) (string, bool) {
 		return "", false
 	}
 	return ref[:colon], true
-}
-
-// dockerfileFromTar returns the Dockerfile at the root of a build context tar.
-func dockerfileFromTar(contextTar []byte) (string, error) {
-	tr := tar.NewReader(bytes.NewReader(contextTar))
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return "", errors.New("build context has no Dockerfile")
-		}
-		if err != nil {
-			return "", fmt.Errorf("build context: %w", err)
-		}
-		if strings.TrimPrefix(hdr.Name, "./") == "Dockerfile" && hdr.Typeflag == tar.TypeReg {
-			data, err := io.ReadAll(tr)
-			if err != nil {
-				return "", fmt.Errorf("build context: %w", err)
-			}
-			return string(data), nil
-		}
-	}
 }
 
 // EnsureImages builds, in build order, every sandbox image whose tag is not

@@ -231,7 +231,7 @@ func TestBuildFromImages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		df, err := dockerfileFromTar(tarball)
+		df, err := images.DockerfileFromTar(tarball)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +251,7 @@ func TestBuildFromImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range builds {
-		df, err := dockerfileFromTar(b.Context)
+		df, err := images.DockerfileFromTar(b.Context)
 		if err != nil {
 			t.Fatal(err)
 		}

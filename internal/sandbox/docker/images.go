@@ -37,7 +37,7 @@ func (r *Runtime) BuildImage(ctx context.Context, req sandbox.ImageBuild, progre
 		// A build's RUN steps get no exec of ours to carry a tunnel.
 		return errors.New("a template build on network egress needs Docker's egress network: on Podman sandboxes reach the proxy only through a tunnel, which a build cannot have (build the template on Docker, or with network none)")
 	}
-	dockerfile, err := dockerfileFromTar(req.Context)
+	dockerfile, err := images.DockerfileFromTar(req.Context)
 	if err != nil {
 		return err
 	}

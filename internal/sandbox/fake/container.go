@@ -27,6 +27,11 @@ type container struct {
 	command   string // its command line, as Processes shows it
 	fs        *files // its files (a workspace's volume is shared)
 	engineLog bool
+	image     string   // what it was made from (ImagesInUse)
+	network   string   // as its spec named it
+	env       []string // its process's variables (curl reads the proxy's)
+	uid       string   // what id -u says
+	reach     reach    // what its curl can connect to
 
 	mu         sync.Mutex
 	log        []chunk
@@ -64,6 +69,10 @@ func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int)
 		stdin:     newPipe(),
 		jobFiles:  spec.Files,
 		collect:   spec.Collect,
+		image:     spec.Image,
+		network:   spec.Network,
+		env:       spec.Env,
+		uid:       "1000",
 	}
 	if !spec.OpenStdin {
 		c.stdin.closeWrite() // stdin closed at start: the process reads end-of-file
@@ -185,7 +194,7 @@ func (c *container) block(ch <-chan struct{}, ignored map[int]bool) error {
 
 func (c *container) run() {
 	for _, f := range c.jobFiles {
-		c.fs.write(f.Path, string(f.Content), false)
+		_ = c.fs.write(f.Path, string(f.Content), false) // a read-only target: the supervisor reports it; the fake goes on
 	}
 	code, oom := c.interpret()
 	returned := c.fs.collect(c.collect)
@@ -206,6 +215,9 @@ func (c *container) interpret() (code int, oom bool) {
 		if code, ok := c.interrupted(ignored); ok {
 			return code, false
 		}
+		if (o.cond == "&&" && status != 0) || (o.cond == "||" && status == 0) {
+			continue
+		}
 		stream := sandbox.Stdout
 		if o.stderr {
 			stream = sandbox.Stderr
@@ -213,11 +225,16 @@ func (c *container) interpret() (code int, oom bool) {
 		var err error
 		status = 0
 		if o.toFile != "" {
-			c.fs.write(o.toFile, "", o.append) // the redirection makes (or empties) the file first
+			// The redirection makes (or empties) the file first.
+			if err := c.fs.write(o.toFile, "", o.append); err != nil {
+				c.write(sandbox.Stderr, "bash: "+o.toFile+": "+err.Error()+"\n")
+				status = 1
+				continue
+			}
 		}
 		emit := func(p string) {
 			if o.toFile != "" {
-				c.fs.write(o.toFile, p, true)
+				_ = c.fs.write(o.toFile, p, true)
 				return
 			}
 			c.write(stream, p)
@@ -248,7 +265,7 @@ func (c *container) interpret() (code int, oom bool) {
 				break
 			}
 			for _, name := range o.args {
-				if data, ok := c.fs.read(name); ok {
+				if data, ok := c.readFile(name); ok {
 					emit(data)
 				} else {
 					c.write(sandbox.Stderr, "cat: "+name+": No such file or directory\n")
@@ -279,6 +296,10 @@ func (c *container) interpret() (code int, oom bool) {
 			}
 		case "false":
 			status = 1
+		case "curl":
+			status, err = c.curl(o.args, emit, ignored)
+		case "id":
+			emit(c.uid + "\n")
 		case "fail":
 			c.write(sandbox.Stderr, o.args[0]+"\n")
 			status = o.code
@@ -289,6 +310,25 @@ func (c *container) interpret() (code int, oom bool) {
 		}
 	}
 	return status, false
+}
+
+// readFile is a file as the process sees it: its files, and the kernel's
+// route table.
+func (c *container) readFile(name string) (string, bool) {
+	if abs(name) == "/proc/net/route" {
+		return routeTable(c.reach.routed), true
+	}
+	return c.fs.read(name)
+}
+
+// getenv is the process's variable key.
+func (c *container) getenv(key string) string {
+	for i := len(c.env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(c.env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func (c *container) cat(stream sandbox.Stream, ignored map[int]bool) error {

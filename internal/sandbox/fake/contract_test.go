@@ -17,9 +17,20 @@ func TestContract(t *testing.T) {
 	}, "fake/base:latest")
 }
 
-// TestCapabilities: the fake's parts keep the contract the engines' do.
+// TestCapabilities: the fake's parts keep the contract the engines' do,
+// in both engine shapes of egress (Docker's network, Podman's and
+// Kubernetes' tunnel): every suite runs on the fake.
 func TestCapabilities(t *testing.T) {
-	sandboxtest.RunCapabilities(t, func(t *testing.T) sandbox.Engine {
-		return fake.New("capabilities-" + t.Name())
-	}, "fake/base:latest")
+	for _, shape := range []struct {
+		name   string
+		egress fake.Egress
+	}{{"EgressGateway", fake.EgressGateway}, {"EgressTunnelled", fake.EgressTunnelled}} {
+		t.Run(shape.name, func(t *testing.T) {
+			sandboxtest.RunCapabilities(t, func(t *testing.T) sandbox.Engine {
+				rt := fake.New("capabilities-" + t.Name()).WithEgress(shape.egress)
+				rt.SetImageMissing(sandboxtest.UnpulledImage, true)
+				return rt
+			}, "fake/base:latest")
+		})
+	}
 }

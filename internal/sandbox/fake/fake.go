@@ -1,8 +1,13 @@
-// Package fake is an in-memory sandbox.Runtime for tests: no Docker, no
+// Package fake is an in-memory sandbox.Engine for tests: no Docker, no
 // processes. A "container" is a goroutine that interprets a tiny shell-like
 // script, so tests can shape what a sandbox does and when, deterministically.
-// It keeps the contract exactly as internal/sandbox/docker does (see
-// internal/sandbox/sandboxtest, which both pass).
+// It keeps the contract exactly as internal/sandbox/docker does, and has
+// every optional part (sandbox.Capabilities): the runtime contract and every
+// capability suite of internal/sandbox/sandboxtest pass on it, the egress
+// parts in both engine shapes (WithEgress: Docker's egress network, or the
+// tunnel of Podman and Kubernetes, with installs and volume fills through
+// it). Images, volumes and the network are modelled: see images.go,
+// volumes.go and net.go.
 //
 // # Script grammar
 //
@@ -19,12 +24,22 @@
 //	cat                  copy stdin to stdout until end-of-file
 //	true, :, false       status 0, 0, 1
 //	seq FIRST LAST       the numbers FIRST to LAST, one a line
-//	cat FILE             write FILE (the container's files, below)
+//	cat FILE             write FILE (the container's files, below;
+//	                     /proc/net/route has a default route only on a
+//	                     network that leads out)
+//	id -u, id -g         the process's user: 1000, or an exec's User
+//	curl [-sSfvL] [-o FILE] [-x PROXY] [-m SECONDS] URL
+//	                     fetch URL through what the sandbox reaches (net.go),
+//	                     honouring http_proxy/https_proxy; failures say
+//	                     what curl says, with its exit codes
+//	A && B, A || B       B only after A's status is 0 / is not 0
 //
-// `> FILE` and `>> FILE` (words of their own) send a statement's output to
-// a file of the container instead: files live in memory, one set per
-// container, shared by a workspace's container, its jobs, execs and
-// installer (its volume).
+// `> FILE`, `>> FILE`, `&&` and `||` are words of their own. `> FILE` and
+// `>> FILE` send a statement's output to a file of the container instead:
+// files live in memory, one set per container (a copy of its image's),
+// shared by a workspace's container, its jobs, execs and installer (its
+// volume); a volume a sandbox mounts is the volume's files under the
+// mount's target (read-only mounts refuse writes).
 //
 //	trap '' SIG...       ignore those signals (e.g. trap '' TERM); trap - SIG... restores
 //
@@ -63,6 +78,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -90,6 +106,7 @@ type Engine struct {
 	removeErr   func(c sandbox.Container) error
 	gates       map[string]*Gate
 	volumes     Volumes
+	images      map[string]*image // built or committed, by tag
 }
 
 // NewEngine makes an empty engine that is up and has every image.
@@ -99,6 +116,7 @@ func NewEngine() *Engine {
 		downCh:     make(chan struct{}),
 		missing:    map[string]bool{},
 		gates:      map[string]*Gate{},
+		images:     map[string]*image{},
 	}
 }
 
@@ -108,6 +126,10 @@ type Runtime struct {
 	*Engine
 	instance string
 	server   string
+	egress   Egress
+	// egressTunnel serves TunnelEgress's proxy to sandboxes on network
+	// egress (EgressTunnelled).
+	egressTunnel atomic.Pointer[served]
 }
 
 var _ sandbox.Engine = (*Runtime)(nil)
@@ -115,9 +137,24 @@ var _ sandbox.Engine = (*Runtime)(nil)
 // Host is the fake engine's address.
 func (r *Runtime) Host() string { return Host }
 
-// Capabilities: the fake has the parts the contract suites cover on it.
+// Capabilities: every part an engine may have; the egress parts are those
+// of the engine shape WithEgress chose.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, Processes: r}
+	c := sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, Processes: r, Images: r}
+	switch r.egress {
+	case EgressGateway:
+		c.EgressNetwork = r
+	case EgressTunnelled:
+		c.EgressTunnel, c.TunnelInstalls, c.VolumeFiller = r, r, r
+	}
+	return c
+}
+
+// WithEgress gives the runtime the egress parts of an engine shape (before
+// its first use) and returns it.
+func (r *Runtime) WithEgress(e Egress) *Runtime {
+	r.egress = e
+	return r
 }
 
 // New makes a runtime on a fresh engine.
@@ -254,6 +291,8 @@ func (r *Runtime) create(spec sandbox.Spec) (*container, error) {
 	c := newContainer(r.Engine, sandbox.Container{
 		ID: newID(), JobID: spec.JobID, Kind: spec.Kind, Instance: r.instance, Server: r.server,
 	}, spec, r.seq)
+	c.reach = r.reachOf(spec.Network)
+	c.fs = r.rootFiles(spec.Image, spec.Mounts)
 	r.containers[c.info.ID] = c
 	return c, nil
 }

@@ -3,6 +3,7 @@ package fake_test
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -235,5 +236,67 @@ func TestStdinBlocksUntilRead(t *testing.T) {
 	n, err := h.WriteStdin(ctx, make([]byte, 1<<20))
 	if !errors.Is(err, context.DeadlineExceeded) || n <= 0 || n >= 1<<20 {
 		t.Fatalf("WriteStdin to a process that does not read: %d, %v", n, err)
+	}
+}
+
+// TestListsAsBash: "&&" and "||" lists end with the status and output bash
+// gives them (checked against the host's bash).
+func TestListsAsBash(t *testing.T) {
+	t.Parallel()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash on this host to compare with")
+	}
+	rt := fake.New("lists")
+	for _, script := range []string{
+		"false || echo a",
+		"true && echo b",
+		"false && echo c; echo d",
+		"false && echo x || echo y",
+		"true || echo no; exit 3",
+		"echo a && false && echo b || echo c",
+		"echo a || echo b && echo c",
+		"false || false",
+		"&& echo x",
+		"echo x || || echo y",
+	} {
+		st, out := run(t, rt, spec(script))
+		want, err := exec.Command(bash, "-c", script).Output()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if st.ExitCode != code || out.Stdout() != string(want) {
+			t.Errorf("%q: exit %d, stdout %q; bash: %d, %q", script, st.ExitCode, out.Stdout(), code, want)
+		}
+	}
+}
+
+// TestCurlWithNoNetwork: a sandbox with no network reaches nothing, and
+// curl says so as it does in one (names do not resolve, addresses refuse
+// or are unreachable); the process's user is 1000.
+func TestCurlWithNoNetwork(t *testing.T) {
+	t.Parallel()
+	rt := fake.New("curl")
+	cases := []struct {
+		script, stdout, stderr string
+		exit                   int
+	}{
+		{script: "curl -sS http://example.test/x", stderr: "curl: (6) Could not resolve host: example.test\n", exit: 6},
+		{script: "curl -s http://10.1.2.3/ || echo down", stdout: "down\n"},
+		{script: "curl -sS -x http://127.0.0.1:3128 http://example.test/x",
+			stderr: "curl: (7) Failed to connect to 127.0.0.1 port 3128 after 0 ms: Couldn't connect to server\n", exit: 7},
+		{script: "curl --bogus http://example.test/", stderr: "curl: option --bogus: is unknown\n", exit: 2},
+		{script: "curl", stderr: "curl: no URL specified\n", exit: 2},
+		{script: "id -u", stdout: "1000\n"},
+	}
+	for _, tc := range cases {
+		st, out := run(t, rt, spec(tc.script))
+		if st.ExitCode != tc.exit || out.Stdout() != tc.stdout || out.Stderr() != tc.stderr {
+			t.Errorf("%q: exit %d stdout %q stderr %q; want %d %q %q", tc.script, st.ExitCode, out.Stdout(), out.Stderr(), tc.exit, tc.stdout, tc.stderr)
+		}
 	}
 }

@@ -3,8 +3,11 @@ package fake
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,13 +17,61 @@ import (
 )
 
 // files are a container's files, in memory, by absolute path (a relative
-// one is taken from /workspace, the working directory).
+// one is taken from /workspace, the working directory), or a volume's.
 type files struct {
 	mu sync.Mutex
 	m  map[string]string
+	// mounts are volumes mounted over parts of the tree: what is read or
+	// written under their targets is the volume's (set at creation).
+	mounts []mount
+}
+
+// mount is a volume's files at target.
+type mount struct {
+	target   string
+	vol      *files
+	readOnly bool
 }
 
 func newFiles() *files { return &files{m: map[string]string{}} }
+
+// withFiles is a tree holding a copy of m.
+func withFiles(m map[string]string) *files {
+	f := newFiles()
+	for k, v := range m {
+		f.m[k] = v
+	}
+	return f
+}
+
+// snapshot copies the tree's own files (not its volumes'), leaving out
+// those under the directories skip names.
+func (f *files) snapshot(skip ...string) map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range f.m {
+		if !slices.ContainsFunc(skip, func(d string) bool { return strings.HasPrefix(k, d+"/") }) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// resolve is where name lives: the tree or a volume mounted over it, the
+// name there, and whether it is read-only.
+func (f *files) resolve(name string) (*files, string, bool) {
+	p := abs(name)
+	for _, m := range f.mounts {
+		if rel, ok := strings.CutPrefix(p, m.target); ok && (rel == "" || rel[0] == '/') {
+			return m.vol, path.Join("/", rel), m.readOnly
+		}
+	}
+	return f, p, false
+}
+
+// errReadOnly is a write under a read-only mount.
+var errReadOnly = errors.New("Read-only file system")
 
 func abs(name string) string {
 	if !path.IsAbs(name) {
@@ -30,20 +81,26 @@ func abs(name string) string {
 }
 
 // write appends p to name (or, with add false, replaces its content).
-func (f *files) write(name, p string, add bool) {
+func (f *files) write(name, p string, add bool) error {
+	f, name, ro := f.resolve(name)
+	if ro {
+		return errReadOnly
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if add {
-		f.m[abs(name)] += p
+		f.m[name] += p
 	} else {
-		f.m[abs(name)] = p
+		f.m[name] = p
 	}
+	return nil
 }
 
 func (f *files) read(name string) (string, bool) {
+	f, name, _ = f.resolve(name)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, ok := f.m[abs(name)]
+	s, ok := f.m[name]
 	return s, ok
 }
 
@@ -101,7 +158,9 @@ func (f *files) untar(dir string, archive io.Reader) error {
 		if err != nil {
 			return err
 		}
-		f.write(path.Join(abs(dir), h.Name), string(b), false)
+		if err := f.write(path.Join(abs(dir), h.Name), string(b), false); err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
 	}
 }
 

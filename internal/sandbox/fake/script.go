@@ -9,7 +9,7 @@ import (
 
 // op is one statement of a fake script.
 type op struct {
-	name        string   // echo, printf, sleep, exit, cat, oom, trap, true, false, seq, unknown
+	name        string   // echo, printf, sleep, exit, cat, oom, trap, true, false, seq, curl, id, fail
 	args        []string // words after the command name (redirection removed)
 	stderr      bool     // >&2
 	toFile      string   // > FILE or >> FILE: the output goes to the container's files
@@ -17,6 +17,9 @@ type op struct {
 	dur         time.Duration
 	code        int
 	first, last int // seq's range
+	// cond: "&&" runs it only after a status of 0, "||" only after
+	// another; "" always (the first command of a statement).
+	cond string
 }
 
 // program is a parsed script plus the directives that act outside the process.
@@ -48,64 +51,99 @@ func parse(script string) program {
 		return p
 	}
 	for _, words := range stmts {
-		if len(words) == 0 {
-			continue
-		}
-		o := op{name: words[0]}
-		for i := 1; i < len(words); i++ {
-			switch w := words[i]; w {
-			case ">&2", "1>&2":
-				o.stderr = true
-			case ">&1", "2>&1":
-			case ">", ">>":
-				if i+1 < len(words) {
-					o.toFile, o.append = words[i+1], w == ">>"
-					i++
+		cond := ""
+		for len(words) > 0 {
+			seg, next := words, ""
+			for i, w := range words {
+				if w == "&&" || w == "||" {
+					seg, next = words[:i], w
+					break
 				}
-			default:
-				o.args = append(o.args, w)
 			}
+			words = words[len(seg):]
+			if next != "" {
+				words = words[1:]
+			}
+			if len(seg) == 0 { // "&& b", "a && || b"
+				p.syntaxErr = "bash: -c: syntax error near unexpected token `" + next + "'"
+				return p
+			}
+			o, directive := parseOp(seg)
+			o.cond, cond = cond, next
+			if directive {
+				p.hangStart = true
+				continue
+			}
+			p.ops = append(p.ops, o)
 		}
-		switch o.name {
-		case "echo", "printf", "cat", "oom", "true", ":", "false", "trap":
-		case "ignore-term":
-			o.name, o.args = "trap", []string{"", "TERM"}
-		case "hang-start":
-			p.hangStart = true
-			continue
-		case "sleep":
-			d, ok := parseSleep(o.args)
-			if !ok {
-				o.name, o.code = "fail", 1
-				o.args = []string{fmt.Sprintf("sleep: invalid time interval %q", strings.Join(o.args, " "))}
-			}
-			o.dur = d
-		case "seq":
-			// seq FIRST LAST, as coreutils prints it.
-			first, err1 := strconv.Atoi(arg(o.args, 0))
-			last, err2 := strconv.Atoi(arg(o.args, 1))
-			if len(o.args) != 2 || err1 != nil || err2 != nil {
-				o.name, o.code = "fail", 1
-				o.args = []string{"seq: the fake takes seq FIRST LAST"}
-				break
-			}
-			o.first, o.last = first, last
-		case "exit":
-			o.code = 0
-			if len(o.args) > 0 {
-				n, err := strconv.Atoi(o.args[0])
-				if err != nil {
-					n = 2 // bash: numeric argument required
-				}
-				o.code = n & 0xff
-			}
-		default:
-			o.args = []string{"bash: " + o.name + ": command not found"}
-			o.name, o.code = "fail", 127
+		if cond != "" {
+			p.syntaxErr = "bash: -c: syntax error: unexpected end of file"
+			return p
 		}
-		p.ops = append(p.ops, o)
 	}
 	return p
+}
+
+// parseOp reads one simple command; directive says it is a fake-only
+// directive that acts outside the process (hang-start).
+func parseOp(words []string) (o op, directive bool) {
+	o = op{name: words[0]}
+	for i := 1; i < len(words); i++ {
+		switch w := words[i]; w {
+		case ">&2", "1>&2":
+			o.stderr = true
+		case ">&1", "2>&1":
+		case ">", ">>":
+			if i+1 < len(words) {
+				o.toFile, o.append = words[i+1], w == ">>"
+				i++
+			}
+		default:
+			o.args = append(o.args, w)
+		}
+	}
+	switch o.name {
+	case "echo", "printf", "cat", "oom", "true", ":", "false", "trap", "curl":
+	case "ignore-term":
+		o.name, o.args = "trap", []string{"", "TERM"}
+	case "hang-start":
+		return o, true
+	case "sleep":
+		d, ok := parseSleep(o.args)
+		if !ok {
+			o.name, o.code = "fail", 1
+			o.args = []string{fmt.Sprintf("sleep: invalid time interval %q", strings.Join(o.args, " "))}
+		}
+		o.dur = d
+	case "seq":
+		// seq FIRST LAST, as coreutils prints it.
+		first, err1 := strconv.Atoi(arg(o.args, 0))
+		last, err2 := strconv.Atoi(arg(o.args, 1))
+		if len(o.args) != 2 || err1 != nil || err2 != nil {
+			o.name, o.code = "fail", 1
+			o.args = []string{"seq: the fake takes seq FIRST LAST"}
+			break
+		}
+		o.first, o.last = first, last
+	case "id":
+		if len(o.args) != 1 || (o.args[0] != "-u" && o.args[0] != "-g") {
+			o.name, o.code = "fail", 1
+			o.args = []string{"id: the fake takes id -u or id -g"}
+		}
+	case "exit":
+		o.code = 0
+		if len(o.args) > 0 {
+			n, err := strconv.Atoi(o.args[0])
+			if err != nil {
+				n = 2 // bash: numeric argument required
+			}
+			o.code = n & 0xff
+		}
+	default:
+		o.args = []string{"bash: " + o.name + ": command not found"}
+		o.name, o.code = "fail", 127
+	}
+	return o, false
 }
 
 // parseSleep takes seconds ("2", "0.5") or a Go duration ("2s", "150ms").

@@ -12,17 +12,38 @@ import (
 // Volumes are an engine's volumes, in memory: the fake's
 // Capabilities.Volumes (a Runtime's volume methods reach its engine's).
 type Volumes struct {
-	mu   sync.Mutex
-	vols map[string]sandbox.Volume
+	mu    sync.Mutex
+	vols  map[string]sandbox.Volume
+	files map[string]*files // what sandboxes wrote to each
+}
+
+// filesOf is a volume's files; a mount of a volume that does not exist
+// makes it, unlabelled, as engines do.
+func (v *Volumes) filesOf(name string) *files {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.vols[name]; !ok {
+		v.createLocked(name, nil)
+	}
+	return v.files[name]
+}
+
+func (v *Volumes) createLocked(name string, labels map[string]string) {
+	if v.vols == nil {
+		v.vols, v.files = map[string]sandbox.Volume{}, map[string]*files{}
+	}
+	v.vols[name] = sandbox.Volume{Name: name, Labels: labels, CreatedAt: time.Now()}
+	if v.files[name] == nil {
+		v.files[name] = newFiles()
+	}
 }
 
 func (v *Volumes) CreateVolume(_ context.Context, name string, labels map[string]string) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.vols == nil {
-		v.vols = map[string]sandbox.Volume{}
+	if _, ok := v.vols[name]; !ok {
+		v.createLocked(name, labels)
 	}
-	v.vols[name] = sandbox.Volume{Name: name, Labels: labels, CreatedAt: time.Now()}
 	return nil
 }
 
@@ -47,6 +68,7 @@ func (v *Volumes) RemoveVolume(_ context.Context, name string) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.vols, name)
+	delete(v.files, name)
 	return nil
 }
 
@@ -86,3 +108,16 @@ func (r *Runtime) RemoveVolume(ctx context.Context, name string) error {
 
 // VolumeCount is how many volumes the engine keeps.
 func (e *Engine) VolumeCount() int { return e.volumes.Count() }
+
+// StartFiller is a running sandbox of spec's image with its mounts and no
+// network, for execs through the tunnel (sandbox.TunnelVolumeFiller).
+func (r *Runtime) StartFiller(ctx context.Context, spec sandbox.Spec) (string, error) {
+	idle := idleSpec(spec.Kind, spec.Image)
+	idle.JobID, idle.Mounts = spec.JobID, spec.Mounts
+	c, err := r.create(idle)
+	if err != nil {
+		return "", err
+	}
+	c.start()
+	return c.info.ID, nil
+}

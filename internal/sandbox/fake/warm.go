@@ -58,6 +58,7 @@ func (w *warm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output
 	c := w.c
 	c.info.JobID, c.info.Kind = spec.JobID, spec.Kind
 	c.prog, c.command, c.jobFiles, c.collect = parse(scriptOf(spec.Cmd)), strings.Join(spec.Cmd, " "), spec.Files, spec.Collect
+	c.env = spec.Env
 	if spec.OpenStdin {
 		c.stdin = newPipe()
 	}

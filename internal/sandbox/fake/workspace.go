@@ -1,11 +1,11 @@
 package fake
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -32,7 +32,9 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	if ws.Network != "" && ws.Network != sandbox.NetworkEgress {
 		return sandbox.WorkspaceRefs{}, fmt.Errorf("a workspace's network is none or %s, not %q", sandbox.NetworkEgress, ws.Network)
 	}
-	c, err := r.create(idleSpec(sandbox.KindWorkspace, ws.Image))
+	spec := idleSpec(sandbox.KindWorkspace, ws.Image)
+	spec.Network, spec.Env = ws.Network, ws.Env
+	c, err := r.create(spec)
 	if err != nil {
 		return sandbox.WorkspaceRefs{}, err
 	}
@@ -63,8 +65,9 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 	case running:
 		return nil
 	case ended:
-		again := newContainer(r.Engine, c.info, idleSpec(c.info.Kind, ""), c.seq)
-		again.fs = c.fs
+		again := newContainer(r.Engine, c.info, idleSpec(c.info.Kind, c.image), c.seq)
+		again.fs, again.network, again.env = c.fs, c.network, c.env
+		again.reach = r.reachOf(c.network)
 		r.containers[id] = again
 		c = again
 	}
@@ -130,8 +133,11 @@ func (r *Runtime) StartInstaller(ctx context.Context, workspaceID, network strin
 	case ws == nil:
 		return "", fmt.Errorf("%w: %s", sandbox.ErrNotFound, workspaceID)
 	}
-	spec := idleSpec("install", "")
+	spec := idleSpec("install", ws.image)
 	spec.Network = network
+	if r.InstallsThroughTunnel(network) {
+		spec.Network = "none"
+	}
 	c, err := r.create(spec)
 	if err != nil {
 		return "", err
@@ -141,10 +147,19 @@ func (r *Runtime) StartInstaller(ctx context.Context, workspaceID, network strin
 	return c.info.ID, nil
 }
 
-// StartHelper is a running container with files of its own (the fake
-// mounts nothing).
+// InstallsThroughTunnel: on a runtime that tunnels egress, every install
+// network goes through the tunnel, as on Kubernetes (sandbox.TunnelInstaller).
+func (r *Runtime) InstallsThroughTunnel(network string) bool { return r.egress == EgressTunnelled }
+
+// RootExec: the fake's execs run as the user they name.
+func (r *Runtime) RootExec() bool { return true }
+
+// StartHelper is a running container with files of its own and the
+// volumes mounts name (host directories are not modelled).
 func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbox.Mount) (string, error) {
-	c, err := r.create(idleSpec(sandbox.KindHelper, image))
+	spec := idleSpec(sandbox.KindHelper, image)
+	spec.Mounts = mounts
+	c, err := r.create(spec)
 	if err != nil {
 		return "", err
 	}
@@ -177,7 +192,7 @@ func (r *Runtime) StartIn(ctx context.Context, id string, spec sandbox.Spec, out
 	r.seq++
 	c := newContainer(r.Engine, sandbox.Container{ID: fmt.Sprintf("%s/%d", id, jobKeys.Add(1)), JobID: spec.JobID, Kind: spec.Kind,
 		Instance: r.instance, Server: r.server}, spec, r.seq)
-	c.fs = ws.fs
+	c.fs, c.image, c.network, c.reach = ws.fs, ws.image, ws.network, ws.reach
 	r.containers[c.info.ID] = c
 	downCh := r.downCh
 	r.mu.Unlock()
@@ -185,11 +200,10 @@ func (r *Runtime) StartIn(ctx context.Context, id string, spec sandbox.Spec, out
 }
 
 // Exec runs a fake script (opts.Cmd) in a running container, on its files,
-// until it ends or ctx does.
+// until it ends or ctx does. With o.Proxy, its own tunnel serves the proxy
+// and its proxy variables name it; all its output goes to Stderr (Stdout
+// when nil), as through the supervisor's tunnel.
 func (r *Runtime) Exec(ctx context.Context, id string, o sandbox.ExecOptions) (int, error) {
-	if o.Proxy != nil {
-		return -1, errors.New("the fake engine has no tunnel")
-	}
 	host, down := r.lookup(id)
 	switch {
 	case down:
@@ -200,7 +214,24 @@ func (r *Runtime) Exec(ctx context.Context, id string, o sandbox.ExecOptions) (i
 		return -1, fmt.Errorf("container %.12s is not running", id)
 	}
 	c := newContainer(r.Engine, sandbox.Container{ID: id + "/exec"}, sandbox.Spec{Cmd: o.Cmd, OpenStdin: o.Stdin != nil}, 0)
-	c.fs = host.fs
+	c.fs, c.reach = host.fs, host.reach
+	c.env = append(slices.Clone(host.env), o.Env...)
+	if uid, _, _ := strings.Cut(o.User, ":"); uid != "" {
+		c.uid = uid
+	}
+	stdout, stderr := o.Stdout, o.Stderr
+	if stderr == nil {
+		stderr = o.Stdout
+	}
+	if o.Proxy != nil {
+		tunnel := serve(o.Proxy)
+		defer tunnel.shutdown()
+		c.reach = c.reach.with(execTunnelAddr, tunnel)
+		url := "http://" + execTunnelAddr
+		c.env = append(c.env, "HTTP_PROXY="+url, "HTTPS_PROXY="+url, "http_proxy="+url, "https_proxy="+url,
+			"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
+		stdout = stderr
+	}
 	if o.Stdin != nil {
 		b, err := io.ReadAll(o.Stdin)
 		if err != nil {
@@ -209,35 +240,22 @@ func (r *Runtime) Exec(ctx context.Context, id string, o sandbox.ExecOptions) (i
 		_, _ = c.stdin.write(ctx, b)
 		c.stdin.closeWrite()
 	}
-	c.start()
-	select {
-	case <-c.exited:
-	case <-ctx.Done():
-		c.kill()
-		<-c.exited
-		return -1, ctx.Err()
+	code, err := runToEnd(ctx, c)
+	if err != nil {
+		return -1, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var stdout, stderr bytes.Buffer
 	for _, ch := range c.log {
+		w := stdout
 		if ch.stream == sandbox.Stderr {
-			stderr.Write(ch.data)
-		} else {
-			stdout.Write(ch.data)
+			w = stderr
+		}
+		if w != nil {
+			_, _ = w.Write(ch.data)
 		}
 	}
-	if o.Stdout != nil {
-		_, _ = o.Stdout.Write(stdout.Bytes())
-	}
-	errTo := o.Stderr
-	if errTo == nil {
-		errTo = o.Stdout
-	}
-	if errTo != nil {
-		_, _ = errTo.Write(stderr.Bytes())
-	}
-	return c.exitCode, nil
+	return code, nil
 }
 
 // CopyFrom is a tar of a path of the container's files.

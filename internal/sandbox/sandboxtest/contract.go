@@ -457,6 +457,11 @@ func testPingAndImages(t *testing.T, rt sandbox.Runtime, image string) {
 // that keeps images itself must treat it as missing).
 const MissingImage = "sandboxer/contract-missing:none"
 
+// UnpulledImage is an image of a registry that no engine has and none may
+// pull (a runtime under test that keeps images itself must treat it as
+// missing).
+const UnpulledImage = "registry.invalid/nothing:here"
+
 func testMissingImage(t *testing.T, rt sandbox.Runtime, spec func(string) sandbox.Spec) {
 	s := spec("exit 0")
 	s.Image = MissingImage

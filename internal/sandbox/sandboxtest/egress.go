@@ -33,26 +33,23 @@ func runEgressNetwork(t *testing.T, e sandbox.Engine, image string) {
 	if err != nil {
 		t.Fatalf("listen on the gateway: %v", err)
 	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("from-the-gateway\n"))
-			c.Close()
-		}
-	}()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "from-the-gateway")
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	spec := Spec(image, fmt.Sprintf(`if out=$(timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%d && head -n1 <&3' 2>&1); then echo "$out"
-elif [[ $out == *"Connection refused"* ]]; then echo from-the-gateway; else echo "gateway: $out"; fi`, gw, port))
+	spec := Spec(image, fmt.Sprintf("curl -sS -v --max-time 5 http://%s:%d/", gw, port))
 	spec.Network = sandbox.NetworkEgress
 	out := newBuffer()
 	h := start(t, e, spec, out)
 	st := waitDone(t, h, "a sandbox on the egress network")
-	if got := out.Stdout(); st.ExitCode != 0 || got != "from-the-gateway\n" {
-		t.Fatalf("on the egress network: %s, stdout %q, stderr %q; want the gateway's line", describe(st), got, strings.TrimSpace(out.Stderr()))
+	// The gateway answers, or the fence refuses at once (curl -v says why
+	// it could not connect): either way the sandbox reached the gateway.
+	reached := st.ExitCode == 0 && out.Stdout() == "from-the-gateway\n" ||
+		st.ExitCode == 7 && strings.Contains(out.Stderr(), "Connection refused")
+	if !reached {
+		t.Fatalf("on the egress network: %s, stdout %q, stderr %q; want the gateway's line", describe(st), out.Stdout(), strings.TrimSpace(out.Stderr()))
 	}
 }
 
@@ -70,7 +67,7 @@ func runEgressTunnel(t *testing.T, e sandbox.Engine, image string) {
 	if err != nil {
 		t.Fatalf("TunnelEgress gave %q: %v", addr, err)
 	}
-	probe := fmt.Sprintf(`if exec 3<>/dev/tcp/%s/%s; then printf 'GET http://example.test/x HTTP/1.0\r\nHost: example.test\r\n\r\n' >&3; tail -n1 <&3; else echo nothing-listens; fi 2>/dev/null`, host, port)
+	probe := fmt.Sprintf("curl -sS --max-time 10 -x http://%s http://example.test/x || echo nothing-listens", net.JoinHostPort(host, port))
 	for _, c := range []struct{ network, want string }{
 		{sandbox.NetworkEgress, "via-the-proxy GET example.test\n"},
 		{"none", "nothing-listens\n"},
@@ -158,9 +155,8 @@ func runTunnelInstalls(t *testing.T, e sandbox.Engine, image string) {
 	// No route out (an engine may give it an interface that reaches
 	// nothing, as Kubernetes' CNI does: no default route either).
 	var out bytes.Buffer
-	code, err := w.Exec(ctx, inst, sandbox.ExecOptions{Stdout: &out, Cmd: []string{"bash", "-c",
-		`if awk 'NR > 1 && $2 == "00000000" { found = 1 } END { exit !found }' /proc/net/route; then echo default-route; else echo no-route; fi`}})
-	if err != nil || code != 0 || out.String() != "no-route\n" {
+	code, err := w.Exec(ctx, inst, sandbox.ExecOptions{Stdout: &out, Cmd: []string{"cat", "/proc/net/route"}})
+	if err != nil || code != 0 || hasDefaultRoute(out.String()) {
 		t.Fatalf("the install container's routes: exit %d, %v, %q; want no default route", code, err, out.String())
 	}
 	proxy := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -228,4 +224,16 @@ func runVolumeFiller(t *testing.T, e sandbox.Engine, image string) {
 	if st := waitDone(t, h, "a sandbox with the filled volume"); st.ExitCode != 0 || buf.Stdout() != "filled-through-the-proxy example.test\n" {
 		t.Fatalf("the filled volume read back: %s, stdout %q, stderr %q", describe(st), buf.Stdout(), buf.Stderr())
 	}
+}
+
+// hasDefaultRoute says whether a /proc/net/route table has a route to
+// 0.0.0.0 (its Destination column, after the header).
+func hasDefaultRoute(table string) bool {
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	for _, line := range lines[1:] {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == "00000000" {
+			return true
+		}
+	}
+	return false
 }

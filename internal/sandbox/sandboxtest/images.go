@@ -62,7 +62,7 @@ func runImages(t *testing.T, e sandbox.Engine, image string) {
 	})
 	t.Run("NeverPulls", func(t *testing.T) {
 		err := b.BuildImage(ctx, sandbox.ImageBuild{Tag: "sandboxer/contract-" + randomHex(6) + ":pull", Network: "none",
-			Context: contextTar(t, "FROM registry.invalid/nothing:here\nRUN true\n")}, nil)
+			Context: contextTar(t, "FROM "+UnpulledImage+"\nRUN true\n")}, nil)
 		if err == nil || !strings.Contains(err.Error(), "never pulled") {
 			t.Fatalf("a missing FROM image: %v", err)
 		}
