@@ -121,3 +121,27 @@ func DockerfileFromTar(contextTar []byte) (string, error) {
 		}
 	}
 }
+
+// CheckParents reads a build context's Dockerfile and checks that every
+// image its FROM lines name is present (present says, or fails on the
+// engine): images are never pulled. It returns the Dockerfile.
+func CheckParents(contextTar []byte, buildArgs map[string]string, present func(ref string) (bool, error)) (string, error) {
+	dockerfile, err := DockerfileFromTar(contextTar)
+	if err != nil {
+		return "", err
+	}
+	parents, err := FromImages(dockerfile, buildArgs)
+	if err != nil {
+		return "", fmt.Errorf("Dockerfile: %w", err)
+	}
+	for _, ref := range parents {
+		ok, err := present(ref)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return "", fmt.Errorf("FROM %s: the image is not present on the engine (images are never pulled: build or load it first)", ref)
+		}
+	}
+	return dockerfile, nil
+}

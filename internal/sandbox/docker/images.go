@@ -37,22 +37,14 @@ func (r *Runtime) BuildImage(ctx context.Context, req sandbox.ImageBuild, progre
 		// A build's RUN steps get no exec of ours to carry a tunnel.
 		return errors.New("a template build on network egress needs Docker's egress network: on Podman sandboxes reach the proxy only through a tunnel, which a build cannot have (build the template on Docker, or with network none)")
 	}
-	dockerfile, err := images.DockerfileFromTar(req.Context)
-	if err != nil {
-		return err
-	}
-	parents, err := images.FromImages(dockerfile, req.BuildArgs)
-	if err != nil {
-		return fmt.Errorf("Dockerfile: %w", err)
-	}
-	for _, ref := range parents {
+	if _, err := images.CheckParents(req.Context, req.BuildArgs, func(ref string) (bool, error) {
 		present, err := ImagePresent(ctx, r.cli, ref)
 		if err != nil {
-			return r.engineErr(err)
+			return false, r.engineErr(err)
 		}
-		if !present {
-			return fmt.Errorf("FROM %s: the image is not present on the engine (images are never pulled: build or load it first)", ref)
-		}
+		return present, nil
+	}); err != nil {
+		return err
 	}
 	args := make(map[string]*string, len(req.BuildArgs))
 	for k, v := range req.BuildArgs {

@@ -166,21 +166,9 @@ func (r *Runtime) BuildImage(ctx context.Context, req sandbox.ImageBuild, progre
 	if req.Network == sandbox.NetworkEgress && r.egress == EgressTunnelled {
 		return errors.New("a template build on network egress needs an egress network: this engine's sandboxes reach the proxy only through a tunnel, which a build cannot have (build with network none)")
 	}
-	dockerfile, err := images.DockerfileFromTar(req.Context)
+	dockerfile, err := images.CheckParents(req.Context, req.BuildArgs, func(ref string) (bool, error) { return r.ImageExists(ctx, ref) })
 	if err != nil {
 		return err
-	}
-	parents, err := images.FromImages(dockerfile, req.BuildArgs)
-	if err != nil {
-		return fmt.Errorf("Dockerfile: %w", err)
-	}
-	for _, ref := range parents {
-		if ok, err := r.ImageExists(ctx, ref); err != nil || !ok {
-			if err != nil {
-				return err
-			}
-			return fmt.Errorf("FROM %s: the image is not present on the engine (images are never pulled: build or load it first)", ref)
-		}
 	}
 	var tail []string
 	say := func(line string) {
