@@ -42,8 +42,9 @@ images: build base-image
 	  echo ./$(BIN) images build; ./$(BIN) images build
 
 # Everything but the server's MCP messages goes to stderr, so `make run` can itself be an MCP command.
+# -j2: the Go builds run while the engine is installed and the base image made.
 run:
-	@$(MAKE) --no-print-directory -s images >&2
+	@$(MAKE) --no-print-directory -s -j2 images >&2
 	@exec ./$(BIN) serve
 
 # Opt-in: install gVisor (Debian's runsc) and register it with the running dockerd as
@@ -61,7 +62,8 @@ doctor: images
 # It is built here, after `images` (through `build`) made the supervisor it embeds.
 # The leftover check counts only containers made since SUITE_START (when make read this file).
 test: SUITE_START := $(shell date +%s)
-test: images
+test:
+	@$(MAKE) --no-print-directory -j2 images
 	@bash scripts/test-deps.sh
 	$(GO) build -race -o $(BIN)-race ./cmd/sandboxer
 	SANDBOXER_BIN=$(CURDIR)/$(BIN)-race $(GO) test $(GOTEST_FLAGS) ./...

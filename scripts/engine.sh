@@ -67,8 +67,15 @@ if ! live_dockerd >/dev/null; then
   rm -f /var/run/docker.sock
   mkdir -p /var/log
   log "starting dockerd (log: /var/log/dockerd.log)"
-  # setsid: the daemon must outlive this script and the make that called it.
-  setsid nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
+  # setsid: the daemon must outlive this script and the make that called it,
+  # holding none of their descriptors (a make -j job pipe, a lock) open.
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      if [ "$fd" -gt 2 ] 2>/dev/null; then eval "exec $fd>&-"; fi
+    done
+    exec setsid nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null
+  ) &
 fi
 
 for _ in $(seq 1 60); do

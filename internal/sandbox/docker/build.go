@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -59,22 +60,8 @@ func buildImage(ctx context.Context, cli *client.Client, tag string, contextTar 
 
 	// The classic builder pulls a missing FROM image even with pull=0; refuse
 	// instead, with a message that says what is missing.
-	dockerfile, err := images.DockerfileFromTar(contextTar)
-	if err != nil {
+	if _, err := images.CheckParents(contextTar, buildArgs, func(ref string) (bool, error) { return ImagePresent(ctx, cli, ref) }); err != nil {
 		return fmt.Errorf("build %s: %w", tag, err)
-	}
-	parents, err := images.FromImages(dockerfile, buildArgs)
-	if err != nil {
-		return fmt.Errorf("build %s: Dockerfile: %w", tag, err)
-	}
-	for _, ref := range parents {
-		present, err := ImagePresent(ctx, cli, ref)
-		if err != nil {
-			return fmt.Errorf("build %s: %w", tag, err)
-		}
-		if !present {
-			return fmt.Errorf("build %s: parent image %s is not present locally (images are never pulled)", tag, ref)
-		}
 	}
 
 	args := make(map[string]*string, len(buildArgs))
@@ -235,9 +222,10 @@ func repositoryOf(ref string) (string, bool) {
 	return ref[:colon], true
 }
 
-// EnsureImages builds, in build order, every sandbox image whose tag is not
-// present locally — or every image when force is set, then without the build
-// cache so packages are fetched afresh. Each image is two builds
+// EnsureImages builds every sandbox image whose tag is not present locally
+// — or every image when force is set, then without the build cache so
+// packages are fetched afresh — each after its parent, several at once
+// (buildParallelism; each output line names its build). Each image is two builds
 // (images.Plan): its core image (images.CoreTag; language images get
 // BASE_IMAGE=<parent's core tag>), then its final image (images.Tag), the core
 // plus the embedded supervisor. It returns the tags it built. The Debian base
@@ -251,8 +239,17 @@ func EnsureImages(ctx context.Context, cli *client.Client, force bool, log io.Wr
 	return ensureBuilds(ctx, cli, builds, force, log)
 }
 
-// ensureBuilds runs builds in order, skipping those whose tag is present
-// unless force is set.
+// buildParallelism is how many image builds run at once. The language
+// images are independent children of the base: on a fresh machine
+// `make run` waits for all of them, and their steps (package downloads,
+// the Go seed's compile) overlap well on two cores.
+const buildParallelism = 3
+
+// ensureBuilds runs builds, each after its parent (parentOf) when the
+// parent is one of them, up to buildParallelism at once, skipping those
+// whose tag is present unless force is set. It returns the tags it built,
+// in the order of builds; after a failure it starts no more builds and
+// returns the first error.
 func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build, force bool, log io.Writer) ([]string, error) {
 	if log == nil {
 		log = io.Discard
@@ -264,50 +261,144 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 	if !present {
 		return nil, fmt.Errorf("base image %s is not present locally and images are never pulled: run scripts/base-image.sh (it pulls or debootstraps it), then retry", images.BaseRef)
 	}
-
 	extraCA, err := buildExtraCA()
 	if err != nil {
 		return nil, err
 	}
-	var built []string
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		logMu    sync.Mutex
+		errOnce  sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	done := make(map[string]chan struct{}, len(builds)) // closed when a build is ready to build on
 	for _, b := range builds {
-		if extraCA != "" && !b.Final {
-			args := make(map[string]string, len(b.BuildArgs)+1)
-			for k, v := range b.BuildArgs {
-				args[k] = v
-			}
-			args[ExtraCABuildArg] = extraCA
-			b.BuildArgs = args
-		}
-		if !force {
-			present, err := ImagePresent(ctx, cli, b.Tag)
-			if err != nil {
-				return built, err
-			}
-			if present {
-				parent := parentOf(b)
-				ok, err := builtOn(ctx, cli, b.Tag, parent)
-				if err != nil {
-					return built, err
-				}
-				if ok {
-					fmt.Fprintf(log, "==> %s is up to date\n", b.Tag)
-					continue
-				}
-				// Two builds at once can each make the parent; a
-				// child of the one that lost its tag is made again.
-				fmt.Fprintf(log, "==> %s was built on another %s than the one tagged now\n", b.Tag, parent)
-			}
-		}
-		fmt.Fprintf(log, "==> building %s\n", b.Tag)
-		start := time.Now()
-		if err := buildImage(ctx, cli, b.Tag, b.Context, b.BuildArgs, force, log); err != nil {
-			return built, err
-		}
-		fmt.Fprintf(log, "==> built %s in %s\n", b.Tag, time.Since(start).Round(100*time.Millisecond))
-		built = append(built, b.Tag)
+		done[b.Tag] = make(chan struct{})
 	}
-	return built, nil
+	builtTags := make([]string, len(builds))
+	slots := make(chan struct{}, buildParallelism)
+	for i, b := range builds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if parent := done[parentOf(b)]; parent != nil {
+				select {
+				case <-parent:
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-slots }()
+			out := &buildLog{mu: &logMu, w: log, prefix: "[" + strings.TrimPrefix(b.Tag, "sandboxer/") + "] "}
+			didBuild, err := ensureBuild(ctx, cli, b, extraCA, force, out)
+			out.flush()
+			if err != nil {
+				errOnce.Do(func() { firstErr = err })
+				cancel()
+				return
+			}
+			if didBuild {
+				builtTags[i] = b.Tag
+			}
+			close(done[b.Tag])
+		}()
+	}
+	wg.Wait()
+	var built []string
+	for _, tag := range builtTags {
+		if tag != "" {
+			built = append(built, tag)
+		}
+	}
+	return built, firstErr
+}
+
+// ensureBuild makes one build unless its tag is present on the parent it
+// names (or force is set); it says whether it built.
+func ensureBuild(ctx context.Context, cli *client.Client, b images.Build, extraCA string, force bool, log io.Writer) (bool, error) {
+	if extraCA != "" && !b.Final {
+		args := make(map[string]string, len(b.BuildArgs)+1)
+		for k, v := range b.BuildArgs {
+			args[k] = v
+		}
+		args[ExtraCABuildArg] = extraCA
+		b.BuildArgs = args
+	}
+	if !force {
+		present, err := ImagePresent(ctx, cli, b.Tag)
+		if err != nil {
+			return false, err
+		}
+		if present {
+			parent := parentOf(b)
+			ok, err := builtOn(ctx, cli, b.Tag, parent)
+			if err != nil {
+				return false, err
+			}
+			if ok {
+				fmt.Fprintf(log, "==> %s is up to date\n", b.Tag)
+				return false, nil
+			}
+			// Two builds at once can each make the parent; a
+			// child of the one that lost its tag is made again.
+			fmt.Fprintf(log, "==> %s was built on another %s than the one tagged now\n", b.Tag, parent)
+		}
+	}
+	fmt.Fprintf(log, "==> building %s\n", b.Tag)
+	start := time.Now()
+	if err := buildImage(ctx, cli, b.Tag, b.Context, b.BuildArgs, force, log); err != nil {
+		return false, err
+	}
+	fmt.Fprintf(log, "==> built %s in %s\n", b.Tag, time.Since(start).Round(100*time.Millisecond))
+	return true, nil
+}
+
+// buildLog writes one build's output to a log that builds running at once
+// share: whole lines, each with the build's prefix.
+type buildLog struct {
+	mu      *sync.Mutex
+	w       io.Writer
+	prefix  string
+	partial []byte
+}
+
+func (l *buildLog) Write(p []byte) (int, error) {
+	l.partial = append(l.partial, p...)
+	i := bytes.LastIndexByte(l.partial, '\n')
+	if i < 0 {
+		return len(p), nil
+	}
+	l.emit(l.partial[:i+1])
+	l.partial = append(l.partial[:0], l.partial[i+1:]...)
+	return len(p), nil
+}
+
+// flush writes a last line that has no newline.
+func (l *buildLog) flush() {
+	if len(l.partial) > 0 {
+		l.emit(append(l.partial, '\n'))
+		l.partial = nil
+	}
+}
+
+func (l *buildLog) emit(lines []byte) {
+	var b bytes.Buffer
+	for _, line := range bytes.SplitAfter(lines, []byte("\n")) {
+		if len(line) > 0 {
+			b.WriteString(l.prefix)
+			b.Write(line)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.w.Write(b.Bytes())
 }
 
 // parentOf is the image a build starts from that ensureBuilds also makes

@@ -157,7 +157,7 @@ func TestBuildImageFailureReportsTail(t *testing.T) {
 	// A missing parent is refused before the engine is asked to pull it.
 	tarball = tarOf(t, map[string]string{"Dockerfile": "FROM sandboxer/does-not-exist:nope\n"})
 	err = BuildImage(ctx, cli, "sandboxer/test-fail:y", tarball, nil, nil)
-	if err == nil || !strings.Contains(err.Error(), "not present locally") {
+	if err == nil || !strings.Contains(err.Error(), "never pulled") {
 		t.Errorf("missing parent: err = %v", err)
 	}
 }
@@ -460,5 +460,23 @@ func TestEnsureRebuildsAChildOfAReplacedParent(t *testing.T) {
 	}
 	if ok, err := builtOn(ctx, cli, child, parent); err != nil || !ok {
 		t.Fatalf("builtOn after the ensure = %v, %v; want true", ok, err)
+	}
+}
+
+// TestBuildLogPrefixesWholeLines: builds that run at once share the log a
+// whole line at a time, each line naming its build.
+func TestBuildLogPrefixesWholeLines(t *testing.T) {
+	var mu sync.Mutex
+	var shared bytes.Buffer
+	a := &buildLog{mu: &mu, w: &shared, prefix: "[a] "}
+	b := &buildLog{mu: &mu, w: &shared, prefix: "[b] "}
+	a.Write([]byte("Step 1/2 : FR"))
+	b.Write([]byte("one\ntw"))
+	a.Write([]byte("OM x\nStep 2/2"))
+	b.Write([]byte("o\n"))
+	a.flush()
+	want := "[b] one\n[a] Step 1/2 : FROM x\n[b] two\n[a] Step 2/2\n"
+	if shared.String() != want {
+		t.Fatalf("shared log %q, want %q", shared.String(), want)
 	}
 }
