@@ -275,7 +275,13 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 	return !r.missing[ref], nil
 }
 
-func (r *Runtime) Close() error { return nil }
+// Close stops serving the egress tunnel; sandboxes go on as they are.
+func (r *Runtime) Close() error {
+	if s := r.egressTunnel.Swap(nil); s != nil {
+		s.shutdown()
+	}
+	return nil
+}
 
 // create registers a container that does not run yet.
 func (r *Runtime) create(spec sandbox.Spec) (*container, error) {
