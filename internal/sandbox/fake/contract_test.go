@@ -29,6 +29,7 @@ func TestCapabilities(t *testing.T) {
 			sandboxtest.RunCapabilities(t, func(t *testing.T) sandbox.Engine {
 				rt := fake.New("capabilities-" + t.Name()).WithEgress(shape.egress)
 				rt.SetImageMissing(sandboxtest.UnpulledImage, true)
+				rt.SetImageMissing(sandboxtest.ImagesBuilt+"*", true)
 				return rt
 			}, "fake/base:latest")
 		})

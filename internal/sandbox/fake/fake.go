@@ -77,6 +77,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,27 +97,30 @@ const (
 
 // Engine is the shared state of fake containers: one per "Docker daemon".
 type Engine struct {
-	mu          sync.Mutex
-	containers  map[string]*container
-	seq         int // creation order, for List
-	down        bool
-	downCh      chan struct{} // closed when the engine goes down; replaced when it comes back
-	missing     map[string]bool
-	beforeStart func(ctx context.Context, spec sandbox.Spec) error
-	removeErr   func(c sandbox.Container) error
-	gates       map[string]*Gate
-	volumes     Volumes
-	images      map[string]*image // built or committed, by tag
+	mu         sync.Mutex
+	containers map[string]*container
+	seq        int // creation order, for List
+	down       bool
+	downCh     chan struct{}   // closed when the engine goes down; replaced when it comes back
+	missing    map[string]bool // by ref: SetImageMissing's, builds' and removals' word
+	// missingPrefixes are SetImageMissing's namespaces ("ref*").
+	missingPrefixes map[string]bool
+	beforeStart     func(ctx context.Context, spec sandbox.Spec) error
+	removeErr       func(c sandbox.Container) error
+	gates           map[string]*Gate
+	volumes         Volumes
+	images          map[string]*image // built or committed, by tag
 }
 
 // NewEngine makes an empty engine that is up and has every image.
 func NewEngine() *Engine {
 	return &Engine{
-		containers: map[string]*container{},
-		downCh:     make(chan struct{}),
-		missing:    map[string]bool{},
-		gates:      map[string]*Gate{},
-		images:     map[string]*image{},
+		containers:      map[string]*container{},
+		downCh:          make(chan struct{}),
+		missing:         map[string]bool{},
+		missingPrefixes: map[string]bool{},
+		gates:           map[string]*Gate{},
+		images:          map[string]*image{},
 	}
 }
 
@@ -206,10 +210,30 @@ func (e *Engine) SetRemoveError(f func(c sandbox.Container) error) {
 }
 
 // SetImageMissing marks an image as not present (missing=true) or present.
+// A ref ending in "*" marks every image it is a prefix of (those built or
+// marked one by one since are present or not as that says): a namespace
+// whose images exist only once built, such as templates'.
 func (e *Engine) SetImageMissing(ref string, missing bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if prefix, ok := strings.CutSuffix(ref, "*"); ok {
+		e.missingPrefixes[prefix] = missing
+		return
+	}
 	e.missing[ref] = missing
+}
+
+// presentLocked says whether the engine has image ref (e.mu held).
+func (e *Engine) presentLocked(ref string) bool {
+	if missing, ok := e.missing[ref]; ok {
+		return !missing
+	}
+	for prefix, missing := range e.missingPrefixes {
+		if missing && strings.HasPrefix(ref, prefix) {
+			return false
+		}
+	}
+	return true
 }
 
 // Exists says whether a container with this id exists (running or not).
@@ -272,7 +296,7 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 	if r.down {
 		return false, engineDown()
 	}
-	return !r.missing[ref], nil
+	return r.presentLocked(ref), nil
 }
 
 // Close stops serving the egress tunnel; sandboxes go on as they are.
@@ -290,7 +314,7 @@ func (r *Runtime) create(spec sandbox.Spec) (*container, error) {
 	if r.down {
 		return nil, engineDown()
 	}
-	if r.missing[spec.Image] {
+	if !r.presentLocked(spec.Image) {
 		return nil, &sandbox.ImageError{Image: spec.Image}
 	}
 	r.seq++

@@ -42,7 +42,7 @@ var _ sandbox.ImageBuilder = (*Runtime)(nil)
 
 // imageLocked is ref, or false when it is absent (e.mu held).
 func (e *Engine) imageLocked(ref string) (*image, bool) {
-	if e.missing[ref] {
+	if !e.presentLocked(ref) {
 		return nil, false
 	}
 	if img := e.images[ref]; img != nil {

@@ -457,6 +457,11 @@ func testPingAndImages(t *testing.T, rt sandbox.Runtime, image string) {
 // that keeps images itself must treat it as missing).
 const MissingImage = "sandboxer/contract-missing:none"
 
+// ImagesBuilt is the namespace of the images the Images suite builds
+// ("sandboxer/contract-…"): a runtime under test that keeps images itself
+// must treat those as missing until built.
+const ImagesBuilt = "sandboxer/contract-"
+
 // UnpulledImage is an image of a registry that no engine has and none may
 // pull (a runtime under test that keeps images itself must treat it as
 // missing).

@@ -24,7 +24,7 @@ func contextTar(t *testing.T, dockerfile string) []byte {
 	return buf.Bytes()
 }
 
-// runImages: a build on image runs its steps, streams its output, carries
+// runImages: a tag is absent until built; a build on image runs its steps, streams its output, carries
 // its labels and is described; a failed RUN is a *sandbox.BuildError
 // naming the step, its exit code and the last lines; a FROM image that is
 // absent is refused (never pulled); an image a sandbox runs on is in use;
@@ -34,8 +34,11 @@ func contextTar(t *testing.T, dockerfile string) []byte {
 func runImages(t *testing.T, e sandbox.Engine, image string) {
 	b := e.Capabilities().Images
 	ctx := context.Background()
-	tag := "sandboxer/contract-" + randomHex(6) + ":t1"
+	tag := ImagesBuilt + randomHex(6) + ":t1"
 	t.Cleanup(func() { _ = b.RemoveImage(context.Background(), tag) })
+	if _, err := b.ImageInfo(ctx, tag); !errors.Is(err, sandbox.ErrImageNotFound) {
+		t.Fatalf("ImageInfo of a tag not built yet: %v, want ErrImageNotFound", err)
+	}
 	var lines []string
 	err := b.BuildImage(ctx, sandbox.ImageBuild{Tag: tag, Network: "none", Labels: map[string]string{sandbox.LabelTemplate: "contract"},
 		Context: contextTar(t, "FROM "+image+"\nRUN echo built-here > /tmp/marker && cat /tmp/marker\n")}, func(l string) { lines = append(lines, l) })
@@ -50,7 +53,7 @@ func runImages(t *testing.T, e sandbox.Engine, image string) {
 		t.Fatalf("ImageInfo: %+v %v", info, err)
 	}
 	t.Run("FailedStep", func(t *testing.T) {
-		err := b.BuildImage(ctx, sandbox.ImageBuild{Tag: "sandboxer/contract-" + randomHex(6) + ":bad", Network: "none",
+		err := b.BuildImage(ctx, sandbox.ImageBuild{Tag: ImagesBuilt + randomHex(6) + ":bad", Network: "none",
 			Context: contextTar(t, "FROM "+image+"\nRUN echo first-line; echo last-line; exit 7\n")}, nil)
 		var be *sandbox.BuildError
 		if !errors.As(err, &be) {
@@ -61,7 +64,7 @@ func runImages(t *testing.T, e sandbox.Engine, image string) {
 		}
 	})
 	t.Run("NeverPulls", func(t *testing.T) {
-		err := b.BuildImage(ctx, sandbox.ImageBuild{Tag: "sandboxer/contract-" + randomHex(6) + ":pull", Network: "none",
+		err := b.BuildImage(ctx, sandbox.ImageBuild{Tag: ImagesBuilt + randomHex(6) + ":pull", Network: "none",
 			Context: contextTar(t, "FROM "+UnpulledImage+"\nRUN true\n")}, nil)
 		if err == nil || !strings.Contains(err.Error(), "never pulled") {
 			t.Fatalf("a missing FROM image: %v", err)
@@ -93,7 +96,7 @@ func runImages(t *testing.T, e sandbox.Engine, image string) {
 		if code, err := w.Exec(ctx, refs.ContainerID, sandbox.ExecOptions{Cmd: []string{"sh", "-c", "echo root-change > /etc/contract-marker"}, User: "0:0"}); err != nil || code != 0 {
 			t.Fatalf("exec: %d %v", code, err)
 		}
-		snap := "sandboxer/contract-" + randomHex(6) + ":snap"
+		snap := ImagesBuilt + randomHex(6) + ":snap"
 		t.Cleanup(func() { _ = b.RemoveImage(context.Background(), snap) })
 		cfg := sandbox.ImageConfig{User: "1000:1000", Env: []string{"PATH=/usr/bin:/bin", "MINE=1"}, WorkingDir: "/workspace",
 			Labels: map[string]string{sandbox.LabelTemplate: "snap"}}
@@ -116,7 +119,7 @@ func runImages(t *testing.T, e sandbox.Engine, image string) {
 		}
 	})
 	t.Run("Remove", func(t *testing.T) {
-		gone := "sandboxer/contract-" + randomHex(6) + ":gone"
+		gone := ImagesBuilt + randomHex(6) + ":gone"
 		if err := b.RemoveImage(ctx, gone); err != nil {
 			t.Fatalf("removing an absent image: %v", err)
 		}
