@@ -64,12 +64,13 @@ doctor: images
 # 2-core machine, without the race detector watching the server (docs/operations.md).
 # The leftover check counts only containers made since SUITE_START (when make read this file).
 E2E_RACE ?= 1
-E2E_BIN = $(if $(filter 0,$(E2E_RACE)),$(BIN),$(BIN)-race)
+E2E_PLAIN = $(filter 0,$(E2E_RACE))
+E2E_BIN = $(if $(E2E_PLAIN),$(BIN),$(BIN)-race)
 test: SUITE_START := $(shell date +%s)
 test:
 	@$(MAKE) --no-print-directory -j2 images
 	@bash scripts/test-deps.sh
-	$(if $(filter 0,$(E2E_RACE)),,$(GO) build -race -o $(BIN)-race ./cmd/sandboxer)
+	$(if $(E2E_PLAIN),,$(GO) build -race -o $(BIN)-race ./cmd/sandboxer)
 	SANDBOXER_BIN=$(CURDIR)/$(E2E_BIN) $(GO) test $(GOTEST_FLAGS) ./...
 	bash scripts/conformance.sh $(CURDIR)/$(E2E_BIN)
 	@# Fault tests restart the Docker daemon, so they run alone, after the rest.

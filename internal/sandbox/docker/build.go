@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -324,12 +325,11 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 // names (or force is set); it says whether it built.
 func ensureBuild(ctx context.Context, cli *client.Client, b images.Build, extraCA string, force bool, log io.Writer) (bool, error) {
 	if extraCA != "" && !b.Final {
-		args := make(map[string]string, len(b.BuildArgs)+1)
-		for k, v := range b.BuildArgs {
-			args[k] = v
+		b.BuildArgs = maps.Clone(b.BuildArgs)
+		if b.BuildArgs == nil {
+			b.BuildArgs = map[string]string{}
 		}
-		args[ExtraCABuildArg] = extraCA
-		b.BuildArgs = args
+		b.BuildArgs[ExtraCABuildArg] = extraCA
 	}
 	if !force {
 		present, err := ImagePresent(ctx, cli, b.Tag)

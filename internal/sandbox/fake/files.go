@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -37,11 +38,10 @@ func newFiles() *files { return &files{m: map[string]string{}} }
 
 // withFiles is a tree holding a copy of m.
 func withFiles(m map[string]string) *files {
-	f := newFiles()
-	for k, v := range m {
-		f.m[k] = v
+	if m == nil {
+		return newFiles()
 	}
-	return f
+	return &files{m: maps.Clone(m)}
 }
 
 // snapshot copies the tree's own files (not its volumes'), leaving out

@@ -131,19 +131,15 @@ func (r *Runtime) CommitWorkspace(ctx context.Context, id, tag string, config sa
 	return nil
 }
 
-// newImage describes files as an image run as config.
+// newImage describes files as an image run as config: a new id each time,
+// as a commit or a rebuild is a new image on the engines.
 func newImage(files map[string]string, config sandbox.ImageConfig, labels map[string]string) *image {
-	h := sha256.New()
 	size := int64(presentImageSize)
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		fmt.Fprintf(h, "%s\x00%s\x00", name, files[name])
-		size += int64(len(files[name]))
+	for _, data := range files {
+		size += int64(len(data))
 	}
-	j, _ := json.Marshal(config)
-	h.Write(j)
-	fmt.Fprintf(h, "%d", time.Now().UnixNano()) // a commit or rebuild is a new image, as on the engines
 	config.Labels = nil
-	return &image{files: files, info: sandbox.ImageInfo{ID: "sha256:" + hex.EncodeToString(h.Sum(nil)), Size: size,
+	return &image{files: files, info: sandbox.ImageInfo{ID: "sha256:" + newID(), Size: size,
 		Created: time.Now(), Labels: maps.Clone(labels), Config: config}}
 }
 
@@ -153,6 +149,20 @@ type stage struct {
 	config sandbox.ImageConfig
 	labels map[string]string
 	args   map[string]string // ARGs declared in the stage, for RUN's environment
+}
+
+// newStage starts a stage on copies of a parent's files, config and labels
+// (none for scratch).
+func newStage(files map[string]string, config sandbox.ImageConfig, labels map[string]string) *stage {
+	config.Env = slices.Clone(config.Env)
+	st := &stage{files: maps.Clone(files), config: config, labels: maps.Clone(labels), args: map[string]string{}}
+	if st.files == nil {
+		st.files = map[string]string{}
+	}
+	if st.labels == nil {
+		st.labels = map[string]string{}
+	}
+	return st
 }
 
 // BuildImage runs a Dockerfile's instructions on its FROM image's files:
@@ -214,22 +224,16 @@ func (r *Runtime) BuildImage(ctx context.Context, req sandbox.ImageBuild, progre
 			if len(words) == 0 {
 				return fmt.Errorf("Dockerfile: FROM without an image: %q", line)
 			}
-			next := &stage{files: map[string]string{}, args: map[string]string{}, labels: map[string]string{}}
+			next := newStage(nil, sandbox.ImageConfig{}, nil) // scratch
 			if earlier := stages[strings.ToLower(words[0])]; earlier != nil {
-				next.files, next.config, next.labels = maps.Clone(earlier.files), earlier.config, maps.Clone(earlier.labels)
+				next = newStage(earlier.files, earlier.config, earlier.labels)
 			} else if refs, err := images.FromImages(strings.Join(append(metaArgs, "FROM "+words[0]), "\n"), req.BuildArgs); err != nil {
 				return fmt.Errorf("Dockerfile: %w", err)
-			} else if len(refs) == 1 { // not scratch
+			} else if len(refs) == 1 {
 				r.mu.Lock()
 				img, _ := r.imageLocked(refs[0])
 				r.mu.Unlock()
-				next.files, next.config, next.labels = maps.Clone(img.files), img.info.Config, maps.Clone(img.info.Labels)
-				if next.files == nil {
-					next.files = map[string]string{}
-				}
-				if next.labels == nil {
-					next.labels = map[string]string{}
-				}
+				next = newStage(img.files, img.info.Config, img.info.Labels)
 			}
 			if len(words) >= 3 && strings.EqualFold(words[1], "AS") {
 				stages[strings.ToLower(words[2])] = next
