@@ -216,7 +216,7 @@ func run(stdin io.Reader, stdout io.Writer, pre *proto.Prestart) int {
 
 	fail := func(code int, msg string) int {
 		if early != nil {
-			early.discard()
+			early.end()
 		}
 		logger.Print(msg)
 		out.exit(proto.Exit{ExitCode: code, Error: msg, Events: events})

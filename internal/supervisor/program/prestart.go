@@ -172,6 +172,28 @@ func (p *prestarted) discard() {
 	p.closeEnds()
 }
 
+// prestartReapWait bounds how long a supervisor that ends without a job
+// waits for its killed prestarted process to die.
+const prestartReapWait = 5 * time.Second
+
+// end discards the prestarted process and reaps it, for a supervisor that
+// ends without a job (no reap loop runs then): it does not outlive the
+// supervisor's exit report.
+func (p *prestarted) end() {
+	p.discard()
+	reaped := make(chan struct{})
+	go func() {
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(p.pid, &ws, 0, nil)
+		close(reaped)
+	}()
+	select {
+	case <-reaped:
+	case <-time.After(prestartReapWait):
+		logger.Printf("the discarded prestarted process %d did not end within %s", p.pid, prestartReapWait)
+	}
+}
+
 // take makes the prestarted process the job: it is handed the job's argv,
 // environment and working directory, and its stdio is relayed from now on.
 func (s *super) take(p *prestarted, sp proto.Spec, env []string, cwd string) {

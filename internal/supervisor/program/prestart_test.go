@@ -122,7 +122,8 @@ func TestPrestartThatEndedIsNotUsed(t *testing.T) {
 
 func TestPrestartDiscardedWithoutAJob(t *testing.T) {
 	m := marker(4)
-	c := startPrestarted(t, prestartProgram(m))
+	// A program that outlives the end of its input: only the kill ends it.
+	c := startPrestarted(t, proto.Prestart{Argv: []string{"bash", "-c", "sleep 1000; :", "prestart-" + m}})
 	c.closeInput()
 	exit := c.wait(20 * time.Second)
 	if exit.ExitCode != codeBadSpec {
