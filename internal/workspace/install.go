@@ -14,9 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 // Package installs (install_packages): the workspace's container never
@@ -292,7 +294,10 @@ if [ -n "${SBX_PIP_INDEX:-}" ]; then
 else set -- -- "$@"; fi
 python3 -m pip install --user --break-system-packages --no-input --progress-bar off --retries 0 "$@" </dev/null
 `,
+	// The seeds are linked first (proto.LinkGoCacheSeedsCommand): go get
+	// beside the daemon's linking could fail on a standard package.
 	ManagerGo: `cd /workspace || exit 70
+` + images.SupervisorPath + " " + proto.LinkGoCacheSeedsCommand + `
 if [ -f go.mod ]; then echo "+ go get $*"; go get -- "$@" </dev/null; else echo "+ go install $*"; go install -- "$@" </dev/null; fi
 `,
 	ManagerCargo: `echo "+ cargo install $*"

@@ -111,6 +111,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // text: threat 47), a Python session's screen shows >>>, and a form posted
 // from another origin cannot kill a job (threat 48). Screenshots are saved.
 func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, metricsEnv(t)...)
 	base := s.httpAddr()
 	ctx := browser(t)
@@ -242,6 +243,7 @@ func TestConsoleInBrowser(t *testing.T) {
 // its own tenant's jobs (the stdio client's are tenant "local"); an admin's
 // sees them all.
 func TestConsoleTenantScope(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, metricsEnv(t)...)
 	base := s.httpAddr()
 	id := str(s.ok("run_command", map[string]any{"command": "echo local-job"}), "job_id")
@@ -292,6 +294,7 @@ func uiGet(t *testing.T, base, token, path string) (int, string) {
 // a tenant's workspace shows its size and files (read-only, markup in a
 // file shown as text), another tenant's does not show at all.
 func TestConsoleOnHTTPListener(t *testing.T) {
+	t.Parallel()
 	h := startHTTPServer(t)
 	alice := h.client(aliceToken)
 	name := "e2e-console-ws"

@@ -12,6 +12,7 @@ import (
 // doctor passes on a healthy machine and, with the engine unreachable, says
 // what is wrong and how to fix it, exiting non-zero.
 func TestDoctor(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	out, err := exec.Command(binPath, "doctor").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "all checks passed") {
@@ -32,6 +33,7 @@ func TestDoctor(t *testing.T) {
 
 // doctor checks each granted mount from the engine's side.
 func TestDoctorChecksMounts(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	src := t.TempDir()
 	if err := os.Chmod(src, 0o755); err != nil {
@@ -46,6 +48,7 @@ func TestDoctorChecksMounts(t *testing.T) {
 
 // A bad policy stops the server at start with an error naming the key.
 func TestBadPolicyStopsServerAtStart(t *testing.T) {
+	t.Parallel()
 	pol := writePolicy(t, "limits:\n  memory_mb:\n    default: 8192\n    max: 4096\n")
 	out, err := exec.Command(binPath, "serve", "--state-dir", t.TempDir(), "--policy", pol).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "limits.memory_mb") {
@@ -56,6 +59,7 @@ func TestBadPolicyStopsServerAtStart(t *testing.T) {
 // doctor reports the warm pool: what the policy asks, and how many warm
 // sandboxes of the state directory's servers wait now.
 func TestDoctorReportsPool(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	s.waitWarm(3)
 	out, err := exec.Command(binPath, "doctor", "--state-dir", s.stateDir).CombinedOutput()

@@ -64,6 +64,7 @@ const narrowWant = "mirror.sbx.test 200 hello from the mirror\n" +
 	"host service refused\n"
 
 func TestEgressPerJobAllowlist(t *testing.T) {
+	t.Parallel()
 	gw, port := egressMirror(t)
 	// The pool runs: egress and offline jobs never share a warm sandbox's shape.
 	s := startServer(t, narrowPolicy(t, gw, port, true))
@@ -133,6 +134,7 @@ func TestEgressPerJobAllowlist(t *testing.T) {
 // jobs reach its list alone, and the list survives a restart, checked
 // against the policy again; a workspace without it still has only lo.
 func TestEgressWorkspaceAllowlist(t *testing.T) {
+	t.Parallel()
 	gw, port := egressMirror(t)
 	state := t.TempDir()
 	env := narrowPolicy(t, gw, port, false)

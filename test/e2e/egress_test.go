@@ -71,6 +71,7 @@ except OSError:
 EOF`
 
 func TestEgressAllowlist(t *testing.T) {
+	t.Parallel()
 	gw := egressGateway(t)
 	ln, err := net.Listen("tcp", gw+":0")
 	if err != nil {
@@ -175,6 +176,7 @@ func auditEntries(t *testing.T, s *server) []map[string]any {
 // Installs through the proxy (workspaces.install_network: egress): the
 // operator's registry is reached, any other is refused and audited.
 func TestEgressInstalls(t *testing.T) {
+	t.Parallel()
 	index := pipIndex(t) // on the docker bridge's gateway
 	u, err := url.Parse(index)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 // `docker system dial-stdio` against the local engine for every connection.
 
 func TestSSHEngineCore(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	d := startSSHD(t)
 	engineCore(t, d.Env()...)
@@ -25,6 +26,7 @@ func TestSSHEngineCore(t *testing.T) {
 }
 
 func TestSSHEngineRestartAdoption(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	d := startSSHD(t)
 	engineAdoption(t, d.Env()...)
@@ -36,6 +38,7 @@ func TestSSHEngineRestartAdoption(t *testing.T) {
 // doctor over ssh names the endpoint and says it is remote; a host whose key
 // is not the known one is refused (ssh's StrictHostKeyChecking, never a prompt).
 func TestSSHEngineDoctor(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	d := startSSHD(t)
 	env := d.Env()

@@ -102,6 +102,7 @@ func adoption(t *testing.T, noneLeft func(*server), env ...string) {
 }
 
 func TestTLSEngineCore(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	pki := makePKI(t)
 	f := startTLSForwarder(t, pki)
@@ -112,6 +113,7 @@ func TestTLSEngineCore(t *testing.T) {
 }
 
 func TestTLSEngineRestartAdoption(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	pki := makePKI(t)
 	f := startTLSForwarder(t, pki)
@@ -123,6 +125,7 @@ func TestTLSEngineRestartAdoption(t *testing.T) {
 
 // doctor over TLS names the endpoint and says it is remote.
 func TestTLSEngineDoctor(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	pki := makePKI(t)
 	f := startTLSForwarder(t, pki)
@@ -139,6 +142,7 @@ func TestTLSEngineDoctor(t *testing.T) {
 // connection is made, unless SANDBOXER_ENGINE_INSECURE=1; an engine whose
 // certificate is not from the named CA is not trusted; no certificate is logged.
 func TestTLSEngineRefusals(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	pki := makePKI(t)
 	f := startTLSForwarder(t, pki)

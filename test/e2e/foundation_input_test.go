@@ -10,6 +10,7 @@ import (
 )
 
 func TestFoundationBadInputCreatesNothing(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	cases := []struct {
 		name string
@@ -66,6 +67,7 @@ func TestFoundationBadInputCreatesNothing(t *testing.T) {
 }
 
 func TestFoundationEngineUnreachable(t *testing.T) {
+	t.Parallel()
 	const sock = "unix:///tmp/does-not-exist.sock"
 	s := startServer(t, "DOCKER_HOST="+sock)
 

@@ -9,6 +9,7 @@ import (
 var fLanguages = []string{"bash", "python", "javascript", "typescript", "go", "rust", "solidity"}
 
 func TestFoundationListLanguages(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.ok("list_languages", map[string]any{})
 	if str(r, "engine") != "ok" || str(r, "default") != "bash" {
@@ -40,6 +41,7 @@ func TestFoundationListLanguages(t *testing.T) {
 }
 
 func TestFoundationLanguagesRun(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	// Compilers get more time, memory and both cores of this small machine.
 	build := map[string]any{"timeout_s": 120, "memory_mb": 1024, "cpus": 2}

@@ -41,6 +41,7 @@ func fCheckFlood(t *testing.T, what, out string) {
 }
 
 func TestFoundationOutputFloodBounded(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	pid := s.cmd.Process.Pid
 	base := fProcStatusKB(t, pid, "VmRSS")
@@ -94,6 +95,7 @@ func TestFoundationOutputFloodBounded(t *testing.T) {
 }
 
 func TestFoundationBinaryAndEscapes(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	res := s.call("run_command", map[string]any{"command": "head -c 4096 /dev/urandom"})
 	if res.IsError {

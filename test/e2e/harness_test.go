@@ -35,6 +35,7 @@ var binPath string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	setDefaultParallel()
 	if testing.Short() {
 		fmt.Fprintln(os.Stderr, "e2e: every test drives a server on an engine: skipped under -short")
 		os.Exit(0)
@@ -56,6 +57,23 @@ func TestMain(m *testing.M) {
 		defer os.RemoveAll(dir)
 	}
 	os.Exit(m.Run())
+}
+
+// defaultParallel is how many tests marked parallel run at once when -parallel
+// is not given. Go's default (GOMAXPROCS, 2 on the machines this runs on) suits
+// tests that compute; these mostly wait on a server, an engine and its
+// containers (on a 2-core machine the serial ones kept it about a third busy),
+// so more of them at once shortens `make test` without starving any. The few
+// whose assertions are about time do not call t.Parallel, and run first, alone.
+const defaultParallel = 4
+
+// setDefaultParallel applies defaultParallel unless the command line set -test.parallel.
+func setDefaultParallel() {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", fmt.Sprint(defaultParallel))
+	}
 }
 
 // server is one running sandboxer process with a connected MCP client.

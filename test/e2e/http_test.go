@@ -476,6 +476,7 @@ func TestHTTPSlowRequest(t *testing.T) {
 // THREATS 103: each tenant has its own shared Go build cache. Once alice's
 // fresh sandboxes find her module built, bob's still compile it.
 func TestHTTPTenantsHaveTheirOwnGoBuildCache(t *testing.T) {
+	t.Parallel()
 	h := startHTTPServer(t)
 	alice, bob := h.client(aliceToken), h.client(bobToken)
 	stdin := tarball(t, sharedModule)
@@ -610,6 +611,7 @@ func TestHTTPFairShares(t *testing.T) {
 // saw it stay empty once; this configuration now has its test, and passes
 // with the pool off and with an empty pool alike).
 func TestHTTPGoBuildCacheWithoutPool(t *testing.T) {
+	t.Parallel()
 	h := startHTTPServer(t, "--policy", writePolicy(t, "pool:\n  enabled: false\n"))
 	alice := h.client(aliceToken)
 	stdin := tarball(t, sharedModule)

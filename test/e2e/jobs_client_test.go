@@ -10,6 +10,7 @@ import (
 )
 
 func TestJobsCancelledCallKillsJob(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -52,6 +53,7 @@ func TestJobsCancelledCallKillsJob(t *testing.T) {
 }
 
 func TestJobsProgressNotifications(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	req := toolRequest("run_command", map[string]any{"command": "sleep 3; echo done"})
 	req.Params.Meta = &mcp.Meta{ProgressToken: "tok-1"}

@@ -78,6 +78,7 @@ func TestJobsListedAfterGracefulRestart(t *testing.T) {
 // A job that ends while the server is down is recorded with its real exit
 // code and all its output when the server comes back.
 func TestJobsEndedDuringOutage(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.ok("run_command", map[string]any{"command": "echo before; sleep 2; echo after >&2; exit 3", "background": true})
 	id := str(r, "job_id")
@@ -100,6 +101,7 @@ func TestJobsEndedDuringOutage(t *testing.T) {
 // running job is still adopted after a crash: its end and exit code are
 // recorded and output printed after the restart is captured.
 func TestJobsRecoverWithoutEngineLog(t *testing.T) {
+	t.Parallel()
 	env := policyEnv(t, "output:\n  engine_log: none\n")
 	s := startServer(t, env)
 	r := s.ok("run_command", map[string]any{"command": "for i in $(seq 1 10); do echo line$i; sleep 1; done; exit 4", "background": true})

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/gobuild"
@@ -20,13 +20,8 @@ import (
 // claims, those being deleted too.
 func (s *server) kubernetesDepClaims() []string {
 	s.t.Helper()
-	cs := kubernetesClient(s.t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	l, err := cs.CoreV1().PersistentVolumeClaims("sandboxer").List(ctx, metav1.ListOptions{LabelSelector: "dev.sandboxer.deps"})
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	var l corev1.PersistentVolumeClaimList
+	kubernetesList(s.t, "persistentvolumeclaims", "dev.sandboxer.deps", &l)
 	instance := (&config.Config{StateDir: s.stateDir}).Instance()
 	var names []string
 	for _, c := range l.Items {
@@ -41,15 +36,10 @@ func (s *server) kubernetesDepClaims() []string {
 // server that mounts claim, and returns its name.
 func (s *server) kubernetesWarmPodWith(claim string) string {
 	s.t.Helper()
-	cs := kubernetesClient(s.t)
 	instance := (&config.Config{StateDir: s.stateDir}).Instance()
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		l, err := cs.CoreV1().Pods("sandboxer").List(ctx, metav1.ListOptions{LabelSelector: "dev.sandboxer.managed=true"})
-		cancel()
-		if err != nil {
-			s.t.Fatal(err)
-		}
+		var l corev1.PodList
+		kubernetesList(s.t, "pods", "dev.sandboxer.managed=true", &l)
 		for _, p := range l.Items {
 			if p.Annotations["dev.sandboxer/instance"] != instance || p.Annotations["dev.sandboxer.kind"] != "pool" ||
 				p.Annotations["dev.sandboxer/job-id"] != "" || p.Status.Phase != "Running" || p.DeletionTimestamp != nil {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sclient "k8s.io/client-go/kubernetes"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxer/sandboxer/internal/config"
@@ -263,31 +264,40 @@ func TestKubernetesProcesses(t *testing.T) {
 	s.waitNoPods(true, 30*time.Second)
 }
 
-// kubernetesClient is a client of the cluster KUBECONFIG names.
-func kubernetesClient(t *testing.T) *k8sclient.Clientset {
+// kubernetesList lists resource ("pods", "persistentvolumeclaims") in the
+// tests' namespace, those matching selector ("" = all), into list: a plain GET
+// on the API as the tests' service account, so the tests need no typed client.
+func kubernetesList(t *testing.T, resource, selector string, list any) {
 	t.Helper()
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := k8sclient.NewForConfig(rc)
+	hc, err := rest.HTTPClientFor(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cs
+	hc.Timeout = 30 * time.Second
+	resp, err := hc.Get(strings.TrimSuffix(rc.Host, "/") + "/api/v1/namespaces/sandboxer/" + resource + "?" + url.Values{"labelSelector": {selector}}.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		t.Fatalf("list %s: %s: %s", resource, resp.Status, body)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(list); err != nil {
+		t.Fatalf("list %s: %v", resource, err)
+	}
 }
 
 // kubernetesClaimsOf lists the persistent volume claims of one server
 // instance ("" = all) in the namespace (the tests' service account may read them).
 func kubernetesClaimsOf(t *testing.T, instance string) []string {
 	t.Helper()
-	cs := kubernetesClient(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	l, err := cs.CoreV1().PersistentVolumeClaims("sandboxer").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var l corev1.PersistentVolumeClaimList
+	kubernetesList(t, "persistentvolumeclaims", "", &l)
 	var names []string
 	for _, c := range l.Items {
 		if instance == "" || c.Annotations["dev.sandboxer/instance"] == instance {

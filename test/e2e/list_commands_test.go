@@ -7,6 +7,7 @@ import (
 )
 
 func TestListCommands(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "pool:\n  enabled: false\n"))
 	r := s.ok("list_commands", map[string]any{"language": "javascript"})
 	cmds := r["commands"].([]any)

@@ -23,6 +23,7 @@ func fdCount(t *testing.T, pid int) int {
 // children behind → every job completes, no container is left, and the
 // server's open files return to where they were.
 func TestLoadManyShortJobsLeaveNothing(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	s.ok("run_command", map[string]any{"command": "true"}) // warm up: database, client pools
 	baseline := fdCount(t, s.cmd.Process.Pid)

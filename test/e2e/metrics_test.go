@@ -104,6 +104,7 @@ next:
 // job, tool and block-list families move by what was done, the state
 // families are there, and many jobs with distinct commands add no series.
 func TestMetricsMoveAsJobsRun(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, append(metricsEnv(t), policyEnv(t, blockPolicy))...)
 	base := s.httpAddr()
 	before := scrapeMetrics(t, base, metricsToken)
@@ -175,6 +176,7 @@ func TestMetricsMoveAsJobsRun(t *testing.T) {
 // TestMetricsRefusedWithoutToken (threat 47): /metrics gives nothing to a
 // request without a token, with an unknown one, or with a user's token.
 func TestMetricsRefusedWithoutToken(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, metricsEnv(t)...)
 	base := s.httpAddr()
 	for token, want := range map[string]int{"": 401, "not-a-token-at-all-000": 401, userToken: 403} {

@@ -105,6 +105,7 @@ func (r *wireServer) reply(line string) wireReply {
 }
 
 func TestProtocolRawWire(t *testing.T) {
+	t.Parallel()
 	r := startWire(t)
 
 	// Before initialize: refused, ping allowed.
@@ -154,6 +155,7 @@ func TestProtocolRawWire(t *testing.T) {
 // "context deadline exceeded"; the SDKs' reasons are unit-tested.) A
 // deliberate cancellation still kills the job: TestJobsCancelledCallKillsJob.
 func TestProtocolClientTimeoutLeavesJobRunning(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -7,6 +7,7 @@ import (
 )
 
 func TestRunCommandExitCodeAndStreams(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.ok("run_command", map[string]any{"command": "echo out; echo err >&2; exit 3"})
 	if str(r, "status") != "failed" || str(r, "reason") != "exit_code" || num(t, r, "exit_code") != 3 {
@@ -23,6 +24,7 @@ func TestRunCommandExitCodeAndStreams(t *testing.T) {
 }
 
 func TestRunCommandTimeout(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	start := time.Now()
 	r := s.ok("run_command", map[string]any{"command": "sleep 1000", "timeout_s": 2})
@@ -40,6 +42,7 @@ func TestRunCommandTimeout(t *testing.T) {
 
 // A cwd below /workspace exists, is writable and is where the command runs.
 func TestRunCommandCwdBelowWorkspace(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.ok("run_command", map[string]any{"command": "pwd; echo x > f && cat f", "cwd": "src/app"})
 	if str(r, "status") != "completed" || str(r, "stdout") != "/workspace/src/app\nx\n" {

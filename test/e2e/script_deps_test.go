@@ -107,6 +107,7 @@ func median(ds []time.Duration) time.Duration {
 }
 
 func TestScriptDependencies(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, depsPolicy(t, ""))
 	t.Cleanup(func() { s.call("prune_dependency_caches", map[string]any{}) })
 
@@ -278,6 +279,7 @@ func pyWheel(t *testing.T) (name string, data []byte) {
 // TestScriptDependenciesPython installs from a PEP 503 simple index the test
 // serves on the Docker bridge's gateway (PyPI is not reachable here).
 func TestScriptDependenciesPython(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "172.17.0.1:0")
 	if err != nil {
 		t.Skipf("cannot listen on the docker bridge gateway: %v", err)

@@ -63,6 +63,7 @@ func (s *server) waitPrestartedWith(mount string, used ...string) []string {
 // A javascript script served by a warm sandbox runs in the node process the
 // sandbox started ahead, and behaves as `node main.js` would.
 func TestScriptJavascriptPrestarted(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	// The first javascript script starts cold; the pool then follows its use.
 	if r := s.ok("run_script", map[string]any{"language": "javascript", "code": "console.log('cold')"}); str(r, "stdout") != "cold\n" {
@@ -158,6 +159,7 @@ process.stdin.on('data', c => chunks.push(c)).on('end', () => console.log(JSON.s
 // require through NODE_PATH, import through node_modules beside the source,
 // the cache read-only.
 func TestScriptJavascriptDependenciesPrestarted(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, depsPolicy(t, ""))
 	t.Cleanup(func() { s.call("prune_dependency_caches", map[string]any{}) })
 	dep := []string{"is-number@7.0.0"}

@@ -22,6 +22,7 @@ var scriptHello = map[string]string{
 }
 
 func TestScriptHelloEachLanguage(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	for _, lang := range []string{"bash", "python", "javascript", "typescript", "go", "rust"} {
 		t.Run(lang, func(t *testing.T) {
@@ -63,6 +64,7 @@ func TestScriptHelloEachLanguage(t *testing.T) {
 }
 
 func TestScriptCompileErrors(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	cases := map[string]struct{ code, msg string }{
 		"go":         {"package main\n\nfunc main() {\n\tfmt.Println(\"x\"\n}\n", "syntax error"},
@@ -99,6 +101,7 @@ contract Counter {
 `
 
 func TestScriptSolidityCounter(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.ok("run_script", map[string]any{"language": "solidity", "code": counterSol,
 		"args": []string{"Counter", "inc()", "inc()", "get()"}, "timeout_s": 120, "wait_s": 50})
@@ -120,6 +123,7 @@ func TestScriptSolidityCounter(t *testing.T) {
 }
 
 func TestScriptEnvAndEnvFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	envFile := filepath.Join(dir, "app.env")
 	if err := os.WriteFile(envFile, []byte("# comment\nexport FROM_FILE=file\nBOTH=file\nLANG=from-file\nMULTI=\"line one\nline two\"\n"), 0o644); err != nil {
@@ -158,6 +162,7 @@ func (s *server) readResource(uri string) string {
 }
 
 func TestScriptBenchmark(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.ok("benchmark_script", map[string]any{"language": "python", "code": "print(sum(range(100000)))", "runs": 3})
 	runs, _ := r["runs"].([]any)

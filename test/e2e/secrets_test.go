@@ -116,6 +116,7 @@ func gitRepo(t *testing.T) string {
 }
 
 func TestSecretsSwappedAtTheProxy(t *testing.T) {
+	t.Parallel()
 	gw := egressGateway(t)
 	upCA := upstreamCA(t)
 	b := make([]byte, 16)
@@ -320,6 +321,7 @@ func secretAudit(t *testing.T, s *server) []map[string]any {
 // A secret whose hosts are not in egress.allow is refused when the policy
 // loads, naming the key.
 func TestSecretOutsideTheAllowlistRefused(t *testing.T) {
+	t.Parallel()
 	pol := writePolicy(t, `
 egress:
   allow: ["api.example.com"]
@@ -334,6 +336,7 @@ secrets:
 
 // doctor checks each secret's source (never showing a value).
 func TestDoctorChecksSecrets(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	dir := t.TempDir()
 	open := filepath.Join(dir, "open")
@@ -358,6 +361,7 @@ secrets:
 // back on the port in the job's HTTP_PROXY and takes the job's token, its
 // hosts and its secret's placeholder again.
 func TestSecretsAndEgressSurviveRestart(t *testing.T) {
+	t.Parallel()
 	gw := egressGateway(t)
 	upCA := upstreamCA(t)
 	value := "restart-value-" + fmt.Sprint(time.Now().UnixNano())

@@ -68,6 +68,7 @@ const blockPolicy = "block:\n  commands: [rm, curl]\n"
 // THREATS 30: every syntactic form of the blocked command is refused through
 // run_command with a tool error naming the rule; look-alikes run.
 func TestSecurityBlockListBypassForms(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, blockPolicy))
 	for _, tc := range []struct{ name, cmd string }{
 		{"absolute path", "/usr/bin/rm -f /tmp/x"},
@@ -126,6 +127,7 @@ func TestSecurityBlockListBypassForms(t *testing.T) {
 // run_command's command, a shell reading run_command's stdin, and a line
 // sent to a shell job with send_input.
 func TestSecurityBlockListEveryEntryPoint(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, blockPolicy))
 	msg := s.toolErr("run_command", map[string]any{"command": "bash", "stdin": "echo hi\n/bin/rm -f /tmp/x\n"})
 	if !strings.Contains(msg, `rule "rm"`) {
@@ -201,6 +203,7 @@ func toolNames(t *testing.T, s *server) map[string]bool {
 // THREATS 33: with edits off (the default) the agent cannot change the list:
 // block_command and unblock_command do not exist, and the list stays.
 func TestSecurityBlockEditsOff(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, blockPolicy))
 	names := toolNames(t, s)
 	if names["block_command"] || names["unblock_command"] || !names["list_blocked_commands"] {
@@ -225,6 +228,7 @@ func TestSecurityBlockEditsOff(t *testing.T) {
 // THREATS 33 with edits on: an agent's entry is enforced, survives a restart,
 // and after unblock the command runs; the policy's entries cannot be removed.
 func TestSecurityBlockEditsOnPersist(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	env := []string{policyEnv(t, blockPolicy), "SANDBOXER_ALLOW_BLOCK_EDITS=true"}
 	s := startServerIn(t, dir, env...)
@@ -264,6 +268,7 @@ func TestSecurityBlockEditsOnPersist(t *testing.T) {
 // Processes: a job's processes are listed with container pids; one is killed;
 // init, the supervisor, a host pid and another job's pid are refused.
 func TestSecurityProcesses(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	a := str(s.ok("run_command", map[string]any{"command": "sleep 301 & sleep 302 & wait", "background": true, "timeout_s": 60}), "job_id")
 	// b burns through pids first so its sleep has a pid a does not have.
@@ -376,6 +381,7 @@ func mustJSON(v any) string {
 // outcome); secrets passed in env or written in the command are in neither
 // the audit log nor the server's own log.
 func TestSecurityAuditLog(t *testing.T) {
+	t.Parallel()
 	const envSecret = "s3cr3t-env-value-4242"
 	const cmdSecret = "hunter2-in-the-command"
 	dir := t.TempDir()
@@ -434,6 +440,7 @@ func TestSecurityAuditLog(t *testing.T) {
 
 // Under strict.yaml limits are smaller and the strict block list holds.
 func TestSecurityStrictPolicy(t *testing.T) {
+	t.Parallel()
 	strict, err := filepath.Abs("../../policies/strict.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -460,6 +467,7 @@ func TestSecurityStrictPolicy(t *testing.T) {
 
 // THREATS 3: the server's environment never reaches a sandbox.
 func TestSecurityServerEnvNotInSandbox(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "SANDBOXER_E2E_SECRET=do-not-leak", "AWS_SECRET_ACCESS_KEY=nope")
 	r := s.ok("run_command", map[string]any{"command": "env; ls -la /var/run/docker.sock 2>&1; echo done"})
 	out := str(r, "stdout")
@@ -475,6 +483,7 @@ func TestSecurityServerEnvNotInSandbox(t *testing.T) {
 
 // THREATS 7: image-like and injected language names are refused; nothing runs.
 func TestSecurityImageNamesRefused(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	for _, l := range []string{"evil/img:latest", "debian:bookworm-slim", "python;id", "../python", "PYTHON"} {
 		if msg := s.toolErr("run_command", map[string]any{"command": "id", "language": l}); !strings.Contains(msg, "language") {
@@ -486,6 +495,7 @@ func TestSecurityImageNamesRefused(t *testing.T) {
 
 // THREATS 9: the default network is only lo; connecting out fails.
 func TestSecurityNetworkOnlyLoopback(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.ok("run_command", map[string]any{"command": "ls /sys/class/net; (echo > /dev/tcp/1.1.1.1/53) 2>/dev/null && echo CONNECTED || echo refused; getent hosts example.com || echo nodns"})
 	out := str(r, "stdout")
@@ -497,6 +507,7 @@ func TestSecurityNetworkOnlyLoopback(t *testing.T) {
 // THREATS 16: one 50 MB line without a newline breaks no reader: the job
 // completes, the inline output is capped, the server carries on.
 func TestSecurityHugeLine(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "output:\n  engine_log: none\n"))
 	r := s.ok("run_command", map[string]any{"command": "head -c 50000000 /dev/zero | tr '\\0' a", "timeout_s": 120, "wait_s": 50})
 	id := str(r, "job_id")
@@ -513,6 +524,7 @@ func TestSecurityHugeLine(t *testing.T) {
 
 // THREATS 17: opening more files than limits.open_files fails with EMFILE.
 func TestSecurityOpenFilesLimit(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "limits:\n  open_files: 64\n"))
 	r := s.ok("run_command", map[string]any{"command": "ulimit -n; for i in $(seq 3 80); do eval \"exec $i</dev/null\" || { echo failed at $i; break; }; done 2>&1"})
 	out := str(r, "stdout")
@@ -523,6 +535,7 @@ func TestSecurityOpenFilesLimit(t *testing.T) {
 
 // THREATS 23: NUL bytes anywhere an agent can put text are refused.
 func TestSecurityNULBytesRefused(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	for name, args := range map[string]map[string]any{
 		"env value": {"command": "true", "env": map[string]any{"A": "x\u0000y"}},
@@ -537,6 +550,7 @@ func TestSecurityNULBytesRefused(t *testing.T) {
 
 // THREATS 26: a 1 MiB env value is refused (the cap is 32 KiB).
 func TestSecurityEnvValueCapped(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	msg := s.toolErr("run_command", map[string]any{"command": "true", "env": map[string]any{"BIG": strings.Repeat("x", 1<<20)}})
 	if !strings.Contains(msg, "BIG") || !strings.Contains(msg, strconv.Itoa(32<<10)) && !strings.Contains(msg, "32 KiB") {

@@ -32,6 +32,7 @@ func (s *server) typeLine(id, line string, extra ...any) (string, map[string]any
 }
 
 func TestSessionPythonREPL(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.startSession(map[string]any{"language": "python", "command": "python3", "until": ">>> $"})
 	id := str(r, "job_id")
@@ -157,6 +158,7 @@ func TestSessionBashStateResizeCtrlCAndHiddenInput(t *testing.T) {
 }
 
 func TestSessionNodeREPL(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.startSession(map[string]any{"language": "javascript", "command": "node", "until": "> $", "wait_s": 20})
 	id := str(r, "job_id")
@@ -167,6 +169,7 @@ func TestSessionNodeREPL(t *testing.T) {
 }
 
 func TestSessionTopScreen(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.startSession(map[string]any{"command": "top", "args": []any{"-d", "1"}, "until": "top -", "wait_s": 10})
 	id := str(r, "job_id")
@@ -210,6 +213,7 @@ func TestSessionTopScreen(t *testing.T) {
 }
 
 func TestSessionPipeMode(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.startSession(map[string]any{"command": "cat", "mode": "pipe", "wait_s": 0})
 	id := str(r, "job_id")
@@ -249,6 +253,7 @@ func TestSessionPipeMode(t *testing.T) {
 }
 
 func TestSessionsIndependent(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	ids := make([]string, 3)
 	var wg sync.WaitGroup
@@ -327,6 +332,7 @@ func TestSessionIdleTimeout(t *testing.T) {
 }
 
 func TestSessionRefusals(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	for _, c := range []struct {
 		args map[string]any
@@ -384,6 +390,7 @@ func TestSessionRefusals(t *testing.T) {
 // Python REPL (the bench figure); it logs p50 and p95 and fails only when the
 // round trip is absurdly slow.
 func TestSessionPythonRoundTrip(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	id := str(s.startSession(map[string]any{"language": "python", "command": "python3", "until": ">>> $"}), "job_id")
 	measure := func(extra ...any) (p50, p95 time.Duration) {

@@ -53,6 +53,7 @@ func sdkClient(t *testing.T) (node, sdkDir string) {
 // killed), and after a server restart tasks/get and tasks/result of the
 // earlier task still answer.
 func TestTasksWithTheTypeScriptSDK(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	node, sdkDir := sdkClient(t)
 	stateDir := t.TempDir()

@@ -99,6 +99,7 @@ const initLine = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"proto
 // THREATS 20 and 22: a malformed line and oversize messages get an error;
 // the server carries on answering.
 func TestThreatsMalformedAndOversizeMessages(t *testing.T) {
+	t.Parallel()
 	r := startRaw(t)
 	r.send(initLine)
 	if m := r.recv(); m["result"] == nil {
@@ -133,6 +134,7 @@ func TestThreatsMalformedAndOversizeMessages(t *testing.T) {
 // THREATS 13: processes that dodge signals or leave the process group still
 // end at the timeout, because the container goes.
 func TestThreatsTimeoutReachesEveryProcess(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	start := time.Now()
 	r := s.ok("run_command", map[string]any{
@@ -152,6 +154,7 @@ func TestThreatsTimeoutReachesEveryProcess(t *testing.T) {
 
 // THREATS 18: past the concurrency limit and the queue, jobs are refused clearly.
 func TestThreatsQueueCapRefuses(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "jobs:\n  max_concurrent: 1\n  max_queued: 2\n"))
 	for i := 0; i < 3; i++ {
 		s.ok("run_command", map[string]any{"command": "sleep 20", "background": true})
@@ -164,6 +167,7 @@ func TestThreatsQueueCapRefuses(t *testing.T) {
 
 // THREATS 17: the file size limit is reported as SIGXFSZ.
 func TestThreatsFileSizeLimit(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "limits:\n  file_size_mb: 1\n"))
 	r := s.ok("run_command", map[string]any{"command": "ulimit -n; head -c 2000000 /dev/zero > /tmp/big"})
 	if str(r, "stdout") != "1024\n" {
@@ -177,6 +181,7 @@ func TestThreatsFileSizeLimit(t *testing.T) {
 
 // THREATS 38: a corrupted database is set aside; the server starts and says so.
 func TestThreatsCorruptDatabase(t *testing.T) {
+	t.Parallel()
 	testutil.RequireDocker(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "sandboxer.db"), []byte(strings.Repeat("not a database ", 100)), 0o600); err != nil {
@@ -197,6 +202,7 @@ func TestThreatsCorruptDatabase(t *testing.T) {
 
 // THREATS 39: a missing image gives a message naming the build command.
 func TestThreatsImageMissing(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "languages:\n  python:\n    image: sandboxer/not-built:1\n"))
 	for _, bg := range []bool{false, true} {
 		msg := s.toolErr("run_command", map[string]any{"command": "true", "language": "python", "background": bg})
@@ -208,6 +214,7 @@ func TestThreatsImageMissing(t *testing.T) {
 
 // THREATS 37: SIGTERM ends in-flight work, removes sandboxes and exits promptly.
 func TestThreatsSigtermShutsDownCleanly(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.ok("run_command", map[string]any{"command": "sleep 100", "background": true})
 	s.ok("read_output", map[string]any{"job_id": str(r, "job_id"), "wait_s": 1})
@@ -232,6 +239,7 @@ func TestThreatsSigtermShutsDownCleanly(t *testing.T) {
 
 // THREATS 40: a job's container removed from outside ends the job as failed, saying so.
 func TestThreatsContainerRemovedFromOutside(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	r := s.ok("run_command", map[string]any{"command": "sleep 100", "background": true})
 	id := str(r, "job_id")
@@ -264,6 +272,7 @@ func TestThreatsContainerRemovedFromOutside(t *testing.T) {
 // THREATS 8: two jobs without a workspace see nothing of each other: files,
 // /dev/shm, processes.
 func TestThreatsJobsAreIsolatedFromEachOther(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	first := s.ok("run_command", map[string]any{
 		"command":    "echo secret > /tmp/secret; echo secret > /dev/shm/secret; echo secret > /workspace/secret; echo ready; exec sleep 60",
@@ -279,6 +288,7 @@ func TestThreatsJobsAreIsolatedFromEachOther(t *testing.T) {
 
 // THREATS 4: privileged operations are refused inside a sandbox.
 func TestThreatsPrivilegedOperationsRefused(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	for _, cmd := range []string{
 		"unshare --user --map-root-user true",
@@ -303,6 +313,7 @@ func TestThreatsPrivilegedOperationsRefused(t *testing.T) {
 // THREATS 12: filling /tmp, /dev/shm or the working directory stops at its
 // cap; the next job starts normally.
 func TestThreatsDiskFillStopsAtCap(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	for _, dir := range []string{"/tmp", "/dev/shm", "/workspace"} {
 		r := s.ok("run_command", map[string]any{"command": "head -c 600000000 /dev/zero > " + dir + "/fill; echo rc=$?; du -sm " + dir + "/fill", "timeout_s": 60})

@@ -12,6 +12,7 @@ import (
 
 // --toolsets switches groups of tools off; an unknown toolset stops the server at start.
 func TestToolsetsSelectTools(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, "SANDBOXER_TOOLSETS=info")
 	res, err := s.client.ListTools(context.Background(), mcp.ListToolsRequest{})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 // container; never anything on the host.
 
 func TestWorkspaceFileTools(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "pool:\n  enabled: false\n"))
 	name := "e2e-files"
 	s.createWS(name, nil)
@@ -84,6 +85,7 @@ func TestWorkspaceFileTools(t *testing.T) {
 }
 
 func TestWorkspaceFileToolsNeverTouchTheHost(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "pool:\n  enabled: false\n"))
 	name := "e2e-files-host"
 	s.createWS(name, nil)

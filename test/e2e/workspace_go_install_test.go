@@ -37,6 +37,7 @@ func Diff(a, b any) string { return cmp.Diff(a, b) }
 import "testing"
 
 func TestIDs(t *testing.T) {
+	t.Parallel()
 	if a, b := NewID(), NewID(); a == b || len(a) != 36 {
 		t.Fatalf("ids %q %q", a, b)
 	}

@@ -25,6 +25,7 @@ func installContainerNetworks(t *testing.T, name string) string {
 }
 
 func TestWorkspaceJobNeverSeesTheInstallNetwork(t *testing.T) {
+	t.Parallel()
 	// The local index holds its first answer until the test has watched
 	// the job through several rounds while the install has the network.
 	hit, release := make(chan struct{}), make(chan struct{})

@@ -75,6 +75,7 @@ func npmRegistry(t *testing.T, installScripts map[string]string) string {
 }
 
 func TestWorkspaceMisbehavingInstallsAreBounded(t *testing.T) {
+	t.Parallel()
 	registry := npmRegistry(t, map[string]string{
 		"sbx-loop": "while :; do :; done",
 		"sbx-fork": "i=0; while [ $i -lt 100000 ]; do sleep 600 & i=$((i+1)); done; wait",

@@ -57,6 +57,7 @@ func wsNetworks(t *testing.T, name string) string {
 }
 
 func TestWorkspaceInstallPackages(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, installPolicy(t, ""))
 	name := "e2e-install"
 	s.createWS(name, map[string]any{"language": "javascript"})

@@ -61,6 +61,7 @@ func pipIndexHooked(t *testing.T, onRequest func()) string {
 }
 
 func TestWorkspaceInstallPipFromLocalIndex(t *testing.T) {
+	t.Parallel()
 	index := pipIndex(t)
 	s := startServer(t, installPolicy(t, "  pip_index_url: "+index+"\n"))
 	name := "e2e-pip"

@@ -79,6 +79,7 @@ func (s *server) countProcs(ws, pattern string) int {
 }
 
 func TestWorkspaceFilesPersistAcrossJobsRestartsAndIdleStops(t *testing.T) {
+	t.Parallel()
 	state := t.TempDir()
 	env := policyEnv(t, "workspaces:\n  idle_stop_s: 3\npool:\n  enabled: false\n")
 	s := startServerIn(t, state, env)
@@ -152,6 +153,7 @@ func TestWorkspaceFilesPersistAcrossJobsRestartsAndIdleStops(t *testing.T) {
 }
 
 func TestWorkspaceTreeKillSparesOtherJobs(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "pool:\n  enabled: false\n"))
 	name := "e2e-tree"
 	s.createWS(name, nil)
@@ -199,6 +201,7 @@ func TestWorkspaceTreeKillSparesOtherJobs(t *testing.T) {
 }
 
 func TestWorkspaceLocalhostSharedBetweenJobs(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "pool:\n  enabled: false\n"))
 	name := "e2e-net"
 	s.createWS(name, map[string]any{"language": "python"})
@@ -220,6 +223,7 @@ func TestWorkspaceLocalhostSharedBetweenJobs(t *testing.T) {
 }
 
 func TestWorkspaceDiskQuotaStopsTheJob(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, policyEnv(t, "workspaces:\n  disk_mb: 20\npool:\n  enabled: false\n"))
 	name := "e2e-quota"
 	s.createWS(name, nil)
@@ -251,6 +255,7 @@ func TestWorkspaceDiskQuotaStopsTheJob(t *testing.T) {
 // supervisor daemon and loses none of its output; a job re-attached that way
 // can still be killed, tree and all, and the workspace takes new jobs.
 func TestWorkspaceJobSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	name := "e2e-ws-restart"
 	s.createWS(name, nil)
@@ -310,6 +315,7 @@ func TestWorkspaceJobSurvivesServerRestart(t *testing.T) {
 // of workspace A gets "unknown job", and A's job runs on undisturbed; a job
 // in A cannot kill the exec that carries A's stream.
 func TestWorkspaceDaemonIsPerWorkspace(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	a, b := "e2e-daemon-a", "e2e-daemon-b"
 	s.createWS(a, nil)

@@ -63,7 +63,7 @@ func (r *Runtime) openTunnel(ctx context.Context, pod string) (*sandbox.Tunnel, 
 // each pod needs is read from its annotation once.
 func (r *Runtime) workspaceTunnel(ctx context.Context, id string) error {
 	return r.wsTunnels.Ensure(ctx, id, func(ctx context.Context) (bool, error) {
-		pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
+		pod, err := r.core.Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, sandbox.ErrNotFound
 		} else if err != nil {

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -74,9 +73,9 @@ func (h *handle) ended() bool { return h.c.Ended() }
 // stdin, its stdout parsed as frames. The
 // stream lives until the container ends (or Close).
 func (h *handle) attach() error {
-	req := h.rt.cs.CoreV1().RESTClient().Post().Namespace(h.rt.namespace).
+	req := h.rt.core.RESTClient().Post().Namespace(h.rt.namespace).
 		Resource("pods").Name(h.name).SubResource("attach").
-		VersionedParams(&corev1.PodAttachOptions{Container: containerName, Stdin: true, Stdout: true}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodAttachOptions{Container: containerName, Stdin: true, Stdout: true}, paramCodec)
 	exec, err := remotecommand.NewSPDYExecutor(h.rt.cfg, "POST", req.URL())
 	if err != nil {
 		return fmt.Errorf("attach to pod %s: %w", h.name, err)
@@ -105,7 +104,7 @@ func (h *handle) followLog(ctx context.Context) error {
 	lctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.followsLog = true
-	rc, err := h.rt.cs.CoreV1().Pods(h.rt.namespace).GetLogs(h.name, &corev1.PodLogOptions{Container: containerName, Follow: true}).Stream(lctx)
+	rc, err := h.rt.core.Pods(h.rt.namespace).GetLogs(h.name, &corev1.PodLogOptions{Container: containerName, Follow: true}).Stream(lctx)
 	if err != nil {
 		cancel()
 		return h.rt.engineErr(fmt.Errorf("read the log of pod %s: %w", h.name, err))
@@ -310,7 +309,7 @@ func (h *handle) waitForEnd() {
 
 // removedFromOutside says whether the pod is gone or being deleted.
 func (h *handle) removedFromOutside(ctx context.Context) bool {
-	pod, err := h.rt.cs.CoreV1().Pods(h.rt.namespace).Get(ctx, h.name, metav1.GetOptions{})
+	pod, err := h.rt.core.Pods(h.rt.namespace).Get(ctx, h.name, metav1.GetOptions{})
 	if err != nil {
 		return apierrors.IsNotFound(err)
 	}
@@ -320,7 +319,7 @@ func (h *handle) removedFromOutside(ctx context.Context) bool {
 // rereadLog parses what the container's log holds past the frames already
 // read: a followed log can end a moment before the last frame is in it.
 func (h *handle) rereadLog(ctx context.Context) {
-	rc, err := h.rt.cs.CoreV1().Pods(h.rt.namespace).GetLogs(h.name, &corev1.PodLogOptions{Container: containerName}).Stream(ctx)
+	rc, err := h.rt.core.Pods(h.rt.namespace).GetLogs(h.name, &corev1.PodLogOptions{Container: containerName}).Stream(ctx)
 	if err != nil {
 		return
 	}
@@ -344,7 +343,7 @@ const helloPolls = 100
 func (r *Runtime) checkHello(ctx context.Context, name string) error {
 	limit := int64(4 << 10)
 	for i := 0; i < helloPolls; i++ {
-		rc, err := r.cs.CoreV1().Pods(r.namespace).GetLogs(name, &corev1.PodLogOptions{Container: containerName, LimitBytes: &limit}).Stream(ctx)
+		rc, err := r.core.Pods(r.namespace).GetLogs(name, &corev1.PodLogOptions{Container: containerName, LimitBytes: &limit}).Stream(ctx)
 		if err != nil {
 			return r.engineErr(fmt.Errorf("read the log of pod %s: %w", name, err))
 		}

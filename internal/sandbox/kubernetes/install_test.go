@@ -13,12 +13,11 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sclient "k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/egress"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
 )
 
 type testResolver map[string]string
@@ -52,19 +51,11 @@ func TestInstaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rt.Remove(context.Background(), inst) })
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
+	ip, err := kubernetes.Core(rt).Pods(rt.Namespace()).Get(ctx, inst, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := k8sclient.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ip, err := cs.CoreV1().Pods(rt.Namespace()).Get(ctx, inst, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wp, err := cs.CoreV1().Pods(rt.Namespace()).Get(ctx, refs.ContainerID, metav1.GetOptions{})
+	wp, err := kubernetes.Core(rt).Pods(rt.Namespace()).Get(ctx, refs.ContainerID, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

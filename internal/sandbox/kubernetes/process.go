@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
@@ -50,10 +49,10 @@ func (r *Runtime) execRun(ctx context.Context, pod string, argv []string) (strin
 // ctx does) and returns its exit code. A pod that is gone or not running is
 // said so.
 func (r *Runtime) exec(ctx context.Context, pod string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	req := r.cs.CoreV1().RESTClient().Post().Namespace(r.namespace).
+	req := r.core.RESTClient().Post().Namespace(r.namespace).
 		Resource("pods").Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: argv,
-			Stdin: stdin != nil, Stdout: stdout != nil, Stderr: stderr != nil}, scheme.ParameterCodec)
+			Stdin: stdin != nil, Stdout: stdout != nil, Stderr: stderr != nil}, paramCodec)
 	ex, err := remotecommand.NewSPDYExecutor(r.cfg, "POST", req.URL())
 	if err != nil {
 		return -1, r.engineErr(fmt.Errorf("exec in pod %s: %w", pod, err))

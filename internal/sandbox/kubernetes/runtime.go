@@ -23,7 +23,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -65,7 +64,7 @@ const (
 
 // Runtime runs sandboxes as Pods in one namespace.
 type Runtime struct {
-	cs        kubernetes.Interface
+	core      coreV1
 	cfg       *rest.Config
 	host      string
 	namespace string
@@ -138,11 +137,11 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 		// starting pods for several jobs and a warm pool at once.
 		rc.QPS, rc.Burst = 50, 100
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	core, err := newCoreV1(rc)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client for %s: %w", rc.Host, err)
+		return nil, err
 	}
-	r := &Runtime{cs: cs, cfg: rc, host: rc.Host, namespace: ns, instance: instance, mountBytes: cfg.MountBytes}
+	r := &Runtime{core: core, cfg: rc, host: rc.Host, namespace: ns, instance: instance, mountBytes: cfg.MountBytes}
 	if r.mountBytes <= 0 {
 		r.mountBytes = DefaultMountBytes
 	}
@@ -204,7 +203,7 @@ func (r *Runtime) engineErr(err error) error {
 func (r *Runtime) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := r.cs.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+	if _, err := r.core.RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
 		return &sandbox.EngineError{Host: "Kubernetes API " + r.host, Err: err, Hint: kubeHint}
 	}
 	return nil
@@ -214,7 +213,7 @@ func (r *Runtime) Ping(ctx context.Context) error {
 // kubelet's node status; pods never pull, see podFor). The list lags an
 // import by up to the kubelet's status period.
 func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
-	nodes, err := r.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := r.core.Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return false, r.engineErr(fmt.Errorf("list nodes: %w", err))
 	}
@@ -375,7 +374,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err := r.scanMounts(mounts); err != nil {
 		return nil, err // before any pod is made
 	}
-	pod, err := r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
+	pod, err := r.core.Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
 	if err != nil {
 		return nil, r.engineErr(fmt.Errorf("create pod: %w", err))
 	}
@@ -413,7 +412,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	w, err := r.cs.CoreV1().Pods(r.namespace).Watch(ctx, metav1.ListOptions{
+	w, err := r.core.Pods(r.namespace).Watch(ctx, metav1.ListOptions{
 		FieldSelector:   "metadata.name=" + pod.Name,
 		ResourceVersion: pod.ResourceVersion,
 	})
@@ -452,7 +451,7 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string
 			return fmt.Errorf("pod %s did not start within %s (%s): %w", pod.Name, startTimeout, r.whyNotStarted(pod.Name), ctx.Err())
 		case ev, open := <-w.ResultChan():
 			if !open {
-				p, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+				p, err := r.core.Pods(r.namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 				if err != nil {
 					return r.engineErr(fmt.Errorf("pod %s: %w", pod.Name, err))
 				}
@@ -482,7 +481,7 @@ func (r *Runtime) whyNotStarted(name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var parts []string
-	if p, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+	if p, err := r.core.Pods(r.namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
 		phase := "phase " + string(p.Status.Phase)
 		for _, cs := range p.Status.ContainerStatuses {
 			if w := cs.State.Waiting; w != nil {
@@ -491,7 +490,7 @@ func (r *Runtime) whyNotStarted(name string) string {
 		}
 		parts = append(parts, strings.TrimSpace(phase))
 	}
-	evs, err := r.cs.CoreV1().Events(r.namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	evs, err := r.core.Events(r.namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	if err != nil {
 		parts = append(parts, "its events could not be read: "+err.Error())
 	} else {
@@ -538,7 +537,7 @@ func (r *Runtime) Adopt(ctx context.Context, id string, skipStdout, skipStderr i
 	if pod, key, ok := strings.Cut(id, "/"); ok {
 		return r.adoptDaemonJob(ctx, pod, key, skipStdout, skipStderr, out)
 	}
-	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
+	pod, err := r.core.Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
 			return nil, sandbox.ErrNotFound
@@ -564,7 +563,7 @@ func (r *Runtime) Adopt(ctx context.Context, id string, skipStdout, skipStderr i
 }
 
 func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
-	pods, err := r.cs.CoreV1().Pods(r.namespace).List(ctx, metav1.ListOptions{LabelSelector: r.selector()})
+	pods, err := r.core.Pods(r.namespace).List(ctx, metav1.ListOptions{LabelSelector: r.selector()})
 	if err != nil {
 		return nil, r.engineErr(fmt.Errorf("list pods: %w", err))
 	}
@@ -598,7 +597,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 
 func (r *Runtime) remove(ctx context.Context, id string) (alreadyGone bool, err error) {
 	grace := int64(0)
-	err = r.cs.CoreV1().Pods(r.namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	err = r.core.Pods(r.namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	switch {
 	case err == nil:
 		return false, nil
@@ -636,7 +635,7 @@ func (r *Runtime) removeLater(id string) {
 
 // exitOf reads how the pod's container ended from its status.
 func (r *Runtime) exitOf(ctx context.Context, id string) (sandbox.ExitStatus, bool) {
-	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
+	pod, err := r.core.Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return sandbox.ExitStatus{ExitCode: -1, Gone: true}, true

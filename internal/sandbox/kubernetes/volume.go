@@ -56,7 +56,7 @@ func (r *Runtime) CreateVolume(ctx context.Context, name string, labels map[stri
 			}},
 		},
 	}
-	if _, err := r.cs.CoreV1().PersistentVolumeClaims(r.namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+	if _, err := r.core.PersistentVolumeClaims(r.namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		return r.engineErr(fmt.Errorf("create persistent volume claim %s: %w", name, err))
 	}
 	return nil
@@ -69,7 +69,7 @@ func (r *Runtime) ListVolumes(ctx context.Context, label string) ([]sandbox.Volu
 	if k, v, ok := strings.Cut(label, "="); ok {
 		sel = k + "=" + labelValue(v)
 	}
-	list, err := r.cs.CoreV1().PersistentVolumeClaims(r.namespace).List(ctx, metav1.ListOptions{LabelSelector: r.selector() + "," + sel})
+	list, err := r.core.PersistentVolumeClaims(r.namespace).List(ctx, metav1.ListOptions{LabelSelector: r.selector() + "," + sel})
 	if err != nil {
 		return nil, r.engineErr(fmt.Errorf("list persistent volume claims: %w", err))
 	}
@@ -100,7 +100,7 @@ func (r *Runtime) VolumeSizes(ctx context.Context) (map[string]int64, error) {
 // still mounted by a pod stays (Terminating, no longer listed) until that
 // pod goes: Kubernetes' own protection, where Docker refuses a volume in use.
 func (r *Runtime) RemoveVolume(ctx context.Context, name string) error {
-	err := r.cs.CoreV1().PersistentVolumeClaims(r.namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	err := r.core.PersistentVolumeClaims(r.namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return r.engineErr(fmt.Errorf("delete persistent volume claim %s: %w", name, err))
 	}
@@ -119,7 +119,7 @@ func (r *Runtime) StartFiller(ctx context.Context, spec sandbox.Spec) (string, e
 	c := &pod.Spec.Containers[0]
 	c.Command = []string{"sleep", "infinity"}
 	c.Stdin, c.StdinOnce = false, false
-	pod, err := r.cs.CoreV1().Pods(r.namespace).Create(ctx, pod, metav1.CreateOptions{})
+	pod, err := r.core.Pods(r.namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return "", r.engineErr(fmt.Errorf("create pod: %w", err))
 	}

@@ -11,11 +11,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sclient "k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
 	"github.com/sandboxer/sandboxer/internal/sandbox/sandboxtest"
 )
 
@@ -120,16 +119,8 @@ func TestVolumes(t *testing.T) {
 		t.Fatalf("after removal: %+v, %v", vols, err)
 	}
 	_ = w.Discard(ctx)
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := k8sclient.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		_, err := cs.CoreV1().PersistentVolumeClaims(rt.Namespace()).Get(ctx, name, metav1.GetOptions{})
+		_, err := kubernetes.Core(rt).PersistentVolumeClaims(rt.Namespace()).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			break
 		}

@@ -30,7 +30,7 @@ func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm,
 	if _, err := hostMounts(spec.Mounts); err != nil {
 		return nil, err
 	}
-	pod, err := r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
+	pod, err := r.core.Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
 	if err != nil {
 		return nil, r.engineErr(fmt.Errorf("create pod: %w", err))
 	}
@@ -81,7 +81,7 @@ func (w *warm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output
 		"labels":      map[string]string{sandbox.LabelJobID: labelValue(spec.JobID), sandbox.LabelKind: labelValue(spec.Kind)},
 		"annotations": map[string]string{annJobID: spec.JobID, sandbox.LabelKind: spec.Kind},
 	}})
-	if _, err := r.cs.CoreV1().Pods(r.namespace).Patch(ctx, h.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := r.core.Pods(r.namespace).Patch(ctx, h.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return nil, r.engineErr(fmt.Errorf("label pod %s with its job: %w", h.name, err))
 	}
 	// Granted mounts: a copy taken now, at the job's start.
@@ -115,13 +115,13 @@ func (r *Runtime) resize(ctx context.Context, name string, spec sandbox.Spec) er
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"containers": []any{
 		map[string]any{"name": containerName, "resources": res},
 	}}})
-	if _, err := r.cs.CoreV1().Pods(r.namespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "resize"); err != nil {
+	if _, err := r.core.Pods(r.namespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "resize"); err != nil {
 		return r.engineErr(fmt.Errorf("resize pod %s: %w", name, err))
 	}
 	ctx, cancel := context.WithTimeout(ctx, resizeTimeout)
 	defer cancel()
 	for {
-		pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, name, metav1.GetOptions{})
+		pod, err := r.core.Pods(r.namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return r.engineErr(fmt.Errorf("resize pod %s: %w", name, err))
 		}

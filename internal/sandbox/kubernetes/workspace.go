@@ -93,7 +93,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 			}},
 		},
 	}
-	if _, err := r.cs.CoreV1().PersistentVolumeClaims(r.namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+	if _, err := r.core.PersistentVolumeClaims(r.namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		return sandbox.WorkspaceRefs{}, r.engineErr(fmt.Errorf("create persistent volume claim: %w", err))
 	}
 	return sandbox.WorkspaceRefs{ContainerID: name, Volume: name}, nil
@@ -111,7 +111,7 @@ func (r *Runtime) workspaceLabels() map[string]string {
 // StartWorkspace makes the workspace's pod (a running one is left alone)
 // and waits until its daemon runs.
 func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
-	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
+	pod, err := r.core.Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
 	switch {
 	case err == nil && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed:
 		if err := r.waitRunning(ctx, pod, pod.Spec.Containers[0].Image); err != nil {
@@ -126,7 +126,7 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 	case !apierrors.IsNotFound(err):
 		return r.engineErr(fmt.Errorf("get pod %s: %w", id, err))
 	}
-	claim, err := r.cs.CoreV1().PersistentVolumeClaims(r.namespace).Get(ctx, id, metav1.GetOptions{})
+	claim, err := r.core.PersistentVolumeClaims(r.namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return sandbox.ErrNotFound
@@ -138,7 +138,7 @@ func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
 		return fmt.Errorf("persistent volume claim %s has no workspace spec (annotation %s)", id, annWorkspace)
 	}
 	r.wsTunnels.Drop(id) // a former pod's
-	pod, err = r.cs.CoreV1().Pods(r.namespace).Create(ctx, r.workspacePod(id, claim, ws), metav1.CreateOptions{})
+	pod, err = r.core.Pods(r.namespace).Create(ctx, r.workspacePod(id, claim, ws), metav1.CreateOptions{})
 	if err != nil {
 		return r.engineErr(fmt.Errorf("create pod: %w", err))
 	}
@@ -201,7 +201,7 @@ func (r *Runtime) deleteAndWait(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
 	defer cancel()
 	for {
-		_, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
+		_, err := r.core.Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -230,7 +230,7 @@ func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error)
 	if r.daemons.Live(id) != nil {
 		return true, nil // its daemon's stream ends when the pod goes
 	}
-	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
+	pod, err := r.core.Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
 	if err == nil {
 		if pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning {
 			return true, nil
@@ -238,7 +238,7 @@ func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error)
 	} else if !apierrors.IsNotFound(err) {
 		return false, r.engineErr(fmt.Errorf("get pod %s: %w", id, err))
 	}
-	claim, err := r.cs.CoreV1().PersistentVolumeClaims(r.namespace).Get(ctx, id, metav1.GetOptions{})
+	claim, err := r.core.PersistentVolumeClaims(r.namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, sandbox.ErrNotFound
@@ -261,7 +261,7 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRef
 		}
 	}
 	if refs.Volume != "" {
-		err := r.cs.CoreV1().PersistentVolumeClaims(r.namespace).Delete(ctx, refs.Volume, metav1.DeleteOptions{})
+		err := r.core.PersistentVolumeClaims(r.namespace).Delete(ctx, refs.Volume, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return r.engineErr(fmt.Errorf("delete persistent volume claim %s: %w", refs.Volume, err))
 		}
@@ -287,14 +287,14 @@ var _ sandbox.TunnelInstaller = (*Runtime)(nil)
 // there through the tunnel (Exec with ExecOptions.Proxy), never in the
 // workspace pod where jobs run: no job can reach the tunnel's proxy.
 func (r *Runtime) StartInstaller(ctx context.Context, workspaceContainerID, network string) (string, error) {
-	ws, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, workspaceContainerID, metav1.GetOptions{})
+	ws, err := r.core.Pods(r.namespace).Get(ctx, workspaceContainerID, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", sandbox.ErrNotFound
 		}
 		return "", r.engineErr(fmt.Errorf("get pod %s: %w", workspaceContainerID, err))
 	}
-	claim, err := r.cs.CoreV1().PersistentVolumeClaims(r.namespace).Get(ctx, workspaceContainerID, metav1.GetOptions{})
+	claim, err := r.core.PersistentVolumeClaims(r.namespace).Get(ctx, workspaceContainerID, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", sandbox.ErrNotFound
@@ -306,7 +306,7 @@ func (r *Runtime) StartInstaller(ctx context.Context, workspaceContainerID, netw
 		return "", fmt.Errorf("persistent volume claim %s has no workspace spec (annotation %s)", claim.Name, annWorkspace)
 	}
 	pod := r.installerPod(claim, spec, ws.Spec.NodeName)
-	pod, err = r.cs.CoreV1().Pods(r.namespace).Create(ctx, pod, metav1.CreateOptions{})
+	pod, err = r.core.Pods(r.namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return "", r.engineErr(fmt.Errorf("create install pod: %w", err))
 	}
@@ -339,7 +339,7 @@ func (r *Runtime) installerPod(claim *corev1.PersistentVolumeClaim, ws workspace
 
 // OOMKilled says whether the pod's container was killed for memory.
 func (r *Runtime) OOMKilled(ctx context.Context, id string) (bool, error) {
-	pod, err := r.cs.CoreV1().Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
+	pod, err := r.core.Pods(r.namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, sandbox.ErrNotFound

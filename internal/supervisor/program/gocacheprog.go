@@ -330,6 +330,17 @@ func linkGoCacheSeeds() (linked int, err error) {
 	return linked, err
 }
 
+// linkGoCacheSeedsMain is `sandboxer-supervisor link-go-cache-seeds`
+// (proto.LinkGoCacheSeedsCommand). Beside the daemon's linking it is safe:
+// each name is made once (O_EXCL, symlink), whoever comes first.
+func linkGoCacheSeedsMain() int {
+	if n, err := linkGoCacheSeeds(); err != nil {
+		logger.Printf("linking the go build cache's seeds (%d linked): %v", n, err)
+		return 1
+	}
+	return 0
+}
+
 // seedMarker, in a workspace's GOCACHE, names the seeds linked into it.
 const seedMarker = ".sandboxer-seeds"
 

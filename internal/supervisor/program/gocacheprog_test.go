@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -237,5 +238,61 @@ func TestGoCacheSeedIndex(t *testing.T) {
 	}
 	if out, err := exec.Command(filepath.Join(own, "hello")).Output(); err != nil || string(out) != "hi\n" {
 		t.Fatalf("hello: %q %v", out, err)
+	}
+}
+
+// TestLinkGoCacheSeedsTwiceAtOnce: an install's linking
+// (proto.LinkGoCacheSeedsCommand) beside the daemon's leaves every seed file
+// in the cache once, whole, whichever made it: when either returns, a go
+// command finds every output of the seed and never writes one itself.
+func TestLinkGoCacheSeedsTwiceAtOnce(t *testing.T) {
+	seed, own := t.TempDir(), t.TempDir()
+	want := map[string]string{}
+	for i := range 2000 {
+		dir := fmt.Sprintf("%02x", i%256)
+		name := fmt.Sprintf("%s%062x", dir, i)
+		want[filepath.Join(dir, name+"-a")] = fmt.Sprintf("v1 %s entry %d\n", name, i)
+		want[filepath.Join(dir, name+"-d")] = strings.Repeat("o", i)
+	}
+	for rel, content := range want {
+		if err := os.MkdirAll(filepath.Join(seed, filepath.Dir(rel)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(seed, rel), []byte(content), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("GOCACHE", own)
+	t.Setenv(goCacheLinkEnv, "1")
+	t.Setenv(goCacheSeedsEnv, seed)
+	var wg sync.WaitGroup
+	linked := make([]int, 2)
+	for i := range linked {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := linkGoCacheSeeds()
+			if err != nil {
+				t.Errorf("linker %d: %v", i, err)
+			}
+			linked[i] = n
+		}()
+	}
+	wg.Wait()
+	if linked[0]+linked[1] != len(want) {
+		t.Errorf("the two linkers made %d and %d names, want %d in all", linked[0], linked[1], len(want))
+	}
+	for rel, content := range want {
+		p := filepath.Join(own, rel)
+		if b, err := os.ReadFile(p); err != nil || string(b) != content {
+			t.Fatalf("%s: %q, %v; want the seed's %q", rel, b, err, content)
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if isLink := fi.Mode()&os.ModeSymlink != 0; isLink != strings.HasSuffix(rel, "-d") {
+			t.Fatalf("%s: mode %v: want outputs linked, entries copied", rel, fi.Mode())
+		}
 	}
 }

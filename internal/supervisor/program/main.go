@@ -89,6 +89,8 @@ func Main() {
 			os.Exit(relayMain(os.Args[2:], os.Stdin, os.Stdout))
 		case proto.SeedCommand:
 			os.Exit(seedMain(os.Args[2:]))
+		case proto.LinkGoCacheSeedsCommand:
+			os.Exit(linkGoCacheSeedsMain())
 		case proto.DaemonCommand:
 			os.Exit(daemonMain())
 		case proto.ConnectCommand:

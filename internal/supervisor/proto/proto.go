@@ -367,6 +367,15 @@ const SeedDir = "/usr/local/share/sandboxer/workspace"
 // SeedCommand copies SeedDir into the directory named by its argument.
 const SeedCommand = "seed"
 
+// LinkGoCacheSeedsCommand links the image's Go build cache seeds into GOCACHE
+// (a workspace's, SANDBOXER_GOCACHE_LINK_SEEDS=1), as the workspace's daemon
+// does at its start, and returns once every seed file is there. A go command
+// started while the daemon still links could find an output missing, write
+// it, and meet the daemon's link into the read-only seed instead: its build
+// then fails ("package … is not in std"). Jobs wait for the daemon's links;
+// an install, run by the engine beside the daemon, runs this first.
+const LinkGoCacheSeedsCommand = "link-go-cache-seeds"
+
 // MaxFilesBytes bounds the Files of one spec, together.
 const MaxFilesBytes = 1 << 20
 
