@@ -16,8 +16,10 @@ GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 
 all: build
 
+# With the supervisor's flags (no cgo, -trimpath): a first build from an empty Go cache compiles the
+# standard library and the modules both use once, not twice (docs/operations.md).
 build: supervisor
-	$(GO) build -o $(BIN) ./cmd/sandboxer
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/sandboxer
 
 # Built before $(BIN), which embeds it; a test or tool built with plain `go build` gets
 # the same bytes as long as this ran first.
