@@ -14,9 +14,8 @@ import (
 // attach and exec, persistent volume claims, events and nodes, all in the core
 // group. It is client-go's generic typed client over a REST client whose scheme
 // knows that group only. The generated clientset (kubernetes.NewForConfig)
-// registers every API group of every Kubernetes release; compiling those was
-// about a third of the server's cold build (docs/operations.md), for calls that
-// never leave core/v1.
+// registers every API group; compiling those was about a quarter of the
+// server's cold build (docs/operations.md), for calls that never leave core/v1.
 type coreV1 struct {
 	client rest.Interface
 }
