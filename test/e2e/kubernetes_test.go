@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,21 +265,37 @@ func TestKubernetesProcesses(t *testing.T) {
 	s.waitNoPods(true, 30*time.Second)
 }
 
-// kubernetesList lists resource ("pods", "persistentvolumeclaims") in the
-// tests' namespace, those matching selector ("" = all), into list: a plain GET
-// on the API as the tests' service account, so the tests need no typed client.
-func kubernetesList(t *testing.T, resource, selector string, list any) {
-	t.Helper()
+// kubernetesAPI is the cluster KUBECONFIG names: its address and an HTTP
+// client with the kubeconfig's credentials (the tests' service account),
+// loaded once for every test that reads the cluster.
+var kubernetesAPI = sync.OnceValues(func() (kubeAPI, error) {
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		t.Fatal(err)
+		return kubeAPI{}, err
 	}
 	hc, err := rest.HTTPClientFor(rc)
 	if err != nil {
-		t.Fatal(err)
+		return kubeAPI{}, err
 	}
 	hc.Timeout = 30 * time.Second
-	resp, err := hc.Get(strings.TrimSuffix(rc.Host, "/") + "/api/v1/namespaces/sandboxer/" + resource + "?" + url.Values{"labelSelector": {selector}}.Encode())
+	return kubeAPI{host: strings.TrimSuffix(rc.Host, "/"), client: hc}, nil
+})
+
+type kubeAPI struct {
+	host   string
+	client *http.Client
+}
+
+// kubernetesList lists resource ("pods", "persistentvolumeclaims") in the
+// tests' namespace, those matching selector ("" = all), into list: a plain GET
+// on the API, so the tests need no typed client.
+func kubernetesList(t *testing.T, resource, selector string, list any) {
+	t.Helper()
+	api, err := kubernetesAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := api.client.Get(api.host + "/api/v1/namespaces/sandboxer/" + resource + "?" + url.Values{"labelSelector": {selector}}.Encode())
 	if err != nil {
 		t.Fatal(err)
 	}
