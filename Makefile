@@ -44,10 +44,13 @@ images: build base-image
 	  echo ./$(BIN) images build; ./$(BIN) images build
 
 # Everything but the server's MCP messages goes to stderr, so `make run` can itself be an MCP command.
-# -j2: the Go builds run while the engine is installed and the base image made.
+# -j2: the Go builds run while the engine is installed and the base image made. The server then
+# serves at once and builds the sandbox images it lacks in the background (--build-images): on a
+# first run, a job whose image is not built yet is told so, and list_languages shows it as building.
 run:
-	@$(MAKE) --no-print-directory -s -j2 images >&2
-	@exec ./$(BIN) serve
+	@$(MAKE) --no-print-directory -s -j2 build base-image >&2
+	@if [ -n "$(BUILD_CA)" ]; then cat $(BUILD_CA) > bin/build-ca.pem; export SANDBOXER_BUILD_CA_FILE=$(CURDIR)/bin/build-ca.pem; fi; \
+	  exec ./$(BIN) serve --build-images
 
 # Opt-in: install gVisor (Debian's runsc) and register it with the running dockerd as
 # runtime runsc (merging /etc/docker/daemon.json, reloading with SIGHUP). Then

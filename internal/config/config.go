@@ -44,6 +44,10 @@ type Config struct {
 	HTTPAddr        string
 	HTTPRate        float64
 	TLSCert, TLSKey string
+	// BuildImages builds the sandbox images the engine lacks in the
+	// background once the server serves (backend docker): a first start
+	// serves before its images are made.
+	BuildImages bool
 }
 
 // DefaultStateDir is $XDG_STATE_HOME/sandboxer, else ~/.local/state/sandboxer.
@@ -64,7 +68,7 @@ type Flags struct {
 	metricsAddr, tokenFile                   *string
 	httpAddr, tlsCert, tlsKey                *string
 	httpRate                                 *float64
-	allowBlockEdits                          *bool
+	allowBlockEdits, buildImages             *bool
 }
 
 func RegisterFlags(fs *flag.FlagSet) *Flags {
@@ -81,6 +85,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		tokenFile:   fs.String("token-file", "", "file of client tokens, one 'NAME TOKEN [ROLE]' a line (TOKEN literal or sha256:HEX; ROLE user, readonly, metrics or admin), mode 600 (env "+EnvTokens+")"),
 		allowBlockEdits: fs.Bool("allow-block-edits", false, "let agents add and remove their own block-list entries (policy block.agent_edits; env "+
 			policy.EnvAllowBlockEdits+"); also switches the admin toolset on"),
+		buildImages: fs.Bool("build-images", false, "build the sandbox images the engine lacks in the background after starting (backend docker; make run sets it): "+
+			"until an image is built, a job on it fails saying so, and list_languages shows it as building"),
 	}
 }
 
@@ -131,6 +137,7 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 	if f.allowBlockEdits != nil && *f.allowBlockEdits {
 		c.Policy.Block.AgentEdits = true
 	}
+	c.BuildImages = f.buildImages != nil && *f.buildImages
 	return c, c.Validate()
 }
 
@@ -152,6 +159,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTPRate < 0 {
 		errs = append(errs, errors.New("--http-rate must be >= 0"))
+	}
+	if c.BuildImages && c.Policy.Backend != policy.BackendDocker {
+		errs = append(errs, fmt.Errorf("--build-images builds through the Docker Engine API: give it with backend docker, not %s (whose images are loaded by its own script)", c.Policy.Backend))
 	}
 	if c.MetricsAddr != "" && c.TokenFile == "" {
 		errs = append(errs, errors.New("--metrics-addr needs --token-file: /metrics is served only to tokens of role metrics or admin"))

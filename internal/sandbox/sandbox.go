@@ -225,7 +225,9 @@ type Runtime interface {
 	Remove(ctx context.Context, containerID string) error
 	// Ping says whether the engine answers.
 	Ping(ctx context.Context) error
-	// ImageExists says whether an image is present locally.
+	// ImageExists says whether an image is present locally. One the
+	// engine is building answers false with an *ImageError whose Building
+	// is set, and starting a sandbox on it fails with that error.
 	ImageExists(ctx context.Context, ref string) (bool, error)
 	Close() error
 }
@@ -307,9 +309,17 @@ func (e *EngineError) Error() string {
 func (e *EngineError) Unwrap() error { return ErrEngineUnreachable }
 
 // ImageError says which image is missing and how to build it.
-type ImageError struct{ Image string }
+type ImageError struct {
+	Image string
+	// Building: the engine is building it now (serve --build-images), so
+	// it is there in minutes and a retry then succeeds.
+	Building bool
+}
 
 func (e *ImageError) Error() string {
+	if e.Building {
+		return fmt.Sprintf("image %s is being built (this server builds the missing sandbox images after it starts): it is ready within minutes, try again then; list_languages says which are built", e.Image)
+	}
 	return fmt.Sprintf("image %s is not built: run `make images` (or `sandboxer images build`)", e.Image)
 }
 func (e *ImageError) Unwrap() error { return ErrImageMissing }

@@ -188,6 +188,11 @@ func (s *Server) Serve(ctx context.Context, stdin io.Reader, stdout io.Writer) e
 	cancel()
 	go s.jobs.RunCleanup()
 	s.stack.run()
+	if cfg.BuildImages {
+		if err := s.buildImages(ctx); err != nil {
+			return err
+		}
+	}
 	mux := s.pages(ctx)
 	door := auth.NewDoor() // one for every listener: bad credentials count alike everywhere
 	if s.mt != nil {

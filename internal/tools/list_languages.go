@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/record"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
 // LanguageInfo is one language of list_languages.
@@ -18,6 +20,7 @@ type LanguageInfo struct {
 	Name        string `json:"name" jsonschema:"the name to give run_command as language"`
 	Image       string `json:"image" jsonschema:"the image it runs in"`
 	Built       bool   `json:"built" jsonschema:"the image is present on the engine"`
+	Building    bool   `json:"building,omitempty" jsonschema:"the server is building the image now: jobs on it work once it is built"`
 	Version     string `json:"version,omitempty" jsonschema:"the runtime's version, asked from a sandbox of its image"`
 	Description string `json:"description" jsonschema:"what the image holds"`
 	VersionCmd  string `json:"version_command" jsonschema:"run this with run_command and the language to see its version"`
@@ -86,11 +89,14 @@ func ListLanguages(d Deps) Tool {
 		}
 		for _, l := range d.Languages.All() {
 			_, image, _ := d.Languages.Lookup(l.Name)
-			built := false
+			built, building := false, false
 			if engineOK {
-				built, _ = d.Runtime.ImageExists(ctx, image)
+				var err error
+				built, err = d.Runtime.ImageExists(ctx, image)
+				var ie *sandbox.ImageError
+				building = errors.As(err, &ie) && ie.Building
 			}
-			res.Languages = append(res.Languages, LanguageInfo{Name: l.Name, Image: image, Built: built, Description: l.Description, VersionCmd: l.VersionCmd})
+			res.Languages = append(res.Languages, LanguageInfo{Name: l.Name, Image: image, Built: built, Building: building, Description: l.Description, VersionCmd: l.VersionCmd})
 		}
 		res.Languages = append(res.Languages, d.templateLanguages(ctx)...)
 		// Versions are asked once per image and command, all at once.
@@ -119,6 +125,8 @@ func ListLanguages(d Deps) Tool {
 			state := "built"
 			switch {
 			case l.Built:
+			case l.Building:
+				state = "building (minutes)"
 			case strings.HasPrefix(l.Description, "template"):
 				state = "not built (on first use)"
 			default:

@@ -42,7 +42,9 @@ func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbo
 	})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return "", &sandbox.ImageError{Image: image}
+			if ierr := r.missingImage(ctx, image); ierr != nil {
+				return "", ierr
+			}
 		}
 		return "", r.engineErr(fmt.Errorf("create helper: %w", err))
 	}

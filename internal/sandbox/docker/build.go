@@ -237,7 +237,7 @@ func EnsureImages(ctx context.Context, cli *client.Client, force bool, log io.Wr
 	if err != nil {
 		return nil, err
 	}
-	return ensureBuilds(ctx, cli, builds, force, log)
+	return ensureBuilds(ctx, cli, builds, force, log, nil)
 }
 
 // buildParallelism is how many image builds run at once. The language
@@ -248,10 +248,11 @@ const buildParallelism = 3
 
 // ensureBuilds runs builds, each after its parent (parentOf) when the
 // parent is one of them, up to buildParallelism at once, skipping those
-// whose tag is present unless force is set. It returns the tags it built,
-// in the order of builds; after a failure it starts no more builds and
-// returns the first error.
-func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build, force bool, log io.Writer) ([]string, error) {
+// whose tag is present unless force is set. ready (may be nil) hears each
+// tag as it is there, built or found. It returns the tags it built, in the
+// order of builds; after a failure it starts no more builds and returns the
+// first error.
+func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build, force bool, log io.Writer, ready func(tag string)) ([]string, error) {
 	if log == nil {
 		log = io.Discard
 	}
@@ -307,6 +308,9 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 			}
 			if didBuild {
 				builtTags[i] = b.Tag
+			}
+			if ready != nil {
+				ready(b.Tag)
 			}
 			close(done[b.Tag])
 		}()

@@ -309,10 +309,10 @@ func TestBuildSupervisorLayer(t *testing.T) {
 	})
 
 	log := &summaryLog{t: t}
-	if _, err := ensureBuilds(ctx, cli, builds, false, log); err != nil {
+	if _, err := ensureBuilds(ctx, cli, builds, false, log, nil); err != nil {
 		t.Fatalf("build: %v\n--- build output (last 4 KiB) ---\n%s", err, lastBytes(log.all.Bytes(), 4096))
 	}
-	again, err := ensureBuilds(ctx, cli, builds, false, log)
+	again, err := ensureBuilds(ctx, cli, builds, false, log, nil)
 	if err != nil || len(again) != 0 {
 		t.Errorf("second build: built %v, err %v; want nothing", again, err)
 	}
@@ -441,7 +441,7 @@ func TestEnsureRebuildsAChildOfAReplacedParent(t *testing.T) {
 			BuildArgs: map[string]string{images.BaseImageArg: parent}},
 	}
 	log := &summaryLog{t: t}
-	if _, err := ensureBuilds(ctx, cli, builds, false, log); err != nil {
+	if _, err := ensureBuilds(ctx, cli, builds, false, log, nil); err != nil {
 		t.Fatalf("build: %v\n%s", err, lastBytes(log.all.Bytes(), 4096))
 	}
 	// Another build takes the parent's tag with other layers.
@@ -451,7 +451,7 @@ func TestEnsureRebuildsAChildOfAReplacedParent(t *testing.T) {
 	if ok, err := builtOn(ctx, cli, child, parent); err != nil || ok {
 		t.Fatalf("builtOn after the parent was replaced = %v, %v; want false", ok, err)
 	}
-	built, err := ensureBuilds(ctx, cli, builds, false, log)
+	built, err := ensureBuilds(ctx, cli, builds, false, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

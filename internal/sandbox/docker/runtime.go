@@ -76,6 +76,9 @@ type Runtime struct {
 	capsOnce sync.Once
 	caps     sandbox.Capabilities // Capabilities, decided once
 
+	// pending are the images BuildMissingImages is still building.
+	pending pendingImages
+
 	// egressProxy serves the egress tunnels (tunnel.go; Podman only); nil: none.
 	egressProxy http.Handler
 	wsTunnels   sandbox.WorkspaceTunnels // workspace containers' egress tunnels
@@ -169,6 +172,9 @@ func (r *Runtime) Ping(ctx context.Context) error {
 }
 
 func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
+	if r.pending.has(ref) {
+		return false, &sandbox.ImageError{Image: ref, Building: true}
+	}
 	_, err := r.cli.ImageInspect(ctx, ref)
 	if err == nil {
 		return true, nil
@@ -320,8 +326,8 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec) (*handle, erro
 		// NotFound can name other things than the image (a runtime, a
 		// network): say "image missing" only when it is.
 		if cerrdefs.IsNotFound(err) {
-			if ok, ierr := r.ImageExists(ctx, spec.Image); ierr == nil && !ok {
-				return nil, &sandbox.ImageError{Image: spec.Image}
+			if ierr := r.missingImage(ctx, spec.Image); ierr != nil {
+				return nil, ierr
 			}
 		}
 		return nil, r.engineErr(fmt.Errorf("create container: %w", err))

@@ -108,8 +108,8 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 	if err != nil {
 		_ = r.RemoveWorkspace(context.WithoutCancel(ctx), refs)
 		if cerrdefs.IsNotFound(err) {
-			if ok, ierr := r.ImageExists(ctx, ws.Image); ierr == nil && !ok {
-				return sandbox.WorkspaceRefs{}, &sandbox.ImageError{Image: ws.Image}
+			if ierr := r.missingImage(ctx, ws.Image); ierr != nil {
+				return sandbox.WorkspaceRefs{}, ierr
 			}
 		}
 		return sandbox.WorkspaceRefs{}, r.engineErr(fmt.Errorf("create container: %w", err))

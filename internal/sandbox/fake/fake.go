@@ -110,6 +110,7 @@ type Engine struct {
 	gates           map[string]*Gate
 	volumes         Volumes
 	images          map[string]*image // built or committed, by tag
+	building        map[string]bool   // SetImageBuilding's
 }
 
 // NewEngine makes an empty engine that is up and has every image.
@@ -121,6 +122,7 @@ func NewEngine() *Engine {
 		missingPrefixes: map[string]bool{},
 		gates:           map[string]*Gate{},
 		images:          map[string]*image{},
+		building:        map[string]bool{},
 	}
 }
 
@@ -223,6 +225,27 @@ func (e *Engine) SetImageMissing(ref string, missing bool) {
 	e.missing[ref] = missing
 }
 
+// SetImageBuilding marks an image as being built (true) or not: until then
+// it is missing, and ImageExists and a start on it answer with an
+// *sandbox.ImageError whose Building is set, as the Docker runtime's do while
+// serve --build-images makes its images.
+func (e *Engine) SetImageBuilding(ref string, building bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.building[ref] = building
+}
+
+// imageErrLocked is why a sandbox cannot start on ref (nil: it can; e.mu held).
+func (e *Engine) imageErrLocked(ref string) error {
+	if e.building[ref] {
+		return &sandbox.ImageError{Image: ref, Building: true}
+	}
+	if !e.presentLocked(ref) {
+		return &sandbox.ImageError{Image: ref}
+	}
+	return nil
+}
+
 // presentLocked says whether the engine has image ref (e.mu held).
 func (e *Engine) presentLocked(ref string) bool {
 	if missing, ok := e.missing[ref]; ok {
@@ -296,7 +319,13 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 	if r.down {
 		return false, engineDown()
 	}
-	return r.presentLocked(ref), nil
+	if err := r.imageErrLocked(ref); err != nil {
+		if ie := (*sandbox.ImageError)(nil); errors.As(err, &ie) && ie.Building {
+			return false, err
+		}
+		return false, nil
+	}
+	return true, nil
 }
 
 // Close stops serving the egress tunnel; sandboxes go on as they are.
@@ -314,8 +343,8 @@ func (r *Runtime) create(spec sandbox.Spec) (*container, error) {
 	if r.down {
 		return nil, engineDown()
 	}
-	if !r.presentLocked(spec.Image) {
-		return nil, &sandbox.ImageError{Image: spec.Image}
+	if err := r.imageErrLocked(spec.Image); err != nil {
+		return nil, err
 	}
 	r.seq++
 	c := newContainer(r.Engine, sandbox.Container{
