@@ -94,12 +94,14 @@ type Image struct {
 	Base string // parent image name; "" for the base image (built FROM BaseRef)
 }
 
-// all is the build order: a parent always precedes its children.
+// all is the build order: a parent always precedes its children, and builds
+// that can run at once start in this order (python, the most used, then go,
+// the longest, so that a first start has them soonest).
 var all = []Image{
 	{Name: "base"},
 	{Name: "python", Base: "base"},
-	{Name: "javascript", Base: "base"},
 	{Name: "go", Base: "base"},
+	{Name: "javascript", Base: "base"},
 	{Name: "rust", Base: "base"},
 	{Name: "solidity", Base: "javascript"},
 }

@@ -61,6 +61,23 @@ func TestBadConfigNamesTheProblem(t *testing.T) {
 	}
 }
 
+// --build-images builds through the Docker Engine API: other backends refuse it.
+func TestBuildImagesNeedsDocker(t *testing.T) {
+	dir := t.TempDir()
+	c, err := load(t, []string{"--state-dir", dir, "--build-images"}, nil)
+	if err != nil || !c.BuildImages {
+		t.Fatalf("--build-images on docker: %v, %+v", err, c)
+	}
+	pol := filepath.Join(dir, "k.yaml")
+	if err := os.WriteFile(pol, []byte("backend: kubernetes\nnetwork: none\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = load(t, []string{"--state-dir", dir, "--policy", pol, "--build-images"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--build-images") || !strings.Contains(err.Error(), "kubernetes") {
+		t.Fatalf("--build-images on kubernetes: %v, want an error naming the flag and the backend", err)
+	}
+}
+
 func TestInstanceFollowsStateDir(t *testing.T) {
 	a := Config{StateDir: "/a"}
 	b := Config{StateDir: "/b"}

@@ -175,8 +175,14 @@ func startServer(t *testing.T, env ...string) *server {
 
 func startServerIn(t *testing.T, stateDir string, env ...string) *server {
 	t.Helper()
+	return startServerFlags(t, stateDir, nil, env...)
+}
+
+// startServerFlags starts the binary on stateDir with more serve flags.
+func startServerFlags(t *testing.T, stateDir string, flags []string, env ...string) *server {
+	t.Helper()
 	s := &server{t: t, stateDir: stateDir, env: env, stderr: &syncBuffer{}, notes: &notifications{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(binPath, "serve", "--state-dir", stateDir, "--log-level", "debug")
+	s.cmd = exec.Command(binPath, append([]string{"serve", "--state-dir", stateDir, "--log-level", "debug"}, flags...)...)
 	s.cmd.Env = append(os.Environ(), env...)
 	s.cmd.Stderr = s.stderr
 	stdin, err := s.cmd.StdinPipe()

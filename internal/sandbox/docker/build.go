@@ -247,7 +247,9 @@ func EnsureImages(ctx context.Context, cli *client.Client, force bool, log io.Wr
 const buildParallelism = 3
 
 // ensureBuilds runs builds, each after its parent (parentOf) when the
-// parent is one of them, up to buildParallelism at once, skipping those
+// parent is one of them, up to buildParallelism at once (a free slot goes to
+// the ready build earliest in builds: the plan's order is its priority, and a
+// final image, next after its core, is never queued behind another core), skipping those
 // whose tag is present unless force is set. ready (may be nil) hears each
 // tag as it is there, built or found. It returns the tags it built, in the
 // order of builds; after a failure it starts no more builds and returns the
@@ -280,7 +282,7 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 		done[b.Tag] = make(chan struct{})
 	}
 	builtTags := make([]string, len(builds))
-	slots := make(chan struct{}, buildParallelism)
+	slots := newOrderedSlots(buildParallelism, len(builds))
 	for i, b := range builds {
 		wg.Add(1)
 		go func() {
@@ -292,12 +294,10 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 					return
 				}
 			}
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
+			if !slots.acquire(ctx, i) {
 				return
 			}
-			defer func() { <-slots }()
+			defer slots.release()
 			out := &buildLog{mu: &logMu, w: log, prefix: "[" + strings.TrimPrefix(b.Tag, "sandboxer/") + "] "}
 			didBuild, err := ensureBuild(ctx, cli, b, extraCA, force, out)
 			out.flush()
@@ -323,6 +323,63 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 		}
 	}
 	return built, firstErr
+}
+
+// orderedSlots lets n holders at once; a freed place goes to the waiter
+// with the lowest index.
+type orderedSlots struct {
+	mu      sync.Mutex
+	free    int
+	waiting map[int]chan struct{} // by index; closed when given a place
+}
+
+func newOrderedSlots(n, waiters int) *orderedSlots {
+	return &orderedSlots{free: n, waiting: make(map[int]chan struct{}, waiters)}
+}
+
+// acquire waits for a place for waiter i; false when ctx ended first.
+func (o *orderedSlots) acquire(ctx context.Context, i int) bool {
+	o.mu.Lock()
+	ch := make(chan struct{})
+	o.waiting[i] = ch
+	o.dispatchLocked()
+	o.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if _, still := o.waiting[i]; still {
+			delete(o.waiting, i)
+			return false
+		}
+		o.free++ // given a place as ctx ended: hand it on
+		o.dispatchLocked()
+		return false
+	}
+}
+
+func (o *orderedSlots) release() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.free++
+	o.dispatchLocked()
+}
+
+// dispatchLocked gives the free places to the lowest waiting indexes.
+func (o *orderedSlots) dispatchLocked() {
+	for o.free > 0 && len(o.waiting) > 0 {
+		first := -1
+		for i := range o.waiting {
+			if first < 0 || i < first {
+				first = i
+			}
+		}
+		close(o.waiting[first])
+		delete(o.waiting, first)
+		o.free--
+	}
 }
 
 // ensureBuild makes one build unless its tag is present on the parent it

@@ -480,3 +480,51 @@ func TestBuildLogPrefixesWholeLines(t *testing.T) {
 		t.Fatalf("shared log %q, want %q", shared.String(), want)
 	}
 }
+
+// A freed build slot goes to the waiting build earliest in the plan, not to
+// the one that asked first; a waiter whose context ends leaves the queue.
+func TestOrderedSlotsServeThePlanOrder(t *testing.T) {
+	o := newOrderedSlots(1, 4)
+	if !o.acquire(t.Context(), 9) {
+		t.Fatal("the free slot was not given")
+	}
+	got := make(chan int, 4)
+	waitFor := func(n int) {
+		for {
+			o.mu.Lock()
+			l := len(o.waiting)
+			o.mu.Unlock()
+			if l == n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	gone, cancel := context.WithCancel(t.Context())
+	for k, i := range []int{3, 0, 2, 1} {
+		ctx := t.Context()
+		if i == 0 {
+			ctx = gone
+		}
+		go func() {
+			if o.acquire(ctx, i) {
+				got <- i
+			} else {
+				got <- -1
+			}
+		}()
+		waitFor(k + 1)
+	}
+	cancel()
+	if i := <-got; i != -1 {
+		t.Fatalf("the cancelled waiter: got %d", i)
+	}
+	var order []int
+	for range 3 {
+		o.release()
+		order = append(order, <-got)
+	}
+	if !slices.Equal(order, []int{1, 2, 3}) {
+		t.Errorf("slots given in order %v, want [1 2 3]", order)
+	}
+}
