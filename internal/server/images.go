@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 )
 
 // imageBuildLog is the file in the state directory that gets the whole
@@ -27,8 +26,7 @@ const imageBuildLog = "image-build.log"
 // any start; a setup that cannot build (no Debian base, no supervisor in
 // this binary) stops the start.
 func (s *Server) buildImages(ctx context.Context) error {
-	d, ok := s.engine.(*docker.Runtime)
-	if !ok {
+	if s.docker == nil {
 		return fmt.Errorf("--build-images: backend %s does not build images", s.cfg.Policy.Backend)
 	}
 	path := filepath.Join(s.cfg.StateDir, imageBuildLog)
@@ -38,7 +36,7 @@ func (s *Server) buildImages(ctx context.Context) error {
 	}
 	pr, pw := io.Pipe()
 	go logBuildLines(pr, f, s.log)
-	done, err := d.BuildMissingImages(ctx, pw)
+	done, err := s.docker.BuildMissingImages(ctx, pw)
 	if err != nil {
 		pw.Close()
 		if errors.Is(err, sandbox.ErrEngineUnreachable) {

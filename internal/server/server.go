@@ -31,6 +31,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 	"github.com/sandboxer/sandboxer/internal/serverlock"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/template"
@@ -56,6 +57,7 @@ type Server struct {
 	tokens    *auth.Tokens     // nil: no token file
 	mt        *metrics.Metrics // nil: no metrics
 	engine    sandbox.Engine
+	docker    *docker.Runtime // the engine when it is Docker's (builds the images); else nil
 	audit     *audit.Log
 	stack     *stack
 	goBuilds  *gobuild.Cache
@@ -102,7 +104,7 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 		s.mt = metrics.New(imageLanguages(languages))
 		obs = s.mt
 	}
-	if s.engine, err = NewEngine(cfg, s.lock.ID(), obs.EngineError); err != nil {
+	if s.engine, s.docker, err = newEngine(cfg, s.lock.ID(), obs.EngineError); err != nil {
 		return nil, err
 	}
 	if s.audit, err = audit.Open(cfg.StateDir, audit.DefaultMaxBytes, audit.DefaultKeep); err != nil {

@@ -246,10 +246,7 @@ func EnsureImages(ctx context.Context, cli *client.Client, force bool, log io.Wr
 // the Go seed's compile) overlap well on two cores.
 const buildParallelism = 3
 
-// ensureBuilds runs builds, each after its parent (parentOf) when the
-// parent is one of them, up to buildParallelism at once (a free slot goes to
-// the ready build earliest in builds: the plan's order is its priority, and a
-// final image, next after its core, is never queued behind another core), skipping those
+// ensureBuilds runs builds in plan order (runInPlanOrder), skipping those
 // whose tag is present unless force is set. ready (may be nil) hears each
 // tag as it is there, built or found. It returns the tags it built, in the
 // order of builds; after a failure it starts no more builds and returns the
@@ -269,117 +266,89 @@ func ensureBuilds(ctx context.Context, cli *client.Client, builds []images.Build
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		logMu    sync.Mutex
-		errOnce  sync.Once
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	done := make(map[string]chan struct{}, len(builds)) // closed when a build is ready to build on
-	for _, b := range builds {
-		done[b.Tag] = make(chan struct{})
-	}
+	var logMu sync.Mutex
 	builtTags := make([]string, len(builds))
-	slots := newOrderedSlots(buildParallelism, len(builds))
-	for i, b := range builds {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if parent := done[parentOf(b)]; parent != nil {
-				select {
-				case <-parent:
-				case <-ctx.Done():
-					return
-				}
-			}
-			if !slots.acquire(ctx, i) {
-				return
-			}
-			defer slots.release()
-			out := &buildLog{mu: &logMu, w: log, prefix: "[" + strings.TrimPrefix(b.Tag, "sandboxer/") + "] "}
-			didBuild, err := ensureBuild(ctx, cli, b, extraCA, force, out)
-			out.flush()
-			if err != nil {
-				errOnce.Do(func() { firstErr = err })
-				cancel()
-				return
-			}
-			if didBuild {
-				builtTags[i] = b.Tag
-			}
-			if ready != nil {
-				ready(b.Tag)
-			}
-			close(done[b.Tag])
-		}()
-	}
-	wg.Wait()
+	err = runInPlanOrder(ctx, builds, buildParallelism, func(ctx context.Context, i int) error {
+		b := builds[i]
+		out := &buildLog{mu: &logMu, w: log, prefix: "[" + strings.TrimPrefix(b.Tag, "sandboxer/") + "] "}
+		didBuild, err := ensureBuild(ctx, cli, b, extraCA, force, out)
+		out.flush()
+		if err != nil {
+			return err
+		}
+		if didBuild {
+			builtTags[i] = b.Tag
+		}
+		if ready != nil {
+			ready(b.Tag)
+		}
+		return nil
+	})
 	var built []string
 	for _, tag := range builtTags {
 		if tag != "" {
 			built = append(built, tag)
 		}
 	}
-	return built, firstErr
+	return built, err
 }
 
-// orderedSlots lets n holders at once; a freed place goes to the waiter
-// with the lowest index.
-type orderedSlots struct {
-	mu      sync.Mutex
-	free    int
-	waiting map[int]chan struct{} // by index; closed when given a place
-}
-
-func newOrderedSlots(n, waiters int) *orderedSlots {
-	return &orderedSlots{free: n, waiting: make(map[int]chan struct{}, waiters)}
-}
-
-// acquire waits for a place for waiter i; false when ctx ended first.
-func (o *orderedSlots) acquire(ctx context.Context, i int) bool {
-	o.mu.Lock()
-	ch := make(chan struct{})
-	o.waiting[i] = ch
-	o.dispatchLocked()
-	o.mu.Unlock()
-	select {
-	case <-ch:
-		return true
-	case <-ctx.Done():
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		if _, still := o.waiting[i]; still {
-			delete(o.waiting, i)
-			return false
-		}
-		o.free++ // given a place as ctx ended: hand it on
-		o.dispatchLocked()
-		return false
+// runInPlanOrder runs run(i) for each build, after its parent (parentOf)
+// when the parent is one of builds, up to parallel at once. A free place
+// goes to the ready build earliest in builds: the plan's order is its
+// priority, and a final image, next after its core, never waits behind
+// another core. After a failure it starts no more, waits for those
+// running, and returns the first error.
+func runInPlanOrder(ctx context.Context, builds []images.Build, parallel int, run func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	index := make(map[string]int, len(builds))
+	for i, b := range builds {
+		index[b.Tag] = i
 	}
-}
-
-func (o *orderedSlots) release() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.free++
-	o.dispatchLocked()
-}
-
-// dispatchLocked gives the free places to the lowest waiting indexes.
-func (o *orderedSlots) dispatchLocked() {
-	for o.free > 0 && len(o.waiting) > 0 {
-		first := -1
-		for i := range o.waiting {
-			if first < 0 || i < first {
-				first = i
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result)
+	started, finished := make([]bool, len(builds)), make([]bool, len(builds))
+	canStart := func(i int) bool {
+		p, hasParent := index[parentOf(builds[i])]
+		return !started[i] && (!hasParent || finished[p])
+	}
+	var firstErr error
+	running := 0
+	for {
+		for firstErr == nil && ctx.Err() == nil && running < parallel {
+			next := -1
+			for i := range builds {
+				if canStart(i) {
+					next = i
+					break
+				}
 			}
+			if next < 0 {
+				break
+			}
+			started[next] = true
+			running++
+			go func() { results <- result{next, run(ctx, next)} }()
 		}
-		close(o.waiting[first])
-		delete(o.waiting, first)
-		o.free--
+		if running == 0 {
+			break
+		}
+		r := <-results
+		running--
+		if r.err != nil && firstErr == nil {
+			firstErr = r.err
+			cancel()
+		}
+		finished[r.i] = r.err == nil
 	}
+	if firstErr == nil && slices.Contains(started, false) {
+		return ctx.Err() // ended before every build started
+	}
+	return firstErr
 }
 
 // ensureBuild makes one build unless its tag is present on the parent it

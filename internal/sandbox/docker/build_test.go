@@ -481,50 +481,90 @@ func TestBuildLogPrefixesWholeLines(t *testing.T) {
 	}
 }
 
-// A freed build slot goes to the waiting build earliest in the plan, not to
-// the one that asked first; a waiter whose context ends leaves the queue.
-func TestOrderedSlotsServeThePlanOrder(t *testing.T) {
-	o := newOrderedSlots(1, 4)
-	if !o.acquire(t.Context(), 9) {
-		t.Fatal("the free slot was not given")
+// A free build place goes to the ready build earliest in the plan: a final
+// image before any core after it, python's core before go's before
+// javascript's; after a failure no more builds start.
+func TestRunInPlanOrder(t *testing.T) {
+	builds, err := images.PlanWith([]byte("supervisor"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	got := make(chan int, 4)
-	waitFor := func(n int) {
-		for {
-			o.mu.Lock()
-			l := len(o.waiting)
-			o.mu.Unlock()
-			if l == n {
-				return
-			}
-			time.Sleep(time.Millisecond)
+	at := map[string]int{} // "python" core, "python!" final -> index
+	for i, b := range builds {
+		key := b.Image
+		if b.Final {
+			key += "!"
+		}
+		at[key] = i
+	}
+	starts := make(chan int, len(builds))
+	release := make([]chan error, len(builds))
+	for i := range release {
+		release[i] = make(chan error, 1)
+	}
+	result := make(chan error, 1)
+	go func() {
+		result <- runInPlanOrder(t.Context(), builds, 3, func(ctx context.Context, i int) error {
+			starts <- i
+			return <-release[i]
+		})
+	}()
+	expect := func(keys ...string) {
+		t.Helper()
+		var want, got []int
+		for _, k := range keys {
+			want = append(want, at[k])
+			got = append(got, <-starts)
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("started %v, want %v (%v)", got, want, keys)
 		}
 	}
-	gone, cancel := context.WithCancel(t.Context())
-	for k, i := range []int{3, 0, 2, 1} {
-		ctx := t.Context()
-		if i == 0 {
-			ctx = gone
-		}
-		go func() {
-			if o.acquire(ctx, i) {
-				got <- i
-			} else {
-				got <- -1
+	expect("base")
+	release[at["base"]] <- nil
+	expect("base!", "python", "go")
+	release[at["base!"]] <- nil
+	expect("javascript")
+	release[at["python"]] <- nil
+	expect("python!") // before rust's core, which was ready first
+	release[at["python!"]] <- nil
+	expect("rust")
+	// The rest, in whatever order they come: each build starts once.
+	seen := map[int]bool{}
+	for _, k := range []string{"base", "base!", "python", "python!", "go", "javascript", "rust"} {
+		seen[at[k]] = true
+	}
+	for _, k := range []string{"go", "javascript", "rust"} {
+		release[at[k]] <- nil
+	}
+	for done := false; !done; {
+		select {
+		case err := <-result:
+			if err != nil {
+				t.Fatal(err)
 			}
-		}()
-		waitFor(k + 1)
+			done = true
+		case i := <-starts:
+			if seen[i] {
+				t.Fatalf("build %d started twice", i)
+			}
+			seen[i] = true
+			release[i] <- nil
+		}
 	}
-	cancel()
-	if i := <-got; i != -1 {
-		t.Fatalf("the cancelled waiter: got %d", i)
+	if len(seen) != len(builds) {
+		t.Errorf("started %d builds of %d", len(seen), len(builds))
 	}
-	var order []int
-	for range 3 {
-		o.release()
-		order = append(order, <-got)
-	}
-	if !slices.Equal(order, []int{1, 2, 3}) {
-		t.Errorf("slots given in order %v, want [1 2 3]", order)
+
+	// One at a time, a failure starts nothing more.
+	failed := 0
+	err = runInPlanOrder(t.Context(), builds, 1, func(ctx context.Context, i int) error {
+		failed++
+		return errors.New("base failed")
+	})
+	if err == nil || err.Error() != "base failed" || failed != 1 {
+		t.Errorf("after a failure: %v, %d builds run; want the failure, 1", err, failed)
 	}
 }
