@@ -30,27 +30,34 @@ func (s *server) waitPrestartedWith(mount string, used ...string) []string {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		out, err := exec.Command("docker", "ps", "--no-trunc", "--filter", "label=dev.sandboxer.instance="+inst,
-			"--filter", "label=dev.sandboxer.kind=pool", "--filter", "status=running", "--format", "{{.Names}} {{.Mounts}} {{.ID}} {{.Command}}").Output()
+			"--filter", "label=dev.sandboxer.kind=pool", "--filter", "status=running", "--format", "{{.ID}}\t{{.Names}}\t{{.Mounts}}\t{{.Command}}").Output()
 		if err != nil {
 			s.t.Fatalf("docker ps: %v", err)
 		}
-		// The pool may keep several of a shape (its depth follows arrivals):
-		// every one whose program runs already is one a job may take.
+		// The pool may keep several of a shape (its depth follows arrivals)
+		// and a job takes any: wait until every one runs its program already
+		// (else a job submitted now could see it start later, and the test
+		// could not tell).
 		var ready []string
+		starting := false
 		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, " prestart ") && !strings.HasPrefix(l, "sandboxer-job-") && strings.Contains(l, mount) {
-				// Its program runs already (else a job submitted now could
-				// see it start later, and the test could not tell).
-				id := strings.Fields(l)[2]
-				if slices.Contains(used, id) {
-					continue
-				}
-				if top, err := exec.Command("docker", "top", id).Output(); err != nil || strings.Contains(string(top), lang.NodeMain) {
-					ready = append(ready, id)
-				}
+			f := strings.Split(l, "\t")
+			if len(f) != 4 || !strings.Contains(f[3], " prestart ") || strings.HasPrefix(f[1], "sandboxer-job-") || !strings.Contains(f[2], mount) {
+				continue
+			}
+			id := f[0]
+			if slices.Contains(used, id) {
+				continue
+			}
+			// The prestarted node itself, not the supervisor's argument naming it.
+			if top, err := exec.Command("docker", "top", id, "-o", "pid,args").Output(); err == nil &&
+				slices.ContainsFunc(strings.Split(string(top), "\n"), func(p string) bool { return strings.HasSuffix(strings.TrimSpace(p), " node "+lang.NodeMain) }) {
+				ready = append(ready, id)
+			} else {
+				starting = true
 			}
 		}
-		if len(ready) > 0 {
+		if len(ready) > 0 && !starting {
 			return ready
 		}
 		if time.Now().After(deadline) {
