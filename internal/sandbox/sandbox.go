@@ -236,8 +236,9 @@ type Runtime interface {
 // exec (a layer that wraps either takes one).
 type StartFunc func(ctx context.Context, spec Spec, out Output) (Handle, error)
 
-// KindPool labels a sandbox started before its job (a warm pool's); its job
-// is known by the container id stored with the job, not by its labels.
+// KindPool labels a sandbox started before its job (a warm pool's). Once a
+// job takes it, List reports the job's id and kind for it (shortly after:
+// the contract's warm suite), so a sweep treats it as the job's.
 const KindPool = "pool"
 
 // PoolKey is what a sandbox is, fixed when its container is made: a warm

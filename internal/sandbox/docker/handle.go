@@ -48,6 +48,11 @@ type handle struct {
 	prepared  sandbox.Spec // the spec it was made with (warm sandboxes)
 	// tunnel is the job's egress tunnel (network egress on Podman), closed with it.
 	tunnel *sandbox.Tunnel
+	// renameMu orders a claimed warm container's rename before its removal:
+	// Docker 20.10 can keep listing a container renamed while it was being
+	// removed. noRename is set once the removal is due.
+	renameMu sync.Mutex
+	noRename bool
 }
 
 func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
@@ -151,7 +156,30 @@ func (h *handle) Destroy(ctx context.Context) error {
 		}
 		return nil
 	}
+	h.settleRename()
 	return h.rt.Remove(ctx, h.id)
+}
+
+// renameForJob names a claimed warm container after its job and the job's
+// kind (List reads them: its labels were written before the job existed),
+// unless the container's removal is already due.
+func (h *handle) renameForJob(jobID, kind string) {
+	h.renameMu.Lock()
+	defer h.renameMu.Unlock()
+	if h.noRename || h.ended() {
+		return // a short job: its container is going anyway
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_, _ = h.rt.cli.ContainerRename(ctx, h.id, client.ContainerRenameOptions{NewName: claimedName(jobID, kind)})
+}
+
+// settleRename cancels a rename not yet begun and waits for one under way,
+// so the container's removal never overlaps it.
+func (h *handle) settleRename() {
+	h.renameMu.Lock()
+	h.noRename = true
+	h.renameMu.Unlock()
 }
 
 func (h *handle) wasDestroyed() bool {
@@ -261,12 +289,13 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 		return
 	}
 	if h.c.Exit() != nil {
-		h.rt.removeLater(h.id) // counted before Done, so Flush after Done waits for it
+		h.rt.removeLater(h.id, h.settleRename) // counted before Done, so Flush after Done waits for it
 		close(h.done)
 		return
 	}
 	// No report: an end that was not the job's own. Remove it now, and
 	// learn whether someone else did first.
+	h.settleRename()
 	gone, err := h.rt.remove(ctx, h.id)
 	if err != nil {
 		h.status.CleanupErr = fmt.Errorf("remove container %.12s: %w", h.id, err)

@@ -33,7 +33,8 @@ func TestBuildMissingImagesSaysBuilding(t *testing.T) {
 	good := "sandboxer/test-pending:" + suffix
 	bad := "sandboxer/test-pending-fails:" + suffix
 	t.Cleanup(func() {
-		for _, ref := range []string{good, bad} {
+		// A build also tags <repository>:latest.
+		for _, ref := range []string{good, bad, "sandboxer/test-pending:latest", "sandboxer/test-pending-fails:latest"} {
 			_, _ = cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{PruneChildren: true})
 		}
 	})

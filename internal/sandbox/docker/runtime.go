@@ -400,22 +400,28 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		return nil, h.rt.engineErr(fmt.Errorf("hand the sandbox its job: %w", err))
 	}
 	if resize && spec.JobID != "" {
-		// A warm container's labels were written before its job existed: its
-		// name says whose it is now (List reads it), off the job's path.
-		time.AfterFunc(renameDelay, func() {
-			if h.ended() {
-				return // a short job: its container is going anyway
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-			defer cancel()
-			_, _ = h.rt.cli.ContainerRename(ctx, h.id, client.ContainerRenameOptions{NewName: jobNamePrefix + spec.JobID})
-		})
+		// Off the job's path: the rename never competes with a short job.
+		time.AfterFunc(renameDelay, func() { h.renameForJob(spec.JobID, spec.Kind) })
 	}
 	return h, nil
 }
 
-// jobNamePrefix names a pooled container once it runs a job: sandboxer-job-<job id>.
+// jobNamePrefix names a pooled container once it runs a job:
+// sandboxer-job-<job id>.<job kind> (claimedName, parseClaimedName).
 const jobNamePrefix = "sandboxer-job-"
+
+func claimedName(jobID, kind string) string { return jobNamePrefix + jobID + "." + kind }
+
+// parseClaimedName reads a container name made by claimedName; a name
+// without a kind (a server before kinds were in it) gives only the id.
+func parseClaimedName(name string) (jobID, kind string, ok bool) {
+	rest, ok := strings.CutPrefix(strings.TrimPrefix(name, "/"), jobNamePrefix)
+	if !ok {
+		return "", "", false
+	}
+	jobID, kind, _ = strings.Cut(rest, ".")
+	return jobID, kind, jobID != ""
+}
 
 // renameDelay: a claimed container is renamed only if its job still runs
 // then, so the rename never competes with a short job.
@@ -512,7 +518,8 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 
 // removeLater removes an ended container in the background: a job's result
 // does not wait for it. Flush (and Close) wait for removals under way.
-func (r *Runtime) removeLater(id string) {
+// settle runs first (the handle's rename, if one is under way, ends).
+func (r *Runtime) removeLater(id string, settle func()) {
 	r.removeMu.Lock()
 	if r.removing == 0 {
 		r.removeIdle = make(chan struct{})
@@ -527,10 +534,11 @@ func (r *Runtime) removeLater(id string) {
 			}
 			r.removeMu.Unlock()
 		}()
+		settle()
 		r.waitLogReaders(id, drainTimeout)
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		_ = r.Remove(ctx, id) // what fails here, the cleanup loop sweeps later
+		_ = r.Remove(ctx, id) // what fails here, the job manager's recovery pass sweeps later
 	}()
 }
 
@@ -597,16 +605,20 @@ func (r *Runtime) List(ctx context.Context) ([]sandbox.Container, error) {
 	}
 	var out []sandbox.Container
 	for _, c := range res.Items {
-		jobID := c.Labels[sandbox.LabelJobID]
+		jobID, kind := c.Labels[sandbox.LabelJobID], c.Labels[sandbox.LabelKind]
 		for _, name := range c.Names {
-			if id, ok := strings.CutPrefix(strings.TrimPrefix(name, "/"), jobNamePrefix); ok && jobID == "" {
-				jobID = id // a pooled container, claimed by this job
+			if id, k, ok := parseClaimedName(name); ok && jobID == "" {
+				// a pooled container, claimed by this job: the job's now
+				jobID = id
+				if k != "" {
+					kind = k
+				}
 			}
 		}
 		out = append(out, sandbox.Container{
 			ID:       c.ID,
 			JobID:    jobID,
-			Kind:     c.Labels[sandbox.LabelKind],
+			Kind:     kind,
 			Instance: c.Labels[sandbox.LabelInstance],
 			Server:   c.Labels[sandbox.LabelServer],
 			Running:  c.State == container.StateRunning,

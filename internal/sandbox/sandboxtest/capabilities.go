@@ -53,7 +53,7 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 }
 
 // runWarm: a prepared sandbox is listed as the pool's, runs exactly the
-// job it is launched with, refuses a job of another shape, and ends when it
+// job it is launched with (and is listed as that job's), refuses a job of another shape, and ends when it
 // is discarded or removed from outside.
 func runWarm(t *testing.T, e sandbox.Engine, image string) {
 	w := e.Capabilities().Warm
@@ -81,6 +81,30 @@ func runWarm(t *testing.T, e sandbox.Engine, image string) {
 		st := waitDone(t, h, "launched job")
 		if st.ExitCode != 5 || !cleanEnd(st) || out.Stdout() != "warm\n" || out.Stderr() != "err\n" {
 			t.Fatalf("launched job: %s, stdout %q, stderr %q; want exit 5, warm and err", describe(st), out.Stdout(), out.Stderr())
+		}
+	})
+	t.Run("ClaimedIsListedAsTheJobs", func(t *testing.T) {
+		// A warm sandbox a job took is that job's: listed with its id and
+		// kind, so a sweep treats it as the job's container once the job
+		// is over (not as the pool's, which its owner manages).
+		wm := prepare(t)
+		spec := Spec(image, "sleep 300")
+		h, err := wm.Launch(context.Background(), spec, newBuffer())
+		if err != nil {
+			t.Fatalf("Launch: %v", err)
+		}
+		t.Cleanup(func() { _ = h.Destroy(context.Background()) })
+		var c sandbox.Container
+		deadline := time.Now().Add(time.Minute) // how soon is the bench's business
+		for {
+			var ok bool
+			if c, ok = listed(t, e, wm.ContainerID()); ok && c.JobID == spec.JobID && c.Kind == spec.Kind {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("claimed sandbox listed as %+v (found %v), want job %s kind %s", c, ok, spec.JobID, spec.Kind)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	})
 	t.Run("AnotherShapeRefused", func(t *testing.T) {
