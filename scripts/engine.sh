@@ -11,9 +11,38 @@ engine_answers() {
   timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1
 }
 
+# stale_running: the engine lists a container as running whose process is
+# gone. Seen here after every containerd shim died at once: dockerd ignored
+# their end, and each removal (and every create after it) then waited forever.
+stale_running() {
+  local id pid
+  for id in $(timeout -s KILL 20 docker ps -q 2>/dev/null); do
+    pid=$(timeout -s KILL 10 docker inspect -f '{{.State.Pid}}' "$id" 2>/dev/null) || continue
+    if [[ $pid -gt 0 && ! -d /proc/$pid ]]; then
+      log "container $id is listed as running, but its process $pid is gone"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# A daemon this script may restart: the local one, as root on Debian.
+own_daemon() { [[ -z ${DOCKER_HOST:-} && $(id -u) -eq 0 && -f /etc/debian_version ]] && pgrep -x dockerd >/dev/null; }
+
 if command -v docker >/dev/null 2>&1 && engine_answers; then
-  log "Docker engine answers ($(docker version --format '{{.Server.Version}}' 2>/dev/null))"
-  exit 0
+  if own_daemon && stale_running; then
+    log "restarting dockerd: its view of its containers is stale"
+    pkill -TERM -x dockerd || true
+    for _ in $(seq 1 20); do pgrep -x dockerd >/dev/null || break; sleep 1; done
+    if pgrep -x dockerd >/dev/null; then
+      pkill -KILL -x dockerd || true
+      pkill -KILL -f 'containerd --config /var/run/docker/containerd/' || true
+      sleep 1
+    fi
+  else
+    log "Docker engine answers ($(docker version --format '{{.Server.Version}}' 2>/dev/null))"
+    exit 0
+  fi
 fi
 
 if [[ -n "${DOCKER_HOST:-}" ]]; then
