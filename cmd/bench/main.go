@@ -300,8 +300,11 @@ func (s *server) waiting(ctx context.Context, claimed map[string]bool) (map[stri
 	return w, nil
 }
 
-// poolFull waits until want warm containers wait, and returns them.
-func (s *server) poolFull(ctx context.Context, want int, claimed map[string]bool) (map[string]bool, error) {
+// poolFull waits until want warm containers wait, one of them of image
+// (a name of images.All; "" for any), and returns them. The pool keeps more
+// than the policy's sizes of a shape whose jobs come fast, so a count alone
+// can be met by bash sandboxes while python's is still starting.
+func (s *server) poolFull(ctx context.Context, want int, image string, claimed map[string]bool) (map[string]bool, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		w, err := s.waiting(ctx, claimed)
@@ -309,10 +312,16 @@ func (s *server) poolFull(ctx context.Context, want int, claimed map[string]bool
 			return nil, err
 		}
 		if len(w) >= want {
-			return w, nil
+			ok, err := s.anyOfImage(ctx, w, image)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return w, nil
+			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the pool did not fill: %d of %d warm containers after 60 s", len(w), want)
+			return nil, fmt.Errorf("the pool did not fill: %d of %d warm containers (one of image %q wanted) after 60 s", len(w), want, image)
 		}
 		select {
 		case <-ctx.Done():
@@ -320,6 +329,24 @@ func (s *server) poolFull(ctx context.Context, want int, claimed map[string]bool
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// anyOfImage says whether one of the containers ids runs the sandbox image
+// named image (always true for "").
+func (s *server) anyOfImage(ctx context.Context, ids map[string]bool, image string) (bool, error) {
+	if image == "" {
+		return true, nil
+	}
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-q", "--no-trunc", "--filter", "ancestor="+images.Tag(image)).Output()
+	if err != nil {
+		return false, fmt.Errorf("docker ps: %w", err)
+	}
+	for _, id := range strings.Fields(string(out)) {
+		if ids[id] {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // warmCase is a latency case measured with the pool full before every call.
@@ -343,10 +370,12 @@ type phases struct {
 	haveDie, haveRen bool
 }
 
-func (s *server) measureWarm(ctx context.Context, o options, poolSize int, claimed map[string]bool, args map[string]any) (*warmCase, error) {
+// measureWarm times args' run_command with the pool full before each call,
+// a sandbox of image (a name of images.All) among those waiting.
+func (s *server) measureWarm(ctx context.Context, o options, poolSize int, image string, claimed map[string]bool, args map[string]any) (*warmCase, error) {
 	wc := &warmCase{}
 	for i := -1; i < o.runs; i++ { // i == -1: warm-up
-		w, err := s.poolFull(ctx, poolSize, claimed)
+		w, err := s.poolFull(ctx, poolSize, image, claimed)
 		if err != nil {
 			return nil, err
 		}
@@ -607,7 +636,7 @@ func poolOn(ctx context.Context, o options, r *report) error {
 	defer s.close()
 	r.poolSize = 3 // policies/default.yaml: bash 2, python 1
 	claimed := map[string]bool{}
-	if _, err := s.poolFull(ctx, r.poolSize, claimed); err != nil {
+	if _, err := s.poolFull(ctx, r.poolSize, "", claimed); err != nil {
 		return err
 	}
 	var events *eventLog
@@ -622,15 +651,15 @@ func poolOn(ctx context.Context, o options, r *report) error {
 		}()
 	}
 	progress("warm: run_command true x%d (pool refilled before each)", o.runs)
-	if r.warmTrue, err = s.measureWarm(ctx, o, r.poolSize, claimed, map[string]any{"command": "true"}); err != nil {
+	if r.warmTrue, err = s.measureWarm(ctx, o, r.poolSize, "base", claimed, map[string]any{"command": "true"}); err != nil {
 		return err
 	}
 	progress("warm: run_command echo hi x%d", o.runs)
-	if r.warmEcho, err = s.measureWarm(ctx, o, r.poolSize, claimed, map[string]any{"command": "echo hi"}); err != nil {
+	if r.warmEcho, err = s.measureWarm(ctx, o, r.poolSize, "base", claimed, map[string]any{"command": "echo hi"}); err != nil {
 		return err
 	}
 	progress("warm: python3 -c 'print(1)' x%d", o.runs)
-	if r.warmPy, err = s.measureWarm(ctx, o, r.poolSize, claimed, map[string]any{"command": "python3 -c 'print(1)'", "language": "python"}); err != nil {
+	if r.warmPy, err = s.measureWarm(ctx, o, r.poolSize, "python", claimed, map[string]any{"command": "python3 -c 'print(1)'", "language": "python"}); err != nil {
 		return err
 	}
 
@@ -639,7 +668,7 @@ func poolOn(ctx context.Context, o options, r *report) error {
 	}
 
 	progress("memory: idle with a full pool")
-	if _, err := s.poolFull(ctx, r.poolSize, claimed); err != nil {
+	if _, err := s.poolFull(ctx, r.poolSize, "", claimed); err != nil {
 		return err
 	}
 	// Idle: no call for longer than the server waits before it trims its
@@ -723,14 +752,14 @@ func poolOn(ctx context.Context, o options, r *report) error {
 	}
 
 	progress("throughput, pool on: %d sequential jobs", o.seq)
-	if _, err := s.poolFull(ctx, r.poolSize, claimed); err != nil {
+	if _, err := s.poolFull(ctx, r.poolSize, "", claimed); err != nil {
 		return err
 	}
 	if r.seqOn, err = s.throughput(ctx, o.seq, 1); err != nil {
 		return err
 	}
 	progress("throughput, pool on: %d jobs from %d callers", o.conc, o.callers)
-	if _, err := s.poolFull(ctx, r.poolSize, claimed); err != nil {
+	if _, err := s.poolFull(ctx, r.poolSize, "", claimed); err != nil {
 		return err
 	}
 	if r.concOn, err = s.throughput(ctx, o.conc, o.callers); err != nil {

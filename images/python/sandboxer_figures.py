@@ -28,14 +28,22 @@ MPL_SEED = "/usr/local/share/sandboxer/matplotlib"
 
 
 def _seed_matplotlib():
-    """Copies the font cache to a fresh (tmpfs) MPLCONFIGDIR: a stat per start."""
+    """Copies the font cache to a fresh (tmpfs) MPLCONFIGDIR: a stat per start.
+
+    With os alone: importing shutil (fnmatch, re, enum) would add ~7 ms to
+    every python job's first start in a sandbox. The seed is flat files."""
     d = os.environ.get("MPLCONFIGDIR", "")
-    if d.startswith("/tmp/") and not os.path.exists(d) and os.path.isdir(MPL_SEED):
-        try:
-            import shutil
-            shutil.copytree(MPL_SEED, d)
-        except OSError:
-            pass  # matplotlib builds its cache itself
+    if not d.startswith("/tmp/") or os.path.exists(d):
+        return
+    try:
+        names = os.listdir(MPL_SEED)
+        os.makedirs(d)
+        for name in names:
+            with open(os.path.join(MPL_SEED, name), "rb") as src, \
+                    open(os.path.join(d, name), "wb") as dst:
+                dst.write(src.read())
+    except OSError:
+        pass  # matplotlib builds its cache itself
 
 
 def _write(png):

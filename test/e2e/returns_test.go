@@ -45,11 +45,14 @@ func images(t *testing.T, res *mcp.CallToolResult) (sizes []string, lines []stri
 // plt.show(), one left open at the end and a PIL image's show() come back
 // as PNG image content items of the right sizes, each named by a line; a
 // figure too large is scaled down to 1,600 px a side. numpy, pandas,
-// matplotlib and PIL import in the python image.
+// matplotlib and PIL import in the python image, and matplotlib's font
+// cache is seeded before it is first imported (not built by the job).
 func TestFiguresComeBackAsImages(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
 	res := s.call("run_script", map[string]any{"language": "python", "code": `
+import os
+print("seeded", any(n.startswith("fontlist") for n in os.listdir(os.environ["MPLCONFIGDIR"])))
 import numpy as np, pandas as pd, matplotlib, PIL
 import matplotlib.pyplot as plt
 from PIL import Image
@@ -67,7 +70,7 @@ print("done")
 		t.Fatalf("run_script: %s", text(res))
 	}
 	st := structured(t, res)
-	if st["stdout"] != "backend module://sandboxer_mpl_backend\ndone\n" {
+	if st["stdout"] != "seeded True\nbackend module://sandboxer_mpl_backend\ndone\n" {
 		t.Fatalf("stdout %q, stderr %q", st["stdout"], st["stderr"])
 	}
 	sizes, lines := images(t, res)
