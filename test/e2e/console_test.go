@@ -61,20 +61,86 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-// waitFor polls a JavaScript predicate in the page until it holds. A
-// navigation under way replaces the page's context: the poll starts again
-// in the new page.
-func waitFor(t *testing.T, ctx context.Context, what, predicate string) {
+// netChanged is Chromium's error for a request under way when the host's
+// network interfaces change. The engine adds and removes container
+// interfaces (and bridges, with addresses) all the time while the other
+// tests run, so a page load can fail so; it is loaded again, not failed.
+const netChanged = "ERR_NETWORK_CHANGED"
+
+// netChangedTries bounds how often one load is taken again for it.
+const netChangedTries = 5
+
+// navigate loads url, again when Chromium ends the load with netChanged.
+func navigate(t *testing.T, ctx context.Context, url string) {
 	t.Helper()
-	deadline := time.Now().Add(browserWait)
-	for {
-		_, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate, chromedp.WithPollingTimeout(time.Until(deadline)), chromedp.WithPollingInterval(100*time.Millisecond)))
+	for try := 1; ; try++ {
+		err := chromedp.Do(ctx, chromedp.Navigate(url))
 		if err == nil {
 			return
 		}
+		if !strings.Contains(err.Error(), netChanged) || try == netChangedTries {
+			t.Fatalf("load %s: %v", url, err)
+		}
+		t.Logf("load %s: %v (the host's interfaces changed): again", url, err)
+	}
+}
+
+// waitFor polls a JavaScript predicate in the page until it holds. A
+// navigation under way replaces the page's context: the poll starts again
+// in the new page. A page that failed to load with netChanged is reloaded
+// (every page a test waits on this way came from a GET).
+func waitFor(t *testing.T, ctx context.Context, what, predicate string) {
+	t.Helper()
+	for try := 1; !waitForLoaded(t, ctx, what, predicate); try++ {
+		if try == netChangedTries {
+			t.Fatalf("waiting for %s: the page failed to load with %s %d times", what, netChanged, try)
+		}
+		t.Logf("waiting for %s: the page failed to load with %s: reloading", what, netChanged)
+		if err := chromedp.Do(ctx, chromedp.Reload()); err != nil && !strings.Contains(err.Error(), netChanged) {
+			t.Fatalf("reload: %v", err)
+		}
+	}
+}
+
+// posted runs submit (which posts a form) and waits for predicate in the
+// answer. A POST's failed load is not reloaded: redo brings the form back,
+// and submit runs again.
+func posted(t *testing.T, ctx context.Context, what, predicate string, submit, redo func()) {
+	t.Helper()
+	for try := 1; ; try++ {
+		submit()
+		if waitForLoaded(t, ctx, what, predicate) {
+			return
+		}
+		if try == netChangedTries {
+			t.Fatalf("waiting for %s: the POST failed with %s %d times", what, netChanged, try)
+		}
+		t.Logf("waiting for %s: the POST failed with %s: again", what, netChanged)
+		redo()
+	}
+}
+
+// waitForLoaded is waitFor's poll: false when the page is Chromium's error
+// page for netChanged instead (a POST's answer is taken again by its caller).
+func waitForLoaded(t *testing.T, ctx context.Context, what, predicate string) bool {
+	t.Helper()
+	const errorPage = `location.href.startsWith("chrome-error:")`
+	deadline := time.Now().Add(browserWait)
+	for {
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool]("("+predicate+") || "+errorPage, chromedp.WithPollingTimeout(time.Until(deadline)), chromedp.WithPollingInterval(100*time.Millisecond)))
+		if err == nil {
+			if !eval[bool](t, ctx, errorPage) {
+				return true
+			}
+			page := eval[string](t, ctx, `document.documentElement.innerText.slice(0, 3000)`)
+			if strings.Contains(page, netChanged) {
+				return false
+			}
+			t.Fatalf("waiting for %s: the page failed to load:\n%s", what, page)
+		}
 		// The page navigated under the poll ("Cannot find context with
 		// specified id", "Inspected target navigated or closed", ...).
-		navigating := strings.Contains(err.Error(), "(-32000)") || strings.Contains(err.Error(), "context was destroyed")
+		navigating := err != nil && (strings.Contains(err.Error(), "(-32000)") || strings.Contains(err.Error(), "context was destroyed"))
 		if !navigating || time.Now().After(deadline) {
 			html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 3000) : ""`))
 			t.Fatalf("waiting for %s (%s): %v\npage:\n%s", what, predicate, err, html)
@@ -117,10 +183,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	ctx := browser(t)
 
 	// Refused without a token: the page is the sign-in form, nothing else.
-	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/jobs")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "the sign-in form", `!!document.getElementById("login") && !document.getElementById("jobs")`)
+	navigate(t, ctx, base+"/ui/jobs")
+	signInForm := `!!document.getElementById("login") && !document.getElementById("jobs")`
+	waitFor(t, ctx, "the sign-in form", signInForm)
 	screenshot(t, ctx, "signin.png")
 	resp, err := http.Get(base + "/ui/jobs")
 	if err != nil {
@@ -132,10 +197,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	// Sign in; the jobs list goes live.
-	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#token"), adminToken), chromedp.Submit(chromedp.CSS("#token"))); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "the live jobs list", `!!document.getElementById("jobs") && document.getElementById("live").classList.contains("on")`)
+	posted(t, ctx, "the live jobs list", `!!document.getElementById("jobs") && document.getElementById("live").classList.contains("on")`,
+		func() {
+			if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#token"), adminToken), chromedp.Submit(chromedp.CSS("#token"))); err != nil {
+				t.Fatal(err)
+			}
+		},
+		func() { navigate(t, ctx, base+"/ui/jobs"); waitFor(t, ctx, "the sign-in form", signInForm) })
 	eval[any](t, ctx, `window.__sameDocument = 42`)
 
 	// A job started through MCP appears without a reload.
@@ -178,9 +246,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// A Python session's screen.
 	r = s.startSession(map[string]any{"language": "python", "command": "python3", "mode": "pty", "until": ">>> $"})
 	sid := str(r, "job_id")
-	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/jobs/"+sid)); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, base+"/ui/jobs/"+sid)
 	waitFor(t, ctx, "the session's prompt", `(document.getElementById("screen") || {textContent: ""}).textContent.includes(">>>")`)
 	s.typeLine(sid, "print(6*7)")
 	waitFor(t, ctx, "the session's answer on its screen", `document.getElementById("screen").textContent.includes("\n42")`)
@@ -193,20 +259,21 @@ func TestConsoleInBrowser(t *testing.T) {
 			`<script>document.getElementById("f").submit()</script>`, base, victim)
 	}))
 	defer hostile.Close()
-	if err := chromedp.Do(ctx, chromedp.Navigate(hostile.URL)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "the cross-site POST's answer", fmt.Sprintf(`location.href.startsWith(%q) && document.body.innerText.includes("refused")`, base))
+	// The hostile page posts its form as it loads.
+	posted(t, ctx, "the cross-site POST's answer", fmt.Sprintf(`location.href.startsWith(%q) && document.body.innerText.includes("refused")`, base),
+		func() { navigate(t, ctx, hostile.URL) }, func() {})
 	if st := str(s.ok("get_job", map[string]any{"job_id": victim}), "status"); st != "running" {
 		t.Fatalf("a cross-site POST killed the job: status %s", st)
 	}
 	// The console's own kill form works (the form's submit() skips the confirm dialog).
-	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/jobs/"+victim)); err != nil {
-		t.Fatal(err)
+	killed := `(document.getElementById("status") || {}).textContent === "killed"`
+	jobPage := func() {
+		navigate(t, ctx, base+"/ui/jobs/"+victim)
+		waitFor(t, ctx, "the kill button", `!!document.getElementById("kill") || `+killed)
 	}
-	waitFor(t, ctx, "the kill button", `!!document.getElementById("kill")`)
-	eval[any](t, ctx, `document.getElementById("kill").submit()`)
-	waitFor(t, ctx, "the killed job's page", `(document.getElementById("status") || {}).textContent === "killed"`)
+	jobPage()
+	// Again after a failed load only if the kill did not get through.
+	posted(t, ctx, "the killed job's page", killed, func() { eval[any](t, ctx, `(k => k && k.submit())(document.getElementById("kill"))`) }, jobPage)
 	if st := str(s.ok("get_job", map[string]any{"job_id": victim}), "status"); st != "killed" {
 		t.Fatalf("the console's kill: status %s", st)
 	}
@@ -219,9 +286,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	// The jobs list as the docs show it, light and dark.
-	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/jobs")); err != nil {
-		t.Fatal(err)
-	}
+	navigate(t, ctx, base+"/ui/jobs")
 	waitFor(t, ctx, "the jobs list", fmt.Sprintf(`!!document.querySelector('#jobs tr[data-id=%q]')`, victim))
 	waitFor(t, ctx, "the tenant column", fmt.Sprintf(`document.querySelector('#jobs tr[data-id=%q] td').textContent === "local"`, victim))
 	screenshot(t, ctx, "jobs-light.png")
@@ -231,9 +296,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitFor(t, ctx, "the dark theme", `document.documentElement.dataset.theme === "dark"`)
 	screenshot(t, ctx, "jobs-dark.png")
 	for _, p := range []string{"/ui/workspaces", "/ui/audit", "/ui/blocklist", "/ui/pool", "/ui/caches"} {
-		if err := chromedp.Do(ctx, chromedp.Navigate(base+p)); err != nil {
-			t.Fatal(err)
-		}
+		navigate(t, ctx, base+p)
 		waitFor(t, ctx, p, `!!document.querySelector("main h1")`)
 		screenshot(t, ctx, strings.TrimPrefix(p, "/ui/")+".png")
 	}
