@@ -26,12 +26,31 @@ stale_running() {
   return 1
 }
 
+# wedged: the engine answers but does not run a container within a minute.
+# Seen here: Docker 20.10's libnetwork deadlock between one container's
+# network teardown and another's endpoint removal (moby/moby#42545; Debian
+# bookworm's 20.10.24 lacks the fix) when many containers come and go. Every
+# start, stop and removal then waits forever, while `docker version` and
+# `docker ps` still answer. Only a timeout counts: a probe that fails fast
+# failed for another reason, which the steps after this one report.
+wedged() {
+  local img=debian:bookworm-slim rc=0
+  timeout -s KILL 10 docker image inspect "$img" >/dev/null 2>&1 || return 1 # nothing to run yet
+  timeout -s KILL 20 docker rm -f sandboxer-engine-probe >/dev/null 2>&1 || true
+  timeout -s KILL 60 docker run --rm --name sandboxer-engine-probe --network none "$img" true >/dev/null 2>&1 || rc=$?
+  if [[ $rc -eq 137 ]]; then
+    log "a probe container ($img true) did not run within 60 s"
+    return 0
+  fi
+  return 1
+}
+
 # A daemon this script may restart: the local one, as root on Debian.
 own_daemon() { [[ -z ${DOCKER_HOST:-} && $(id -u) -eq 0 && -f /etc/debian_version ]] && pgrep -x dockerd >/dev/null; }
 
 if command -v docker >/dev/null 2>&1 && engine_answers; then
-  if own_daemon && stale_running; then
-    log "restarting dockerd: its view of its containers is stale"
+  if own_daemon && { stale_running || wedged; }; then
+    log "restarting dockerd: it is stuck"
     pkill -TERM -x dockerd || true
     for _ in $(seq 1 20); do pgrep -x dockerd >/dev/null || break; sleep 1; done
     if pgrep -x dockerd >/dev/null; then
