@@ -15,14 +15,16 @@ engine_answers() {
 # gone. Seen here after every containerd shim died at once: dockerd ignored
 # their end, and each removal (and every create after it) then waited forever.
 stale_running() {
-  local id pid
-  for id in $(timeout -s KILL 20 docker ps -q 2>/dev/null); do
-    pid=$(timeout -s KILL 10 docker inspect -f '{{.State.Pid}}' "$id" 2>/dev/null) || continue
+  local ids id pid
+  ids=$(timeout -s KILL 20 docker ps -q 2>/dev/null) || return 1
+  [[ -n $ids ]] || return 1
+  # One inspect for them all; a container gone meanwhile just drops out.
+  while read -r id pid; do
     if [[ $pid -gt 0 && ! -d /proc/$pid ]]; then
       log "container $id is listed as running, but its process $pid is gone"
       return 0
     fi
-  done
+  done < <(timeout -s KILL 20 docker inspect -f '{{.Id}} {{.State.Pid}}' $ids 2>/dev/null || true)
   return 1
 }
 

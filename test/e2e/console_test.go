@@ -140,7 +140,7 @@ func waitForLoaded(t *testing.T, ctx context.Context, what, predicate string) bo
 		}
 		// The page navigated under the poll ("Cannot find context with
 		// specified id", "Inspected target navigated or closed", ...).
-		navigating := err != nil && (strings.Contains(err.Error(), "(-32000)") || strings.Contains(err.Error(), "context was destroyed"))
+		navigating := strings.Contains(err.Error(), "(-32000)") || strings.Contains(err.Error(), "context was destroyed")
 		if !navigating || time.Now().After(deadline) {
 			html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 3000) : ""`))
 			t.Fatalf("waiting for %s (%s): %v\npage:\n%s", what, predicate, err, html)
