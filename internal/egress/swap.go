@@ -32,13 +32,18 @@ func (g Grant) bound(host string, port int) []SecretGrant {
 	return out
 }
 
-// boundNames names secrets for a message.
-func boundNames(secrets []SecretGrant) string {
+// secretNames are the secrets' names.
+func secretNames(secrets []SecretGrant) []string {
 	names := make([]string, len(secrets))
 	for i, s := range secrets {
 		names[i] = s.Name
 	}
-	return strings.Join(names, ", ")
+	return names
+}
+
+// boundNames names secrets for a message.
+func boundNames(secrets []SecretGrant) string {
+	return strings.Join(secretNames(secrets), ", ")
 }
 
 // handshakeTimeout bounds the TLS handshake with the job.
@@ -72,14 +77,13 @@ func (p *Proxy) swap(w http.ResponseWriter, g Grant, host string, port int, addr
 	}
 	defer tconn.Close()
 	tr := p.upstream(host, addr)
-	target := net.JoinHostPort(host, fmt.Sprint(port))
 	r := bufio.NewReader(tconn)
 	for {
 		req, err := http.ReadRequest(r)
 		if err != nil {
 			return // the job closed, or sent what is not HTTP/1.1
 		}
-		keep := p.swapOne(tconn, tr, req, g, target, secrets, ev)
+		keep := p.swapOne(tconn, tr, req, g, host, port, secrets, ev)
 		if !keep {
 			return
 		}
@@ -117,9 +121,17 @@ func (p *Proxy) upstream(host, addr string) *http.Transport {
 }
 
 // swapOne carries one request; false ends the connection.
-func (p *Proxy) swapOne(conn net.Conn, tr *http.Transport, req *http.Request, g Grant, target string, secrets []SecretGrant, ev *Event) bool {
+func (p *Proxy) swapOne(conn net.Conn, tr *http.Transport, req *http.Request, g Grant, host string, port int, secrets []SecretGrant, ev *Event) bool {
 	used := Event{Tenant: g.Tenant, Job: g.Job, Host: ev.Host, Port: ev.Port, Addr: ev.Addr, Allowed: true}
 	defer req.Body.Close()
+	if err := checkAuthority(req, host, port); err != nil {
+		// Domain fronting: a front end that routes by Host would hand the
+		// value to the host the request names, not the one it is bound to.
+		used.Allowed, used.Reason, used.Secrets = false, "fronting refused: "+err.Error(), secretNames(secrets)
+		p.audit(used)
+		writeStatus(conn, http.StatusMisdirectedRequest, "sandboxer egress proxy: "+err.Error())
+		return false
+	}
 	if req.Header.Get("Upgrade") != "" {
 		writeStatus(conn, http.StatusNotImplemented, "sandboxer egress proxy: protocol upgrades are not carried to a host a secret is bound to")
 		return false
@@ -132,7 +144,8 @@ func (p *Proxy) swapOne(conn net.Conn, tr *http.Transport, req *http.Request, g 
 		return false
 	}
 	used.Secrets = names
-	req.URL.Scheme, req.URL.Host, req.RequestURI = "https", target, ""
+	target := net.JoinHostPort(host, fmt.Sprint(port))
+	req.URL.Scheme, req.URL.Host, req.RequestURI, req.Host = "https", target, "", authority(host, port)
 	body := &counter{r: req.Body}
 	req.Body = body
 	resp, err := tr.RoundTrip(req)
@@ -153,6 +166,55 @@ func (p *Proxy) swapOne(conn net.Conn, tr *http.Transport, req *http.Request, g 
 		p.audit(used)
 	}
 	return werr == nil && !req.Close && !resp.Close
+}
+
+// checkAuthority refuses a request inside a bound host's TLS that names
+// any other host: in its Host header, or in an absolute-form target
+// (https://other/...). Names compare as DNS names do (case, a final dot);
+// a port, where given, must be the CONNECT's (none means the same host).
+func checkAuthority(req *http.Request, host string, port int) error {
+	if req.URL.IsAbs() || req.URL.Host != "" {
+		if !strings.EqualFold(req.URL.Scheme, "https") || !sameAuthority(req.URL.Host, host, port) {
+			return fmt.Errorf("the request's target %q names another host than %s, which this connection and its secrets are bound to", truncate(req.RequestURI, 200), net.JoinHostPort(host, fmt.Sprint(port)))
+		}
+	}
+	if req.Host == "" {
+		return fmt.Errorf("the request has no Host header: a request to %s, which secrets are bound to, must name it", host)
+	}
+	if !sameAuthority(req.Host, host, port) {
+		return fmt.Errorf("the request's Host header %q names another host than %s, which this connection and its secrets are bound to", truncate(req.Host, 200), net.JoinHostPort(host, fmt.Sprint(port)))
+	}
+	return nil
+}
+
+// sameAuthority says whether authority (host or host:port) is host at port.
+func sameAuthority(authority, host string, port int) bool {
+	h, p, err := net.SplitHostPort(authority)
+	if err != nil {
+		h, p = authority, ""
+	}
+	if p != "" && p != fmt.Sprint(port) {
+		return false
+	}
+	h = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+	return strings.EqualFold(strings.TrimSuffix(h, "."), strings.TrimSuffix(host, "."))
+}
+
+// authority is the Host header sent to host at port (the port left out
+// where it is https' own).
+func authority(host string, port int) string {
+	if port == 443 {
+		return host
+	}
+	return net.JoinHostPort(host, fmt.Sprint(port))
+}
+
+// truncate bounds a job's string in a message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // swapHeaders puts each secret's value where its placeholder is in h,

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -200,5 +201,79 @@ func TestCAKeptAndReloaded(t *testing.T) {
 	pool.AppendCertsFromPEM(a.CertPEM())
 	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "api.example.com", Roots: pool}); err != nil {
 		t.Fatalf("a leaf of the reloaded CA does not verify: %v", err)
+	}
+}
+
+// rawRequest sends one raw HTTP/1.1 request through the proxy's CONNECT to
+// the bound host, inside the TLS the proxy ends, and returns the status line.
+func (s *swapSetup) rawRequest(t *testing.T, request string) string {
+	t.Helper()
+	proxyURL, _ := s.client.Transport.(*http.Transport).Proxy(&http.Request{URL: &url.URL{Scheme: "https", Host: "bound.test"}})
+	conn, err := net.Dial("tcp", proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	bound := strings.TrimSuffix(strings.TrimPrefix(s.boundURL, "https://"), "/")
+	auth := base64.StdEncoding.EncodeToString([]byte(proxyURL.User.String()))
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n", bound, bound, auth)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	tc := tls.Client(&bufferedConn{Conn: conn, r: br}, &tls.Config{ServerName: "bound.test", RootCAs: s.client.Transport.(*http.Transport).TLSClientConfig.RootCAs})
+	if _, err := io.WriteString(tc, strings.ReplaceAll(request, "PH", s.placeholder)); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(tc).ReadString('\n')
+	return strings.TrimSpace(line)
+}
+
+// Domain fronting: inside the bound host's TLS, a request naming another
+// host (Host header, absolute target) is refused and audited, and nothing
+// reaches the upstream; the bound host's own name, in any case or with a
+// final dot, goes through.
+func TestProxySwapRefusesFronting(t *testing.T) {
+	s := newSwapSetup(t, func() ([]byte, error) { return []byte("real-value-42"), nil })
+	port := strings.TrimSuffix(strings.Split(s.boundURL, ":")[2], "/")
+	for _, req := range []string{
+		"GET / HTTP/1.1\r\nHost: evil.example\r\nX-Api-Key: PH\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: evil.example:" + port + "\r\nX-Api-Key: PH\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: free.test:" + port + "\r\nX-Api-Key: PH\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: bound.test:1\r\nX-Api-Key: PH\r\n\r\n",
+		"GET https://other.example:" + port + "/abs HTTP/1.1\r\nHost: bound.test:" + port + "\r\nX-Api-Key: PH\r\n\r\n",
+		"GET http://bound.test:" + port + "/abs HTTP/1.1\r\nHost: bound.test:" + port + "\r\nX-Api-Key: PH\r\n\r\n",
+		"GET / HTTP/1.0\r\nX-Api-Key: PH\r\n\r\n",
+	} {
+		if got := s.rawRequest(t, req); !strings.Contains(got, "421") {
+			t.Errorf("%q: %s, want 421 Misdirected Request", req, got)
+		}
+		select {
+		case h := <-s.seen:
+			t.Fatalf("%q reached the upstream with %v", req, h)
+		default:
+		}
+	}
+	var refused int
+	for _, e := range *s.events {
+		if !e.Allowed && strings.HasPrefix(e.Reason, "fronting refused: ") && len(e.Secrets) == 1 && e.Secrets[0] == "API_KEY" {
+			refused++
+		}
+	}
+	if refused != 7 {
+		t.Errorf("audit: %d refusals of fronting, want 7: %+v", refused, *s.events)
+	}
+	for _, req := range []string{
+		"GET / HTTP/1.1\r\nHost: BOUND.test.:" + port + "\r\nX-Api-Key: PH\r\nConnection: close\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: bound.test\r\nX-Api-Key: PH\r\nConnection: close\r\n\r\n",
+		"GET https://bound.test:" + port + "/abs HTTP/1.1\r\nHost: bound.test:" + port + "\r\nX-Api-Key: PH\r\nConnection: close\r\n\r\n",
+	} {
+		if got := s.rawRequest(t, req); !strings.Contains(got, "200") {
+			t.Errorf("%q: %s, want 200", req, got)
+		}
+		if h := s.received(t); h.Get("X-Api-Key") != "real-value-42" {
+			t.Errorf("%q: the bound host got %q", req, h.Get("X-Api-Key"))
+		}
 	}
 }

@@ -156,6 +156,19 @@ const maxPendingEscape = 4096
 // sequence: the rest then begins the next page, whole. It returns len(b) when
 // b ends cleanly, and never 0 for a non-empty b (a page always makes progress).
 func PageEnd(b []byte, escapes bool) int {
+	end := unfinished(b, escapes)
+	if end == 0 {
+		return len(b)
+	}
+	return end
+}
+
+// Unfinished is where an escape sequence or a UTF-8 character that b ends
+// in the middle of begins (len(b) when b ends cleanly): what a filter of a
+// stream holds back until the next write shows its end.
+func Unfinished(b []byte) int { return unfinished(b, true) }
+
+func unfinished(b []byte, escapes bool) int {
 	end := len(b)
 	// An incomplete (valid-prefix) UTF-8 sequence at the end.
 	for i := 1; i <= 3 && i <= end; i++ {
@@ -184,10 +197,55 @@ func PageEnd(b []byte, escapes bool) int {
 			}
 		}
 	}
-	if end == 0 {
-		return len(b)
-	}
 	return end
+}
+
+// Printed is b as StripANSI reads it, before it redraws lines: the bytes a
+// terminal prints (text, \t and \n), with every escape sequence and control
+// character (\r included) left out; at[k] is the index in b of printed[k].
+// Secrets are matched on it (internal/secret), so a value split by colour
+// codes, a title string or a \r is found whole.
+func Printed(b []byte) (printed []byte, at []int) {
+	printed, at = make([]byte, 0, len(b)), make([]int, 0, len(b))
+	emit := func(i, j int) {
+		for k := i; k < j; k++ {
+			printed, at = append(printed, b[k]), append(at, k)
+		}
+	}
+	for i := 0; i < len(b); {
+		c := b[i]
+		switch {
+		case c == '\n' || c == '\t':
+			emit(i, i+1)
+			i++
+		case c == esc:
+			i = skipEscape(b, i)
+		case c < 0x20 || c == 0x7f:
+			i++
+		case c < utf8.RuneSelf:
+			emit(i, i+1)
+			i++
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			switch {
+			case r == utf8.RuneError && size == 1:
+				if c == 0x9b {
+					i = skipCSI(b, i+1)
+				} else {
+					emit(i, i+1)
+					i++
+				}
+			case r == 0x9b:
+				i = skipCSI(b, i+size)
+			case r >= 0x80 && r <= 0x9f:
+				i += size
+			default:
+				emit(i, i+size)
+				i += size
+			}
+		}
+	}
+	return printed, at
 }
 
 // escapeComplete says whether the escape sequence starting at b[i] == ESC is

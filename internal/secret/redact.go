@@ -4,14 +4,21 @@ import (
 	"bytes"
 	"sync"
 
+	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
 // Redactor is a job's output on its way to be stored and returned: every
 // secret value it knows is replaced by the job's placeholder for it, so a
-// value a response reflected and the job printed is never kept. A value
-// split across writes is caught too: the end of a write that could begin a
-// value is held back until the next write (or Flush) shows whether it does.
+// value a response reflected and the job printed is never kept. Values are
+// matched on what a terminal prints (output.Printed): a value split by
+// escape sequences (colour from grep --color or jq -C), by a \r or by other
+// control characters is found whole, and what lay between its parts stays
+// where it was. Every view of the output (raw, stripped, paged, a
+// terminal's screen) reads what the Redactor passed on. A value split
+// across writes is caught too: the end of a write that could begin a value,
+// or that ends inside an escape sequence, is held back until the next write
+// (or Flush) shows whether it does.
 type Redactor struct {
 	next sandbox.Output
 
@@ -19,6 +26,10 @@ type Redactor struct {
 	pairs []pair
 	held  map[sandbox.Stream][]byte
 }
+
+// maxHeldBytes bounds what is held back per stream: a value's beginning
+// followed by more escape sequences than this is passed on unmatched.
+const maxHeldBytes = 64 << 10
 
 type pair struct {
 	value       []byte
@@ -49,21 +60,39 @@ func (r *Redactor) Add(value []byte, placeholder string) {
 func (r *Redactor) Write(stream sandbox.Stream, p []byte) {
 	r.mu.Lock()
 	buf := append(r.held[stream], p...)
+	unfinished := output.Unfinished(buf) // an escape or a character the next write ends
+	printed, at := output.Printed(buf[:unfinished])
 	var out []byte
-	i := 0
+	i, k := 0, 0 // buf[:i] is passed on; printed[:k] is searched
 	for {
-		j, pr := r.earliest(buf[i:])
+		j, pr := r.earliest(printed[k:])
 		if pr == nil {
 			break
 		}
-		out = append(out, buf[i:i+j]...)
+		j += k
+		last := j + len(pr.value) - 1
+		out = append(out, buf[i:at[j]]...)
 		out = append(out, pr.placeholder...)
-		i += j + len(pr.value)
+		// What lay between the value's printed bytes (escapes, \r) stays.
+		next := j
+		for x := at[j]; x <= at[last]; x++ {
+			if next <= last && at[next] == x {
+				next++
+				continue
+			}
+			out = append(out, buf[x])
+		}
+		i, k = at[last]+1, last+1
 	}
-	rest := buf[i:]
-	keep := r.partial(rest)
-	out = append(out, rest[:len(rest)-keep]...)
-	r.held[stream] = append([]byte(nil), rest[len(rest)-keep:]...)
+	hold := unfinished
+	if keep := r.partial(printed[k:]); keep > 0 {
+		hold = min(hold, at[len(printed)-keep])
+	}
+	if len(buf)-hold > maxHeldBytes {
+		hold = len(buf)
+	}
+	out = append(out, buf[i:hold]...)
+	r.held[stream] = append([]byte(nil), buf[hold:]...)
 	r.mu.Unlock()
 	if len(out) > 0 {
 		r.next.Write(stream, out)
