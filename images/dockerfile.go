@@ -2,7 +2,6 @@ package images
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
 )
 
 // FromImages returns the images a Dockerfile's FROM lines name, with ARGs
@@ -74,29 +75,68 @@ func FromImages(dockerfile string, buildArgs map[string]string) ([]string, error
 	return refs, nil
 }
 
-// Instructions joins continuation lines and drops comments and blank
-// lines (good enough for ARG and FROM; the engine parses the real thing).
-func Instructions(dockerfile string) []string {
-	var out []string
-	var cur strings.Builder
-	sc := bufio.NewScanner(strings.NewReader(dockerfile))
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "#") || (line == "" && cur.Len() == 0) {
-			continue
-		}
-		if cont, ok := strings.CutSuffix(line, `\`); ok {
-			cur.WriteString(cont)
-			cur.WriteByte(' ')
-			continue
-		}
-		cur.WriteString(line)
-		out = append(out, cur.String())
-		cur.Reset()
+// Instruction is one Dockerfile instruction as Docker's own parser
+// (BuildKit's frontend/dockerfile/parser, which the engine's builders use)
+// reads it: after the escape directive and line continuations are applied,
+// blank continuation lines skipped, heredocs attached.
+type Instruction struct {
+	Line     int          // the line it starts on, from 1
+	Op       string       // upper case: FROM, RUN, COPY, …
+	Flags    []string     // as written: --from=stage, --link, …
+	Args     []string     // the arguments (shell form: one; JSON form: each)
+	Heredocs []string     // the heredocs' names (<<EOF)
+	Trigger  *Instruction // ONBUILD's instruction
+}
+
+// String is the instruction on one line.
+func (in Instruction) String() string {
+	parts := append([]string{in.Op}, in.Flags...)
+	if in.Trigger != nil {
+		parts = append(parts, in.Trigger.String())
 	}
-	if cur.Len() > 0 {
-		out = append(out, cur.String())
+	return strings.Join(append(parts, in.Args...), " ")
+}
+
+// Parse reads a Dockerfile with Docker's own parser.
+func Parse(dockerfile string) ([]Instruction, error) {
+	res, err := parser.Parse(strings.NewReader(dockerfile))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Instruction, 0, len(res.AST.Children))
+	for _, n := range res.AST.Children {
+		out = append(out, instruction(n))
+	}
+	return out, nil
+}
+
+func instruction(n *parser.Node) Instruction {
+	in := Instruction{Line: n.StartLine, Op: strings.ToUpper(n.Value), Flags: n.Flags}
+	for _, h := range n.Heredocs {
+		in.Heredocs = append(in.Heredocs, h.Name)
+	}
+	if in.Op == "ONBUILD" && n.Next != nil && len(n.Next.Children) > 0 {
+		t := instruction(n.Next.Children[0])
+		t.Line = n.StartLine
+		in.Trigger = &t
+		return in
+	}
+	for a := n.Next; a != nil; a = a.Next {
+		in.Args = append(in.Args, a.Value)
+	}
+	return in
+}
+
+// Instructions are a Dockerfile's instructions, one line each (nil when
+// Docker's parser refuses it: a build would fail too).
+func Instructions(dockerfile string) []string {
+	parsed, err := Parse(dockerfile)
+	if err != nil {
+		return nil
+	}
+	out := make([]string, len(parsed))
+	for i, in := range parsed {
+		out[i] = in.String()
 	}
 	return out
 }

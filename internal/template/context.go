@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
 
 	"github.com/sandboxer/sandboxer/images"
 )
@@ -45,87 +46,112 @@ func ReadDockerfile(p string) ([]byte, error) {
 	return data, nil
 }
 
-// CheckDockerfile refuses instructions that reach outside the build
-// context: ADD of a URL or a git repository, COPY/ADD --from an image
-// (not an earlier stage), sources that climb out with "..", and RUN
-// --mount (BuildKit's, which can mount other images and the host's
-// secrets). The engine parses the rest.
+// CheckDockerfile refuses what reaches outside the build context: ADD of a
+// URL or a git repository, COPY/ADD --from an image (not an earlier
+// stage), sources that climb out with "..", RUN --mount, --network and
+// --security, a variable where a source or --from is named (an ARG could
+// name a URL or an image), and a `# syntax=` front end (an image the
+// builder would fetch). It reads the Dockerfile with Docker's own parser
+// (images.Parse), so the escape directive, continuations and their blank
+// lines, and heredocs are read as the builder reads them; ONBUILD
+// triggers are checked as instructions (they run when an image is built
+// on this one, as sandboxer's own final step is). Errors name the line.
 func CheckDockerfile(dockerfile string) error {
-	stages := map[string]bool{}
-	nstage := 0
-	seenFrom := false
-	for _, line := range images.Instructions(dockerfile) {
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
-			continue
-		}
-		op := strings.ToUpper(fields[0])
-		switch op {
-		case "FROM":
-			seenFrom = true
-			rest := skipFlags(fields[1:])
-			if len(rest) >= 3 && strings.EqualFold(rest[1], "AS") {
-				stages[strings.ToLower(rest[2])] = true
-			}
-			nstage++
-		case "RUN":
-			for _, f := range fields[1:] {
-				if !strings.HasPrefix(f, "--") {
-					break
-				}
-				if strings.HasPrefix(f, "--mount") || strings.HasPrefix(f, "--network") || strings.HasPrefix(f, "--security") {
-					return fmt.Errorf("%q: RUN %s is refused: it reaches outside the build (the template's network key sets the build's network)", clip(line), strings.SplitN(f, "=", 2)[0])
-				}
-			}
-		case "COPY", "ADD":
-			args := fields[1:]
-			for len(args) > 0 && strings.HasPrefix(args[0], "--") {
-				flag := args[0]
-				args = args[1:]
-				name, val, _ := strings.Cut(flag, "=")
-				switch name {
-				case "--from":
-					v := strings.ToLower(val)
-					if !stages[v] && !isEarlierStage(v, nstage) {
-						return fmt.Errorf("%q: %s --from=%s is refused: only an earlier stage of this Dockerfile may be copied from (an image is outside the context)", clip(line), op, val)
-					}
-				case "--chown", "--chmod", "--link", "--parents", "--exclude":
-				default:
-					return fmt.Errorf("%q: %s %s is refused (not a flag templates allow)", clip(line), op, name)
-				}
-			}
-			srcs := args
-			if len(args) > 0 && strings.HasPrefix(args[0], "[") {
-				var list []string
-				if err := json.Unmarshal([]byte(strings.Join(args, " ")), &list); err != nil {
-					return fmt.Errorf("%q: %v", clip(line), err)
-				}
-				srcs = list
-			}
-			if len(srcs) < 2 {
-				continue // the engine says what is wrong
-			}
-			for _, src := range srcs[:len(srcs)-1] {
-				if op == "ADD" && (strings.Contains(src, "://") || strings.HasPrefix(src, "git@")) {
-					return fmt.Errorf("%q: ADD of %s is refused: a download reaches outside the context; fetch it in a RUN step (network: egress) or put it in the context", clip(line), src)
-				}
-				if c := path.Clean("/" + src); strings.Contains(src, "..") && (c == "/" || strings.HasPrefix(path.Clean(src), "..")) {
-					return fmt.Errorf("%q: source %s climbs out of the context", clip(line), src)
-				}
-			}
+	if syntax, _, _, ok := parser.DetectSyntax([]byte(dockerfile)); ok {
+		return fmt.Errorf("the # syntax=%s directive is refused: a front end is an image fetched from outside the context", clip(syntax))
+	}
+	parsed, err := images.Parse(dockerfile)
+	if err != nil {
+		return fmt.Errorf("docker's parser refuses it: %v", err)
+	}
+	c := dockerfileCheck{stages: map[string]bool{}}
+	for _, in := range parsed {
+		if err := c.check(in); err != nil {
+			return fmt.Errorf("line %d, %q: %w", in.Line, clip(in.String()), err)
 		}
 	}
-	if !seenFrom {
+	if !c.seenFrom {
 		return fmt.Errorf("no FROM instruction")
 	}
 	return nil
 }
 
-func skipFlags(f []string) []string {
-	for len(f) > 0 && strings.HasPrefix(f[0], "--") {
-		f = f[1:]
+// dockerfileCheck is what CheckDockerfile has seen so far.
+type dockerfileCheck struct {
+	stages   map[string]bool // the stages named so far
+	nstage   int
+	seenFrom bool
+}
+
+func (c *dockerfileCheck) check(in images.Instruction) error {
+	switch in.Op {
+	case "ONBUILD":
+		if in.Trigger == nil {
+			return fmt.Errorf("ONBUILD without an instruction")
+		}
+		if in.Trigger.Op == "FROM" || in.Trigger.Op == "ONBUILD" {
+			return fmt.Errorf("ONBUILD %s is refused", in.Trigger.Op)
+		}
+		return c.check(*in.Trigger)
+	case "FROM":
+		c.seenFrom = true
+		if len(in.Args) >= 3 && strings.EqualFold(in.Args[1], "AS") {
+			c.stages[strings.ToLower(in.Args[2])] = true
+		}
+		c.nstage++
+	case "RUN":
+		if len(in.Flags) > 0 { // --mount, --network, --security, --device: each reaches outside
+			name, _, _ := strings.Cut(in.Flags[0], "=")
+			return fmt.Errorf("RUN %s is refused: it reaches outside the build (the template's network key sets the build's network)", name)
+		}
+	case "COPY", "ADD":
+		for _, f := range in.Flags {
+			name, val, _ := strings.Cut(f, "=")
+			switch name {
+			case "--from":
+				v := strings.ToLower(val)
+				if strings.Contains(v, "$") {
+					return fmt.Errorf("%s --from=%s is refused: name an earlier stage without a variable", in.Op, val)
+				}
+				if !c.stages[v] && !isEarlierStage(v, c.nstage) {
+					return fmt.Errorf("%s --from=%s is refused: only an earlier stage of this Dockerfile may be copied from (an image is outside the context)", in.Op, val)
+				}
+			case "--chown", "--chmod", "--link", "--parents", "--exclude":
+			default:
+				return fmt.Errorf("%s %s is refused (not a flag templates allow)", in.Op, name)
+			}
+		}
+		if len(in.Args) < 2 {
+			return nil // the engine says what is wrong
+		}
+		heredoc := map[string]bool{}
+		for _, h := range in.Heredocs {
+			heredoc[h] = true
+		}
+		for _, src := range in.Args[:len(in.Args)-1] {
+			if name, ok := strings.CutPrefix(strings.TrimPrefix(src, "<<-"), "<<"); ok && heredoc[strings.Trim(name, `"'`)] {
+				continue // a heredoc's content is the file
+			}
+			if strings.Contains(src, "$") {
+				return fmt.Errorf("%s source %s is refused: a variable could name a URL or climb out of the context; write the path", in.Op, src)
+			}
+			if in.Op == "ADD" && remoteSource(src) {
+				return fmt.Errorf("ADD of %s is refused: a download reaches outside the context; fetch it in a RUN step (network: egress) or put it in the context", src)
+			}
+			if c := path.Clean("/" + src); strings.Contains(src, "..") && (c == "/" || strings.HasPrefix(path.Clean(src), "..")) {
+				return fmt.Errorf("source %s climbs out of the context", src)
+			}
+		}
 	}
-	return f
+	return nil
+}
+
+// remoteSource: ADD would fetch src (a URL, or a git repository in any of
+// the forms BuildKit's ADD takes).
+func remoteSource(src string) bool {
+	l := strings.ToLower(src)
+	return strings.Contains(l, "://") || strings.HasPrefix(l, "git@") || strings.HasPrefix(l, "github.com/") ||
+		strings.Contains(l, ".git#") || strings.HasSuffix(l, ".git")
 }
 
 // isEarlierStage: --from=N names stage N of those before.

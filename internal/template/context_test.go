@@ -20,6 +20,9 @@ func TestCheckDockerfile(t *testing.T) {
 		"FROM sandboxer/base:latest AS build\nRUN make\nFROM sandboxer/base:latest\nCOPY --from=build /out /opt/out\nCOPY --from=0 /x /y\n",
 		"FROM x\nCOPY --chown=1000:1000 [\"a b\", \"/opt/\"]\nADD local.tgz /opt/\n",
 		"FROM x\nCOPY dir/../dir/f /f\n",
+		"FROM x\nCOPY <<EOF /etc/motd\nhello ADD https://x/ $HOME\nEOF\nRUN <<EOF\necho hi\nEOF\n",
+		"# escape=`\nFROM x\nRUN echo `\n  hi\n",
+		"FROM x\nADD --link local.tgz /opt/\nONBUILD RUN echo later\n",
 	}
 	for _, df := range ok {
 		if err := CheckDockerfile(df); err != nil {
@@ -37,6 +40,24 @@ func TestCheckDockerfile(t *testing.T) {
 		"FROM x\nRUN --network=host curl x\n":                 "RUN --network is refused",
 		"RUN echo no from\n":                                  "no FROM",
 		"FROM x\nCOPY --weird=1 a b\n":                        "not a flag templates allow",
+		// The review's four bypasses, and more of their kind; each names its line.
+		"# escape=`\nFROM x\nADD `\nhttp://127.0.0.1:9/x /x\n":                           "line 3, \"ADD http://127.0.0.1:9/x /x\": ADD of http://127.0.0.1:9/x is refused",
+		"FROM x\nADD \\\n\n  http://127.0.0.1:9/x /x\n":                                  "line 2, \"ADD http://127.0.0.1:9/x /x\": ADD of",
+		"FROM x\nONBUILD ADD http://127.0.0.1:9/x /x\n":                                  "line 2, \"ONBUILD ADD http://127.0.0.1:9/x /x\": ADD of http://127.0.0.1:9/x is refused",
+		"FROM x\nCOPY \\\n\n--from=sandboxer/javascript:latest /usr/local/bin/node /x\n": "line 2, \"COPY --from=sandboxer/javascript:latest /usr/local/bin/node /x\": COPY --from=sandboxer/javascript:latest is refused",
+		"# syntax=docker/dockerfile:1\nFROM x\n":                                         "# syntax=docker/dockerfile:1 directive is refused",
+		"#syntax=evil/frontend\nFROM x\n":                                                "directive is refused",
+		"FROM x\nADD --link https://example.com/a /a\n":                                  "ADD of https://example.com/a is refused",
+		"FROM x\nARG IMG=sandboxer/javascript:latest\nCOPY --from=$IMG /a /b\n":          "line 3, \"COPY --from=$IMG /a /b\": COPY --from=$IMG is refused",
+		"FROM x\nARG U=http://127.0.0.1:9/x\nADD ${U} /x\n":                              "ADD source ${U} is refused",
+		"FROM x\nADD github.com/moby/moby.git /src\n":                                    "ADD of github.com/moby/moby.git is refused",
+		"FROM x\nADD https://github.com/o/r.git#main /src\n":                             "is refused",
+		"FROM x\nADD --checksum=sha256:00 https://example.com/a /a\n":                    "ADD --checksum is refused",
+		"FROM x\nONBUILD COPY --from=other:img /a /b\n":                                  "COPY --from=other:img is refused",
+		"FROM x\nONBUILD ONBUILD ADD http://x/ /y\n":                                     "refused",
+		"FROM x\nCOPY <<EOF ../../escape\nhi\nEOF\nADD <<EOF http://x/ /y\nhi\nEOF\n":    "ADD of http://x/ is refused",
+		"FROM x\nRUN --device=/dev/kvm ls\n":                                             "RUN --device is refused",
+		"FROM x\nrun --MOUNT=type=bind,target=/m ls\n":                                   "is refused",
 	}
 	for df, want := range bad {
 		err := CheckDockerfile(df)

@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -345,5 +347,56 @@ func TestHTTPSnapshotsAreTheTenants(t *testing.T) {
 		if res.IsError || str(structured(t, res), "stdout") != want {
 			t.Errorf("a job on the snapshot: %s, want %q", text(res), want)
 		}
+	}
+}
+
+// TestTemplateDockerfileBypassesRefused: the review's four ways past the
+// Dockerfile check (the escape directive, a blank line in a continuation,
+// ONBUILD, COPY --from after a blank continuation line), and a # syntax
+// front end and an ARG-named --from, are each refused naming the line;
+// the URL they name, a listener on the host's loopback, is never fetched.
+func TestTemplateDockerfileBypassesRefused(t *testing.T) {
+	t.Parallel()
+	testutil.RequireDocker(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fetched atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fetched.Add(1)
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	url := "http://" + ln.Addr().String() + "/payload"
+	sfx := fmt.Sprint(time.Now().UnixNano() % 1_000_000)
+	cases := []struct{ name, dockerfile, want string }{
+		{"esc", "# escape=`\nFROM sandboxer/base:latest\nADD `\n" + url + " /x\n", `line 3, "ADD ` + url + ` /x": ADD of ` + url + " is refused"},
+		{"blank", "FROM sandboxer/base:latest\nADD \\\n\n" + url + " /x\n", `line 2, "ADD ` + url + ` /x": ADD of`},
+		{"onbuild", "FROM sandboxer/base:latest\nONBUILD ADD " + url + " /x\n", `line 2, "ONBUILD ADD ` + url + ` /x": ADD of`},
+		{"copyfrom", "FROM sandboxer/base:latest\nCOPY \\\n\n--from=sandboxer/javascript:latest /usr/local/bin/node /x\n", `line 2, "COPY --from=sandboxer/javascript:latest /usr/local/bin/node /x": COPY --from=sandboxer/javascript:latest is refused`},
+		{"syntax", "# syntax=docker/dockerfile:1\nFROM sandboxer/base:latest\n", "the # syntax=docker/dockerfile:1 directive is refused"},
+		{"argfrom", "FROM sandboxer/base:latest\nARG IMG=sandboxer/javascript:latest\nCOPY --from=$IMG /usr/local/bin/node /x\n", `line 3, "COPY --from=$IMG /usr/local/bin/node /x": COPY --from=$IMG is refused`},
+	}
+	var pol strings.Builder
+	pol.WriteString("templates:\n")
+	for _, c := range cases {
+		removeTemplateImages(t, c.name+sfx)
+		fmt.Fprintf(&pol, "  %s%s: {context: %s}\n", c.name, sfx, templateDir(t, c.dockerfile, nil))
+	}
+	s := startServer(t, policyEnv(t, pol.String()))
+	for _, c := range cases {
+		if msg := s.toolErr("run_command", map[string]any{"language": c.name + sfx, "command": "true"}); !strings.Contains(msg, c.want) {
+			t.Errorf("%s: %s\nwant %q", c.name, msg, c.want)
+		}
+	}
+	if n := fetched.Load(); n != 0 {
+		t.Errorf("the URL was fetched %d times", n)
 	}
 }
