@@ -25,9 +25,11 @@ import (
 type SnapshotRequest struct {
 	Name      string
 	Workspace *record.Workspace // the tenant's, checked by the caller
-	// Files is a tar of the workspace's /workspace ("dir/." form); the
-	// caller closes it.
-	Files io.Reader
+	// Files opens a tar of the workspace's /workspace ("dir/." form). It
+	// is opened after the commit, never across it: Docker's commit pauses
+	// the container, and a stream from it that nobody reads while the
+	// commit waits (one over a pipe's buffer) held both forever.
+	Files func(context.Context) (io.ReadCloser, error)
 	// Env is what the snapshot's jobs need to find what installs put
 	// under /workspace (the workspace package's CacheEnv).
 	Env      []string
@@ -92,7 +94,12 @@ func (m *Manager) Snapshot(ctx context.Context, req SnapshotRequest) (*record.Te
 	}
 	progress("packing the workspace's files")
 	max := m.pol.TemplateBuilds.MaxContextMB << 20
-	files, n, err := seedContext(root, req.Files, max)
+	tree, err := req.Files(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: workspace %s's files: %w", w.Name, err)
+	}
+	files, n, err := seedContext(root, tree, max)
+	tree.Close()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: workspace %s: %w", w.Name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -128,11 +129,7 @@ func SnapshotWorkspace(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
-		files, err := ws.Files(ctx, w)
-		if err != nil {
-			return workspaceFailure(err), nil
-		}
-		defer files.Close()
+		files := func(ctx context.Context) (io.ReadCloser, error) { return ws.Files(ctx, w) }
 		ctx, stop := d.withBuildProgress(ctx, req)
 		rec, err := d.Templates.Snapshot(ctx, template.SnapshotRequest{Name: args.Template, Workspace: w, Files: files,
 			Env: workspace.CacheEnv, Progress: buildProgressFrom(ctx)})

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -399,4 +400,58 @@ func TestTemplateDockerfileBypassesRefused(t *testing.T) {
 	if n := fetched.Load(); n != 0 {
 		t.Errorf("the URL was fetched %d times", n)
 	}
+}
+
+// TestSnapshotOfABigWorkspace: a workspace of some 300 MB (a big random
+// file, a thousand small ones, a setuid copy of bash, a 2777 directory, a
+// link to /etc/shadow) is snapshotted (before the fix, a workspace over a
+// pipe's buffer never answered). A workspace made from it sees the files;
+// the link stays a link that reads nothing; setuid and setgid bits on the
+// files are dropped, and its jobs run with no-new-privileges and no
+// capabilities, so a setuid program an install put in the root gains
+// nothing either.
+func TestSnapshotOfABigWorkspace(t *testing.T) {
+	t.Parallel()
+	testutil.RequireDocker(t)
+	sfx := fmt.Sprint(time.Now().UnixNano() % 1_000_000)
+	snap, ws := "big"+sfx, "bigws"+sfx
+	removeTemplateImages(t, snap)
+	cleanupWorkspace(t, ws)
+	s := startServer(t, "SANDBOXER_TOOLSETS=all", policyEnv(t, "templates_build: {max_context_mb: 512}\n"))
+	s.ok("create_workspace", map[string]any{"name": ws})
+	s.wsOut(ws, `set -e
+head -c 300M /dev/urandom > big.bin; sha256sum big.bin > big.sum
+mkdir -p many; for i in $(seq 1000); do echo "file $i" > many/f$i.txt; done
+cp /bin/bash suidbash; chmod 4755 suidbash
+mkdir shared; chmod 2777 shared; echo x > shared/in
+ln -s /etc/shadow shadowlink; ln -s many/f7.txt rel`)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	start := time.Now()
+	res := s.callCtx(ctx, "snapshot_workspace", map[string]any{"workspace": ws, "template": snap})
+	if res.IsError {
+		t.Fatalf("snapshot_workspace: %s", text(res))
+	}
+	t.Logf("snapshot of a 300 MB workspace: %s", time.Since(start).Round(time.Millisecond))
+	// A fresh job's /workspace is a tmpfs smaller than this: it says so.
+	if r := s.call("run_command", map[string]any{"language": snap, "command": "true"}); !strings.Contains(text(r), "the template's files do not fit in /workspace") {
+		t.Errorf("a fresh job from a snapshot larger than its /workspace: %s", text(r))
+	}
+	cleanupWorkspace(t, "from"+sfx)
+	s.ok("create_workspace", map[string]any{"name": "from" + sfx, "language": snap})
+	job := s.ok("run_command", map[string]any{"workspace": "from" + sfx, "timeout_s": 120, "command": `
+sha256sum -c big.sum >/dev/null && echo "sum=ok"
+echo "many=$(ls many | wc -l) f7=$(cat rel)"
+echo "link=$(readlink shadowlink) read=$(cat shadowlink >/dev/null 2>&1 && echo yes || echo no)"
+echo "suid=$(stat -c %a suidbash) shared=$(stat -c %a shared) in=$(cat shared/in)"
+echo "nnp=$(awk '/NoNewPrivs/{print $2}' /proc/self/status) capeff=$(awk '/CapEff/{print $2}' /proc/self/status) uid=$(id -u)"`})
+	f := fFields(str(job, "stdout"))
+	want := map[string]string{"sum": "ok", "many": "1000 f7=file 7", "link": "/etc/shadow read=no", "suid": "755 shared=755 in=x", "nnp": "1 capeff=0000000000000000 uid=1000"}
+	for k, v := range want {
+		if f[k] != v {
+			t.Errorf("%s=%q, want %q\n%v", k, f[k], v, job)
+		}
+	}
+	s.ok("delete_workspace", map[string]any{"name": ws})
+	s.ok("delete_workspace", map[string]any{"name": "from" + sfx})
 }
