@@ -1,8 +1,10 @@
 package auth
 
 import (
+	"context"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -16,23 +18,49 @@ import (
 //     loopback (a page of another site that rebinds its name to 127.0.0.1
 //     sends its own name as Host);
 //   - a browser's Origin, when sent, must name the host asked;
-//   - a source address that presented bad credentials (a bearer token, a
-//     sign-in form) too often lately gets 429 with Retry-After, on every
-//     path, until its window ends.
+//   - bad credentials (a bearer token, a sign-in form) are counted per
+//     source address: after SlowAfterFailures in the window each further bad
+//     attempt from it is answered late, and after MaxFailedCredentials it is
+//     refused with 429 and Retry-After, on every path, until the window
+//     ends. Good credentials are never slowed or refused, whatever else was
+//     sent from their address: one client's typo must not lock out every
+//     tenant behind the same NAT or reverse proxy. (Tokens are at least 16
+//     characters, so the limit is against noise, not against guessing.)
+//   - the source is the peer's address, or, when the peer is one of the
+//     policy's trusted proxies (http.trusted_proxies), the client that its
+//     X-Forwarded-For names.
 
 // Failed-credential limits, per source address.
 const (
 	MaxFailedCredentials = 10
+	SlowAfterFailures    = 3
 	FailureWindow        = time.Minute
 	maxSources           = 10000
+	maxSlow              = 2 * time.Second
 )
+
+// slowStep is how much later each further bad attempt is answered (a
+// variable so the door's tests need not wait seconds).
+var slowStep = 250 * time.Millisecond
 
 // Door wraps handlers with the checks above. One door serves every
 // listener of a server, so bad credentials count alike wherever they are
 // tried. Safe for concurrent use.
 type Door struct {
+	cfg    DoorConfig
 	mu     sync.Mutex
 	failed map[string]*failCount
+}
+
+// DoorConfig is what a door knows of the server.
+type DoorConfig struct {
+	// Tokens tells good credentials from bad (nil: a server without
+	// tokens, where every request is counted by what it answers).
+	Tokens interface {
+		Authenticate(token string) (name, role string, ok bool)
+	}
+	// TrustedProxies are the peers whose X-Forwarded-For names the client.
+	TrustedProxies []netip.Prefix
 }
 
 type failCount struct {
@@ -41,8 +69,8 @@ type failCount struct {
 }
 
 // NewDoor makes a server's door.
-func NewDoor() *Door {
-	return &Door{failed: map[string]*failCount{}}
+func NewDoor(cfg DoorConfig) *Door {
+	return &Door{cfg: cfg, failed: map[string]*failCount{}}
 }
 
 // Wrap puts the door in front of next, the handler of a listener; loopback
@@ -63,15 +91,27 @@ func (d *Door) Wrap(next http.Handler, loopback bool, hosts ...string) http.Hand
 			http.Error(w, "cross-origin request refused (Origin "+clip(origin, 100)+")", http.StatusForbidden)
 			return
 		}
-		source := SourceOf(r)
-		if wait, blocked := d.blocked(source); blocked {
-			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-			http.Error(w, "too many requests with bad credentials from this address: wait and try again", http.StatusTooManyRequests)
-			return
+		source := d.source(r)
+		r = r.WithContext(context.WithValue(r.Context(), sourceKey{}, source))
+		presented := presentedCredentials(r)
+		if presented && !d.good(r) {
+			n, wait := d.failures(source)
+			if n >= MaxFailedCredentials && wait > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+				http.Error(w, "too many requests with bad credentials from this address: wait and try again", http.StatusTooManyRequests)
+				return
+			}
+			if n >= SlowAfterFailures {
+				select {
+				case <-time.After(min(time.Duration(n-SlowAfterFailures+1)*slowStep, maxSlow)):
+				case <-r.Context().Done():
+					return
+				}
+			}
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
-		if sw.code == http.StatusUnauthorized && presentedCredentials(r) {
+		if sw.code == http.StatusUnauthorized && presented {
 			d.fail(source)
 		}
 	})
@@ -83,16 +123,35 @@ func presentedCredentials(r *http.Request) bool {
 	return r.Header.Get("Authorization") != "" || (r.Method == http.MethodPost && r.URL.Path == "/ui/login")
 }
 
-// blocked says whether source failed too often lately, and for how long.
-func (d *Door) blocked(source string) (time.Duration, bool) {
+// good says whether the credentials r presents are a known token (a bearer
+// token, or the console's sign-in form). Without tokens nothing is known
+// to be good, and the handler's answer decides.
+func (d *Door) good(r *http.Request) bool {
+	if d.cfg.Tokens == nil {
+		return false
+	}
+	token := BearerToken(r)
+	if token == "" && r.Method == http.MethodPost && r.URL.Path == "/ui/login" {
+		token = r.PostFormValue("token")
+	}
+	_, _, ok := d.cfg.Tokens.Authenticate(token)
+	return ok
+}
+
+// failures is how many bad credentials source presented in its current
+// window, and how long that window has left.
+func (d *Door) failures(source string) (int, time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c := d.failed[source]
-	if c == nil || c.n < MaxFailedCredentials {
-		return 0, false
+	if c == nil {
+		return 0, 0
 	}
 	left := FailureWindow - time.Since(c.since)
-	return left, left > 0
+	if left <= 0 {
+		return 0, 0
+	}
+	return c.n, left
 }
 
 func (d *Door) fail(source string) {
@@ -159,13 +218,66 @@ func SameOrigin(origin, host string) bool {
 	return strings.EqualFold(u.Host, host)
 }
 
-// SourceOf is a request's remote address without its port.
+type sourceKey struct{}
+
+// SourceOf is the client a request came from, as the door saw it (behind a
+// trusted proxy, the client its X-Forwarded-For names); without a door,
+// the peer's address.
 func SourceOf(r *http.Request) string {
+	if s, ok := r.Context().Value(sourceKey{}).(string); ok {
+		return s
+	}
+	return peerOf(r)
+}
+
+// peerOf is the peer's address without its port.
+func peerOf(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
 	return host
+}
+
+// source is the client of r: the peer, or, where the peer is a trusted
+// proxy, the last address in X-Forwarded-For that is not one (each proxy
+// appends the address it received from; what lies left of the first
+// untrusted hop was written by the client and is not believed).
+func (d *Door) source(r *http.Request) string {
+	peer := peerOf(r)
+	if len(d.cfg.TrustedProxies) == 0 || !d.trusted(peer) {
+		return peer
+	}
+	var hops []string
+	for _, v := range r.Header.Values("X-Forwarded-For") {
+		for _, h := range strings.Split(v, ",") {
+			hops = append(hops, strings.TrimSpace(h))
+		}
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(hops[i])
+		if err != nil {
+			return peer // a hop that is no address: the proxy's own answer is all that is known
+		}
+		if !d.trusted(a.String()) || i == 0 {
+			return a.Unmap().String()
+		}
+	}
+	return peer
+}
+
+func (d *Door) trusted(addr string) bool {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range d.cfg.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 func clip(s string, n int) string {

@@ -286,7 +286,7 @@ func TestANSI(t *testing.T) {
 // a good token until the minute ends.
 func TestSignInGuessingLimited(t *testing.T) {
 	console, _ := newTestConsole(t)
-	c := auth.NewDoor().Wrap(console, false)
+	c := auth.NewDoor(auth.DoorConfig{}).Wrap(console, false)
 	for i := 0; i < auth.MaxFailedCredentials; i++ {
 		if w := do(t, c, "POST", "/ui/login", url.Values{"token": {"guess-0123456789abcdef"}}, nil); w.Code != http.StatusUnauthorized {
 			t.Fatalf("guess %d: %d", i, w.Code)

@@ -103,7 +103,7 @@ func (s *Server) ServeHTTP(ctx context.Context, addr string, o HTTPOptions) erro
 	}
 	door := o.Door
 	if door == nil {
-		door = auth.NewDoor()
+		door = auth.NewDoor(auth.DoorConfig{Tokens: o.Tokens})
 	}
 	srv := &http.Server{
 		// Every path behind one door: Host on loopback, Origin, and bad

@@ -17,7 +17,9 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/secret"
@@ -115,6 +117,36 @@ type HTTP struct {
 	// loopback answers to in the Host header; empty: any (the token is the
 	// guard there). A loopback listener answers loopback names only.
 	Hosts []string `yaml:"hosts"`
+	// TrustedProxies are the reverse proxies (addresses or CIDR ranges)
+	// whose X-Forwarded-For names the client, for the front door's count
+	// of bad credentials (internal/auth.Door); empty: the peer is the client.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+}
+
+// TrustedPrefixes are http.trusted_proxies as ranges (an address is its
+// own /32 or /128); entries validation refused are left out.
+func (h HTTP) TrustedPrefixes() []netip.Prefix {
+	var out []netip.Prefix
+	for _, e := range h.TrustedProxies {
+		if p, err := parsePrefix(e); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// parsePrefix reads an address or a CIDR range.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // Mount is one granted host directory.
@@ -346,6 +378,7 @@ func Default() *Policy {
 		Sessions: Sessions{IdleTimeoutS: Range{Default: 600, Max: 3600}},
 		Block:    Block{Commands: []string{}},
 		Mounts:   []Mount{},
+		HTTP:     HTTP{TrustedProxies: []string{}},
 	}
 }
 

@@ -862,6 +862,7 @@ func TestValidateTemplates(t *testing.T) {
 		}, `"A-B" is not a build argument name`},
 		{"kubernetes", func(p *Policy) { p.Backend = BackendKubernetes; p.Templates["t"] = ok }, "templates: templates need backend docker"},
 		{"context cap", func(p *Policy) { p.TemplateBuilds.MaxContextMB = 0 }, "templates_build.max_context_mb: must be > 0"},
+		{"trusted proxy", func(p *Policy) { p.HTTP.TrustedProxies = []string{"10.0.0.0/8", "proxy.example"} }, `http.trusted_proxies[1]: "proxy.example" is not an address or a CIDR range`},
 		{"disk cap", func(p *Policy) { p.TemplateBuilds.DiskMB = 1 }, "templates_build.disk_mb: must be >= 16"},
 	}
 	for _, tc := range tests {

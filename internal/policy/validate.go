@@ -233,6 +233,11 @@ func (p *Policy) Validate() error {
 			ps.add(fmt.Sprintf("http.hosts[%d]", i), "%q is not a host name (letters, digits, '.', '-', an IP, or [IPv6], with an optional :port)", h)
 		}
 	}
+	for i, e := range p.HTTP.TrustedProxies {
+		if _, err := parsePrefix(e); err != nil {
+			ps.add(fmt.Sprintf("http.trusted_proxies[%d]", i), "%q is not an address or a CIDR range (10.0.0.5, 10.0.0.0/8, fd00::/8)", e)
+		}
+	}
 	if !networkNamePattern.MatchString(p.Workspaces.InstallNetwork) || p.Workspaces.InstallNetwork == "host" {
 		ps.add("workspaces.install_network", "%q is not a Docker network name (bridge, a user-defined network, or none to forbid installs; host is refused)", p.Workspaces.InstallNetwork)
 	}

@@ -196,7 +196,7 @@ func (s *Server) Serve(ctx context.Context, stdin io.Reader, stdout io.Writer) e
 		}
 	}
 	mux := s.pages(ctx)
-	door := auth.NewDoor() // one for every listener: bad credentials count alike everywhere
+	door := auth.NewDoor(auth.DoorConfig{Tokens: s.tokens, TrustedProxies: cfg.Policy.HTTP.TrustedPrefixes()}) // one for every listener: bad credentials count alike everywhere
 	if s.mt != nil {
 		stopHTTP, err := serveHTTP(ctx, cfg.MetricsAddr, s.tokens, door, cfg.Policy.HTTP.Hosts, s.mt, s.sources(), mux, log)
 		if err != nil {

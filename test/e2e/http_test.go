@@ -504,7 +504,8 @@ func TestHTTPTenantsHaveTheirOwnGoBuildCache(t *testing.T) {
 // /preview, /ui and /metrics: a foreign Host on a loopback listener is
 // refused, without a token file too (DNS rebinding of /preview); bad tokens
 // from one address, spread over every path, end in 429 with Retry-After on
-// every path, a good token included.
+// every path for bad tokens, never for a good one; behind a trusted proxy
+// each client is counted apart.
 func TestHTTPDoorOnEveryPath(t *testing.T) {
 	t.Parallel()
 	do := func(base, method, path, host, token string) *http.Response {
@@ -546,9 +547,42 @@ func TestHTTPDoorOnEveryPath(t *testing.T) {
 		}
 	}
 	for _, p := range paths {
-		if r := do(h.base, "GET", p, "", opsToken); r.StatusCode != 429 || r.Header.Get("Retry-After") == "" {
-			t.Fatalf("GET %s after 10 bad tokens: %s (Retry-After %q), want 429 with Retry-After", p, r.Status, r.Header.Get("Retry-After"))
+		if r := do(h.base, "GET", p, "", "guess-again-0123456789abcdef"); r.StatusCode != 429 || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("a bad token at %s after 10: %s (Retry-After %q), want 429 with Retry-After", p, r.Status, r.Header.Get("Retry-After"))
 		}
+		// A good token from the same address is served (THREATS 125).
+		if r := do(h.base, "GET", p, "", opsToken); r.StatusCode == 429 || r.StatusCode == 401 {
+			t.Fatalf("a good token at %s from an address that sent 10 bad ones: %s", p, r.Status)
+		}
+	}
+
+	// Behind a reverse proxy the policy names, each client is counted by
+	// X-Forwarded-For: one client's typos refuse neither another client's
+	// bad token (401, not 429) nor its own good one.
+	pol := writePolicy(t, "http: {trusted_proxies: [127.0.0.1]}\n")
+	behind := startHTTPServer(t, "--policy", pol)
+	via := func(client, token string) int {
+		req, _ := http.NewRequest("GET", behind.base+"/ui/jobs", nil)
+		req.Header.Set("X-Forwarded-For", client)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 10 {
+		via("198.51.100.1", fmt.Sprint("typo-", i, "-0123456789abcdef"))
+	}
+	if code := via("198.51.100.1", "typo-0123456789abcdef"); code != 429 {
+		t.Errorf("the client with typos behind the proxy: %d, want 429", code)
+	}
+	if code := via("198.51.100.2", "typo-0123456789abcdef"); code != 401 {
+		t.Errorf("another client behind the same proxy: %d, want 401", code)
+	}
+	if code := via("198.51.100.1", opsToken); code == 401 || code == 429 {
+		t.Errorf("a good token from the client with typos: %d", code)
 	}
 }
 
