@@ -129,5 +129,51 @@ func templatesBench(ctx context.Context, o options) error {
 	fmt.Printf("| sandboxer templates build, unchanged (a process) | %.1f | %.1f | %.2f |\n", ms(cliS.p50()), ms(cliS.pct(1)), ms(cliS.p50())/ms(dockerS.p50()))
 	fmt.Printf("| in the server, unchanged (key memo, lookup) | %.1f | %.1f | %.2f |\n", ms(serverS.p50()), ms(serverS.pct(1)), ms(serverS.p50())/ms(dockerS.p50()))
 	fmt.Printf("| failing RUN: its error after its last line | %.1f | %.1f | |\n", ms(failS.p50()), ms(failS.pct(1)))
+	return snapshotBench(ctx, o)
+}
+
+// snapshotBench measures snapshot_workspace of a workspace holding 100 MiB
+// of files against `docker commit` of the same container, interleaved.
+// The snapshot does more than the commit (it packs the files and builds the
+// core and final images), so the ratio says what that costs.
+func snapshotBench(ctx context.Context, o options) error {
+	s, err := startServer(ctx, o, "snapshot", "templates_build: {max_context_mb: 512}\n", "SANDBOXER_TOOLSETS=all")
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	name := fmt.Sprintf("benchsnap%d", time.Now().UnixNano()%1_000_000)
+	defer exec.Command("sh", "-c", "docker rmi -f $(docker images --format '{{.Repository}}:{{.Tag}}' | grep -E -- '-"+name+"(-core|-root)?:') bench-snapshot:"+name+" >/dev/null 2>&1").Run()
+	if _, err := s.call(ctx, "create_workspace", map[string]any{"name": name}); err != nil {
+		return err
+	}
+	defer s.call(context.WithoutCancel(ctx), "delete_workspace", map[string]any{"name": name})
+	if _, err := s.call(ctx, "run_command", map[string]any{"workspace": name, "timeout_s": 300,
+		"command": "head -c 100M /dev/urandom > big.bin; mkdir -p many; for i in $(seq 500); do echo $i > many/f$i; done"}); err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-q", "--filter", "name=sandboxer-ws-"+name+"-").Output()
+	container := strings.TrimSpace(string(out))
+	if err != nil || container == "" || strings.Contains(container, "\n") {
+		return fmt.Errorf("the workspace's container: %q %v", container, err)
+	}
+	var snapS, commitS stats
+	progress("templates: snapshot_workspace (100 MiB of files) against docker commit x%d, interleaved", o.runs)
+	for i := 0; i < o.runs; i++ {
+		start := time.Now()
+		if _, err := s.call(ctx, "snapshot_workspace", map[string]any{"workspace": name, "template": name}); err != nil {
+			return err
+		}
+		snapS = append(snapS, time.Since(start))
+		start = time.Now()
+		if out, err := exec.CommandContext(ctx, "docker", "commit", container, "bench-snapshot:"+name).CombinedOutput(); err != nil {
+			return fmt.Errorf("docker commit: %v: %s", err, out)
+		}
+		commitS = append(commitS, time.Since(start))
+	}
+	fmt.Printf("\n## Snapshots (%d runs each, interleaved; docker commit of the same container as the baseline)\n\n", o.runs)
+	fmt.Printf("| case | p50 ms | max ms | vs docker commit |\n|---|---|---|---|\n")
+	fmt.Printf("| docker commit of the workspace's container | %.0f | %.0f | 1.00 |\n", ms(commitS.p50()), ms(commitS.pct(1)))
+	fmt.Printf("| snapshot_workspace, 100 MiB of files | %.0f | %.0f | %.2f |\n", ms(snapS.p50()), ms(snapS.pct(1)), ms(snapS.p50())/ms(commitS.p50()))
 	return nil
 }
