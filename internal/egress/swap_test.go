@@ -26,6 +26,7 @@ import (
 // as a sandbox with the bundle does.
 type swapSetup struct {
 	proxy       *Proxy
+	mu          *sync.Mutex
 	events      *[]Event
 	seen        chan http.Header // what an upstream received
 	client      *http.Client
@@ -59,7 +60,7 @@ func newSwapSetup(t *testing.T, value func() ([]byte, error)) *swapSetup {
 	}
 	var mu sync.Mutex
 	var events []Event
-	s.events = &events
+	s.events, s.mu = &events, &mu
 	s.proxy = &Proxy{Resolver: names{"bound.test": "127.0.0.1", "free.test": "127.0.0.1"}, CA: ca, RootCAs: roots,
 		Audit: func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }}
 	allow, _ := ParseList([]string{fmt.Sprintf("bound.test:%d", port), fmt.Sprintf("free.test:%d", port)})
@@ -256,7 +257,10 @@ func TestProxySwapRefusesFronting(t *testing.T) {
 		}
 	}
 	var refused int
-	for _, e := range *s.events {
+	s.mu.Lock()
+	events := append([]Event(nil), *s.events...)
+	s.mu.Unlock()
+	for _, e := range events {
 		if !e.Allowed && strings.HasPrefix(e.Reason, "fronting refused: ") && len(e.Secrets) == 1 && e.Secrets[0] == "API_KEY" {
 			refused++
 		}
