@@ -63,6 +63,7 @@ doctor: images
 	./$(BIN) doctor
 
 # Unit, Docker integration and end-to-end tests, then a check that no sandbox was left behind.
+# First, a check that git tracks no built executable (scripts/no-binaries.sh).
 # The end-to-end tests drive a -race build of the server, and fail on any race it reports.
 # It is built here, after `images` (through `build`) made the supervisor it embeds.
 # E2E_RACE=0 drives the plain build instead: about a third less time in the e2e tests on a
@@ -73,6 +74,7 @@ E2E_PLAIN = $(filter 0,$(E2E_RACE))
 E2E_BIN = $(if $(E2E_PLAIN),$(BIN),$(BIN)-race)
 test: SUITE_START := $(shell date +%s)
 test:
+	@bash scripts/no-binaries.sh
 	@$(MAKE) --no-print-directory -j2 images
 	@bash scripts/test-deps.sh
 	$(if $(E2E_PLAIN),,$(GO) build -race -o $(BIN)-race ./cmd/sandboxer)
