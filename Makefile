@@ -97,7 +97,7 @@ test-podman: build base-image
 	@if [ -n "$(BUILD_CA)" ]; then cat $(BUILD_CA) > bin/build-ca.pem; export SANDBOXER_BUILD_CA_FILE=$(CURDIR)/bin/build-ca.pem; fi; \
 	  DOCKER_HOST=$(PODMAN_HOST) ./$(BIN) images build
 	$(GO) build -race -o $(BIN)-race ./cmd/sandboxer
-	DOCKER_HOST=$(PODMAN_HOST) SANDBOXER_TEST_PODMAN=1 SANDBOXER_PODMAN_ROOTLESS_HOST=$(PODMAN_ROOTLESS_HOST) SANDBOXER_BIN=$(CURDIR)/$(BIN)-race \
+	DOCKER_HOST=$(PODMAN_HOST) SANDBOXER_BACKEND=podman SANDBOXER_TEST_PODMAN=1 SANDBOXER_PODMAN_ROOTLESS_HOST=$(PODMAN_ROOTLESS_HOST) SANDBOXER_BIN=$(CURDIR)/$(BIN)-race \
 	  $(GO) test $(GOTEST_FLAGS) -run '$(PODMAN_TESTS)' ./internal/sandbox/docker/ ./test/e2e/
 
 # The runtime contract and capability suites and the e2e core (jobs, stdin, hardening and limits

@@ -65,7 +65,7 @@ func templatesBench(ctx context.Context, o options) error {
 		return err
 	}
 	defer rt.Close()
-	m := template.New(pol, rt.Capabilities().Images, st, zerolog.Nop())
+	m := template.New(pol, rt.Capabilities().Images, st, nil, zerolog.Nop())
 
 	progress("templates: first build of %s (8 MiB context)", name)
 	start := time.Now()

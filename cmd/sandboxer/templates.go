@@ -52,7 +52,7 @@ func templatesCmd(args []string) error {
 	if err := engine.Ping(ctx); err != nil {
 		return err
 	}
-	m := template.New(cfg.Policy, engine.Capabilities().Images, st, zerolog.New(os.Stderr).With().Timestamp().Logger())
+	m := template.New(cfg.Policy, engine.Capabilities().Images, st, nil, zerolog.New(os.Stderr).With().Timestamp().Logger())
 	if !m.Supported() {
 		return template.ErrUnsupported
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sandboxer/sandboxer/internal/backend"
 	"github.com/sandboxer/sandboxer/internal/policy"
 )
 
@@ -160,13 +161,16 @@ func (c *Config) Validate() error {
 	if c.HTTPRate < 0 {
 		errs = append(errs, errors.New("--http-rate must be >= 0"))
 	}
-	if c.BuildImages && c.Policy.Backend != policy.BackendDocker {
-		errs = append(errs, fmt.Errorf("--build-images builds through the Docker Engine API: give it with backend docker, not %s (whose images are loaded by its own script)", c.Policy.Backend))
+	if b, ok := backend.Lookup(c.Policy.Backend); ok && c.BuildImages && !b.Images {
+		errs = append(errs, fmt.Errorf("--build-images builds through the Docker Engine API: give it with backend docker or podman, not %s (whose images are loaded by its own script)", c.Policy.Backend))
 	}
 	if c.MetricsAddr != "" && c.TokenFile == "" {
 		errs = append(errs, errors.New("--metrics-addr needs --token-file: /metrics is served only to tokens of role metrics or admin"))
 	}
 	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := backend.Validate(c.Policy); err != nil {
 		errs = append(errs, err)
 	}
 	c.Policy.ServerPaths = serverPaths(c.StateDir, getenvOS("DOCKER_HOST"))

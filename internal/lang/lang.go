@@ -14,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/sandboxer/sandboxer/images"
-	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
@@ -179,17 +178,18 @@ func DependencyNames() []string {
 	return names
 }
 
-// Registry resolves languages under a policy, and the templates that
-// share their names.
+// Registry resolves languages under the operator's image overrides, and
+// the templates that share their names.
 type Registry struct {
-	pol       *policy.Policy
+	images    func(language string) (image string, ok bool)
 	templates Templates
 }
 
-func NewRegistry(pol *policy.Policy) *Registry { return &Registry{pol: pol} }
-
-func init() {
-	policy.IsBuiltinLanguage = func(name string) bool { _, ok := Builtin(name); return ok }
+// NewRegistry makes the registry: images gives an operator's image for a
+// language (the policy's languages.<name>.image; nil: none), templates are
+// the team's (nil: none). Both are given here, never set later.
+func NewRegistry(images func(language string) (string, bool), templates Templates) *Registry {
+	return &Registry{images: images, templates: templates}
 }
 
 // Templates are the images a team defines (internal/template): a job
@@ -203,12 +203,6 @@ type Templates interface {
 	// built now if missing, or its own snapshot): its built-in language and
 	// image. ok false: no template has the name.
 	ResolveImage(ctx context.Context, name string, progress func(string)) (language, image string, ok bool, err error)
-}
-
-// WithTemplates makes names of t resolve (Resolve) and be listed.
-func (r *Registry) WithTemplates(t Templates) *Registry {
-	r.templates = t
-	return r
 }
 
 // TemplateNames lists the policy's templates, sorted.
@@ -273,7 +267,10 @@ func (r *Registry) Lookup(name string) (Language, string, bool) {
 	if !ok {
 		return Language{}, "", false
 	}
-	if img, ok := r.pol.Image(name); ok {
+	if r.images == nil {
+		return l, images.Tag(l.ImageName), true
+	}
+	if img, ok := r.images(name); ok {
 		return l, img, true
 	}
 	return l, images.Tag(l.ImageName), true

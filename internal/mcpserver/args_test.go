@@ -21,7 +21,7 @@ import (
 // server before the tool can take it as a list).
 func TestArgumentErrorsAreToolResults(t *testing.T) {
 	pol := policy.Default()
-	s, err := New(tools.Deps{Policy: pol, Languages: lang.NewRegistry(pol)}, nil)
+	s, err := New(tools.Deps{Policy: pol, Languages: lang.NewRegistry(pol.Image, nil)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func startTestServer(t *testing.T, rt *fakeRuntime) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(tools.Deps{Jobs: jobs, Policy: pol, Languages: lang.NewRegistry(pol), Runtime: rt}, nil)
+	srv, err := New(tools.Deps{Jobs: jobs, Policy: pol, Languages: lang.NewRegistry(pol.Image, nil), Runtime: rt}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

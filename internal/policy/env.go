@@ -27,6 +27,9 @@ const (
 	EnvCleanupInterval = "SANDBOXER_CLEANUP_INTERVAL"
 	// EnvAllowBlockEdits sets block.agent_edits: true/false (1/0, yes/no).
 	EnvAllowBlockEdits = "SANDBOXER_ALLOW_BLOCK_EDITS"
+	// EnvBackend sets backend (docker, podman, kubernetes, containerd):
+	// `make test-podman` runs the e2e core with it set to podman.
+	EnvBackend = "SANDBOXER_BACKEND"
 )
 
 // ApplyEnv applies the SANDBOXER_* overrides (see the Env* constants) read
@@ -37,6 +40,10 @@ func (p *Policy) ApplyEnv(getenv func(string) string) error {
 	var errs []error
 	bad := func(name, val, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("policy: %s=%q: %s", name, val, fmt.Sprintf(format, args...)))
+	}
+
+	if v := strings.TrimSpace(getenv(EnvBackend)); v != "" {
+		p.Backend = v // the configuration checks it against the table of backends
 	}
 
 	if v := strings.TrimSpace(getenv(EnvMaxJobs)); v != "" {

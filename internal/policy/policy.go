@@ -81,9 +81,11 @@ type Policy struct {
 	ServerPaths []string `yaml:"-"`
 }
 
-// Backends a policy may name.
+// Backends a policy may name: internal/backend is the table of what each
+// one is, opens, allows and checks.
 const (
 	BackendDocker     = "docker"
+	BackendPodman     = "podman"
 	BackendKubernetes = "kubernetes"
 	BackendContainerd = "containerd"
 )

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"github.com/sandboxer/sandboxer/internal/lang"
+
 	"maps"
 	"path/filepath"
 	"regexp"
@@ -48,21 +50,13 @@ var TemplateNamePattern = LanguageNamePattern
 
 var buildArgPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
-// IsBuiltinLanguage says whether name is a built-in language. Package lang
-// (which imports policy) sets it: templates share the languages' names.
-var IsBuiltinLanguage func(name string) bool
-
 // validateTemplates checks templates and templates_build.
 func (p *Policy) validateTemplates(ps *problems) {
-	builtin := IsBuiltinLanguage
 	b := p.TemplateBuilds
 	ps.intIn("templates_build.max_context_mb", b.MaxContextMB, 1, maxMB)
 	ps.intIn("templates_build.max_build_s", b.MaxBuildS, 10, maxSeconds)
 	ps.intIn("templates_build.max_image_mb", b.MaxImageMB, 16, 1<<20)
 	ps.intIn("templates_build.disk_mb", b.DiskMB, 16, 1<<22)
-	if len(p.Templates) > 0 && p.Backend != BackendDocker {
-		ps.add("templates", "templates need backend docker (Docker or Podman), which build images: on %s, build the image yourself, put it where the backend finds it, and map a language to it (languages.<name>.image)", p.Backend)
-	}
 	for _, name := range slices.Sorted(maps.Keys(p.Templates)) {
 		t := p.Templates[name]
 		key := "templates." + name
@@ -70,7 +64,7 @@ func (p *Policy) validateTemplates(ps *problems) {
 			ps.add(key, "invalid template name %q (want %s)", name, TemplateNamePattern)
 			continue
 		}
-		if builtin != nil && builtin(name) {
+		if _, builtin := lang.Builtin(name); builtin { // templates share the languages' names
 			ps.add(key, "%q is a built-in language: templates share the languages' names, so pick another", name)
 		}
 		if !cleanAbs(t.Context) {
@@ -79,7 +73,7 @@ func (p *Policy) validateTemplates(ps *problems) {
 		if t.Dockerfile != "" && !cleanAbs(t.Dockerfile) {
 			ps.add(key+".dockerfile", "must be a clean absolute path of a Dockerfile (or empty for <context>/Dockerfile), got %q", t.Dockerfile)
 		}
-		if t.Language != "" && builtin != nil && !builtin(t.Language) {
+		if _, builtin := lang.Builtin(t.Language); t.Language != "" && !builtin {
 			ps.add(key+".language", "%q is not a built-in language", t.Language)
 		}
 		switch t.Network {

@@ -393,11 +393,9 @@ var namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`
 // containerdNamespacePattern is a containerd namespace name.
 var containerdNamespacePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,75}$`)
 
-// validateBackend checks backend and its kubernetes and containerd keys. The kubernetes
-// runtime has no network but the egress tunnel (network: egress): a policy
-// asking for another with it is refused here, before any pod starts.
-// (Granted mounts are copied into its pods: kubernetes.mount_mb; runtime
-// names the pods' RuntimeClass.)
+// validateBackend checks the kubernetes and containerd keys' syntax. What
+// the backend itself allows (its networks, a runtime, templates) is its row
+// of internal/backend's table, which the configuration checks too.
 func (p *Policy) validateBackend(ps *problems) {
 	k := p.Kubernetes
 	if k.Namespace != "" && !namespacePattern.MatchString(k.Namespace) {
@@ -413,28 +411,6 @@ func (p *Policy) validateBackend(ps *problems) {
 	}
 	if c.Namespace != "" && !containerdNamespacePattern.MatchString(c.Namespace) {
 		ps.add("containerd.namespace", "invalid namespace %q (want letters, digits, '.', '_' and '-', at most 76, starting with a letter or digit)", c.Namespace)
-	}
-	switch p.Backend {
-	case BackendDocker:
-		return
-	case BackendKubernetes:
-	case BackendContainerd:
-		// Sandboxes with loopback only: their way out is the egress tunnel.
-		if p.Network == NetworkBridge {
-			ps.add("network", "must be %q or %q with backend: containerd (its sandboxes have no network; their only way out is the egress tunnel to the server's proxy), got %q", NetworkNone, NetworkEgress, p.Network)
-		}
-		if p.Runtime != "" {
-			ps.add("runtime", "must be empty with backend: containerd (it runs containerd's runc shim), got %q", p.Runtime)
-		}
-		return
-	default:
-		ps.add("backend", "must be %q, %q or %q, got %q", BackendDocker, BackendKubernetes, BackendContainerd, p.Backend)
-		return
-	}
-	if p.Network == NetworkBridge {
-		// Pods have no network: a job's only way out is the egress tunnel to
-		// the server's proxy (network: egress).
-		ps.add("network", "must be %q or %q with backend: kubernetes (pods have no network; their only way out is the egress tunnel to the server's proxy), got %q", NetworkNone, NetworkEgress, p.Network)
 	}
 }
 

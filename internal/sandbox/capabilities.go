@@ -38,6 +38,9 @@ type Capabilities struct {
 	EgressTunnel EgressTunneler
 	// Images builds and commits the images of templates.
 	Images ImageBuilder
+	// SandboxImages builds the sandbox images the engine lacks, in the
+	// background (serve --build-images).
+	SandboxImages SandboxImageBuilder
 	// TunnelInstalls says a workspace's installers have no network and
 	// reach their registries only through the tunnel.
 	TunnelInstalls TunnelInstaller

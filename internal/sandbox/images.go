@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 )
@@ -33,6 +34,15 @@ type ImageBuilder interface {
 	RemoveImage(ctx context.Context, ref string) error
 	// ImagesInUse are the image ids any container (running or not) was made from.
 	ImagesInUse(ctx context.Context) (map[string]bool, error)
+}
+
+// SandboxImageBuilder builds the language images (images.Plan) an engine
+// lacks while the server serves: until one is built, ImageExists and a
+// start on it answer an ImageError whose Building is set.
+type SandboxImageBuilder interface {
+	// BuildMissingImages starts the builds and returns at once; each line
+	// of their output goes to log, and done says how they ended.
+	BuildMissingImages(ctx context.Context, log io.Writer) (done <-chan error, err error)
 }
 
 // ImageBuild is one build.

@@ -26,7 +26,8 @@ const imageBuildLog = "image-build.log"
 // any start; a setup that cannot build (no Debian base, no supervisor in
 // this binary) stops the start.
 func (s *Server) buildImages(ctx context.Context) error {
-	if s.docker == nil {
+	builder := s.engine.Capabilities().SandboxImages
+	if builder == nil {
 		return fmt.Errorf("--build-images: backend %s does not build images", s.cfg.Policy.Backend)
 	}
 	path := filepath.Join(s.cfg.StateDir, imageBuildLog)
@@ -36,7 +37,7 @@ func (s *Server) buildImages(ctx context.Context) error {
 	}
 	pr, pw := io.Pipe()
 	go logBuildLines(pr, f, s.log)
-	done, err := s.docker.BuildMissingImages(ctx, pw)
+	done, err := builder.BuildMissingImages(ctx, pw)
 	if err != nil {
 		pw.Close()
 		if errors.Is(err, sandbox.ErrEngineUnreachable) {

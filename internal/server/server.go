@@ -31,7 +31,6 @@ import (
 	"github.com/sandboxer/sandboxer/internal/metrics"
 	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 	"github.com/sandboxer/sandboxer/internal/serverlock"
 	"github.com/sandboxer/sandboxer/internal/store"
 	"github.com/sandboxer/sandboxer/internal/template"
@@ -57,7 +56,6 @@ type Server struct {
 	tokens    *auth.Tokens     // nil: no token file
 	mt        *metrics.Metrics // nil: no metrics
 	engine    sandbox.Engine
-	docker    *docker.Runtime // the engine when it is Docker's (builds the images); else nil
 	audit     *audit.Log
 	stack     *stack
 	goBuilds  *gobuild.Cache
@@ -98,28 +96,32 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 	if s.tokens, err = loadTokens(cfg.TokenFile); err != nil {
 		return nil, err
 	}
-	languages := lang.NewRegistry(cfg.Policy)
+	// The built-in languages under the policy's images: the pool's shapes
+	// and the metrics' families. The registry the tools read adds the
+	// templates, once they are made.
+	builtins := lang.NewRegistry(cfg.Policy.Image, nil)
 	var obs observe.Observer = observe.Nop{}
 	if cfg.MetricsAddr != "" {
-		s.mt = metrics.New(imageLanguages(languages))
+		s.mt = metrics.New(imageLanguages(builtins))
 		obs = s.mt
 	}
-	if s.engine, s.docker, err = newEngine(cfg, s.lock.ID(), obs.EngineError); err != nil {
+	if s.engine, err = NewEngine(cfg, s.lock.ID(), obs.EngineError); err != nil {
 		return nil, err
 	}
 	if s.audit, err = audit.Open(cfg.StateDir, audit.DefaultMaxBytes, audit.DefaultKeep); err != nil {
 		return nil, err
 	}
 	s.onClose(func() { s.audit.Close() })
-	if s.stack, err = newStack(cfg, s.engine, languages, s.st, s.audit, s.lock.ID(), obs, log); err != nil {
+	if s.stack, err = newStack(cfg, s.engine, builtins, s.st, s.audit, s.lock.ID(), obs, log); err != nil {
 		return nil, err
 	}
 	s.onClose(s.stack.close)
-	s.templates = template.New(cfg.Policy, s.engine.Capabilities().Images, s.st, log)
+	var buildEgress template.Egress
 	if s.stack.egress != nil {
-		s.templates.Egress = s.stack.egress.Grant
+		buildEgress = s.stack.egress.Grant
 	}
-	languages.WithTemplates(s.templates)
+	s.templates = template.New(cfg.Policy, s.engine.Capabilities().Images, s.st, buildEgress, log)
+	languages := lang.NewRegistry(cfg.Policy.Image, s.templates)
 	jobOpts := []job.Option{job.WithServer(s.lock.ID(), serverlock.NewProber(cfg.StateDir)), job.WithObserver(obs)}
 	// Fresh go sandboxes read their tenant's shared build cache, which a
 	// trusted builder fills after them.

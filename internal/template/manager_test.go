@@ -45,7 +45,7 @@ func newFakeManager(t *testing.T, diskMB int64, templates map[string]map[string]
 	t.Cleanup(func() { st.Close() })
 	e := fake.New("templates-" + t.Name())
 	e.SetImageMissing(templateRepo+"*", true) // a template's images exist once built
-	return New(pol, e.Capabilities().Images, st, zerolog.Nop()), e
+	return New(pol, e.Capabilities().Images, st, nil, zerolog.Nop()), e
 }
 
 // runOn runs script in a sandbox of image and returns its stdout.

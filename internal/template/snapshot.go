@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxer/sandboxer/images"
+	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -45,7 +46,7 @@ func (m *Manager) CheckName(name string) error {
 	switch {
 	case !policy.TemplateNamePattern.MatchString(name):
 		return fmt.Errorf("%q is not a template name (want %s)", name, policy.TemplateNamePattern)
-	case policy.IsBuiltinLanguage != nil && policy.IsBuiltinLanguage(name):
+	case isBuiltin(name):
 		return fmt.Errorf("%q is a built-in language: templates share the languages' names, so pick another", name)
 	case m.IsTemplate(name):
 		return fmt.Errorf("%q is a template of the policy: pick another name", name)
@@ -197,4 +198,10 @@ func mergeEnv(base, extra []string) []string {
 		}
 	}
 	return append(out, extra...)
+}
+
+// isBuiltin says whether name is a built-in language's.
+func isBuiltin(name string) bool {
+	_, ok := lang.Builtin(name)
+	return ok
 }

@@ -52,9 +52,9 @@ type Manager struct {
 	eng sandbox.ImageBuilder // nil: templates are refused
 	st  *store.Store
 	log zerolog.Logger
-	// Egress grants a build on network egress the proxy (its environment,
+	// egress grants a build on network egress the proxy (its environment,
 	// until revoke); nil when the proxy is not running.
-	Egress func(ctx context.Context, job string) (env []string, revoke func())
+	egress Egress
 
 	mu       sync.Mutex
 	flights  map[string]*flight      // builds under way, by template
@@ -73,9 +73,14 @@ type contextMemo struct {
 	sig, dockerfile, digest string
 }
 
-// New makes a manager; eng nil refuses every template (ErrUnsupported).
-func New(pol *policy.Policy, eng sandbox.ImageBuilder, st *store.Store, log zerolog.Logger) *Manager {
-	return &Manager{pol: pol, eng: eng, st: st, log: log, flights: map[string]*flight{}, contexts: map[string]contextMemo{}, resolved: map[string]resolvedMemo{}}
+// Egress grants a build on network egress the proxy: its environment, until
+// revoke (internal/egress's Runtime.Grant).
+type Egress func(ctx context.Context, job string) (env []string, revoke func())
+
+// New makes a manager; eng nil refuses every template (ErrUnsupported);
+// egress nil refuses builds on network egress (no proxy runs).
+func New(pol *policy.Policy, eng sandbox.ImageBuilder, st *store.Store, egress Egress, log zerolog.Logger) *Manager {
+	return &Manager{pol: pol, eng: eng, st: st, egress: egress, log: log, flights: map[string]*flight{}, contexts: map[string]contextMemo{}, resolved: map[string]resolvedMemo{}}
 }
 
 // Supported says whether the engine builds templates.
@@ -267,10 +272,10 @@ func (m *Manager) build(ctx context.Context, name string, o BuildOptions) (*reco
 	}
 	network := t.TemplateNetwork()
 	if network == policy.NetworkEgress {
-		if m.Egress == nil {
+		if m.egress == nil {
 			return nil, fmt.Errorf("template %s: network egress: the egress proxy is not running (policy key egress.allow is empty)", name)
 		}
-		env, revoke := m.Egress(ctx, "template-"+name)
+		env, revoke := m.egress(ctx, "template-"+name)
 		defer revoke()
 		for _, kv := range env { // the builder's predefined proxy args: never kept in the image
 			k, v, _ := strings.Cut(kv, "=")

@@ -22,7 +22,7 @@ const someJob = "123e4567-e89b-12d3-a456-426614174000"
 // use: no Jobs, no Runtime.
 func refusalDeps() Deps {
 	pol := policy.Default()
-	return Deps{Policy: pol, Languages: lang.NewRegistry(pol)}
+	return Deps{Policy: pol, Languages: lang.NewRegistry(pol.Image, nil)}
 }
 
 func toolByName(t *testing.T, d Deps, name string) Tool {

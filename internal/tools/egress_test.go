@@ -16,7 +16,7 @@ import (
 func egressDeps() Deps {
 	pol := policy.Default()
 	pol.Egress.Allow = []string{"mirror.test:8080", "*.example.com"}
-	return Deps{Policy: pol, Languages: lang.NewRegistry(pol)}
+	return Deps{Policy: pol, Languages: lang.NewRegistry(pol.Image, nil)}
 }
 
 // The egress argument narrows the policy's egress.allow: absent keeps the

@@ -16,7 +16,7 @@ import (
 // `make images`, and list_languages shows it as building.
 func TestImageBeingBuilt(t *testing.T) {
 	pol := policy.Default()
-	languages := lang.NewRegistry(pol)
+	languages := lang.NewRegistry(pol.Image, nil)
 	rt := fake.New("test")
 	_, pyImage, _ := languages.Lookup("python")
 	_, goImage, _ := languages.Lookup("go")

@@ -260,12 +260,10 @@ func plain(s *jsonschema.Schema) {
 // built-in defaults when there is none (the schema snapshot builds tools
 // from an empty Deps).
 // lacks is the refusal of a feature whose seam this server's runtime does
-// not implement (a nil manager in Deps): it names the backend that has it.
+// not implement (a nil manager in Deps): it names the server's backend
+// (docs/engines.md says which backend has what).
 func (d Deps) lacks(feature string) string {
-	if b := d.policyOrDefault().Backend; b != policy.BackendDocker {
-		return fmt.Sprintf("%s need backend: docker; this server runs backend: %s", feature, b)
-	}
-	return feature + " are not available in this server"
+	return fmt.Sprintf("%s are not available on this server (backend %s, docs/engines.md)", feature, d.policyOrDefault().Backend)
 }
 
 func (d Deps) policyOrDefault() *policy.Policy {
@@ -280,7 +278,7 @@ func (d Deps) policyOrDefault() *policy.Policy {
 func (d Deps) languageNames() []string {
 	reg := d.Languages
 	if reg == nil {
-		reg = lang.NewRegistry(nil)
+		reg = lang.NewRegistry(nil, nil)
 	}
 	var names []string
 	for _, l := range reg.All() {

@@ -17,7 +17,7 @@ func secretsDeps() Deps {
 		"API_KEY":  {Env: "X", Hosts: []string{"api.example.com"}},
 		"BOB_ONLY": {Env: "Y", Hosts: []string{"api.example.com"}, Tenants: []string{"bob"}},
 	}
-	return Deps{Policy: pol, Languages: lang.NewRegistry(pol)}
+	return Deps{Policy: pol, Languages: lang.NewRegistry(pol.Image, nil)}
 }
 
 // Without secrets in the policy the argument is not in the schema, and

@@ -44,7 +44,7 @@ func buildProgressFrom(ctx context.Context) func(string) {
 func (d Deps) resolveLanguage(ctx context.Context, name string) (lang.Language, string, *mcp.CallToolResult) {
 	reg := d.Languages
 	if reg == nil {
-		reg = lang.NewRegistry(nil)
+		reg = lang.NewRegistry(nil, nil)
 	}
 	l, image, err := reg.Resolve(ctx, name, buildProgressFrom(ctx))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -52,27 +53,33 @@ var (
 	podmanDialect = dialect{product: "Podman", ownedTmpfs: "U", logDriver: "k8s-file", nameRlimits: true}
 )
 
-// dialect asks the engine once what it is. Until an answer comes (the
-// engine down), Docker's dialect is assumed and nothing is cached.
+// dialect is the backend's product's dialect, with what the engine says
+// of its limits, asked once. Until an answer comes (the engine down), the
+// product's dialect is assumed and nothing is cached. An engine that is
+// another product than the backend says starts no sandbox (enforce).
 func (r *Runtime) dialect(ctx context.Context) dialect {
 	r.dialectMu.Lock()
 	defer r.dialectMu.Unlock()
 	if r.dial != nil {
 		return *r.dial
 	}
+	d := dockerDialect
+	if r.product == ProductPodman {
+		d = podmanDialect
+	}
 	ver, err := r.cli.ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
-		return dockerDialect
+		return d
 	}
 	info, err := r.cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
-		return dockerDialect
-	}
-	d := dockerDialect
-	if product(ver.Components) == "Podman" {
-		d = podmanDialect
+		return d
 	}
 	d.unenforced = limitsUnenforced(info.Info.CgroupVersion, info.Info.SecurityOptions, r.podmanRootless(ctx))
+	if got := product(ver.Components); got != d.product {
+		d.unenforced = fmt.Sprintf("the engine at %s is %s, but the policy names backend %s: set backend: %s",
+			r.endpoint.Host, got, strings.ToLower(d.product), strings.ToLower(got))
+	}
 	r.dial = &d
 	return d
 }

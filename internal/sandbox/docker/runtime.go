@@ -70,11 +70,9 @@ type Runtime struct {
 
 	onError func(operation string) // WithErrorHook
 
+	product   Product // WithProduct: what the backend says the engine is
 	dialectMu sync.Mutex
 	dial      *dialect // the engine's, once known
-
-	capsOnce sync.Once
-	caps     sandbox.Capabilities // Capabilities, decided once
 
 	// pending are the images BuildMissingImages is still building.
 	pending pendingImages
@@ -91,6 +89,23 @@ type Option func(*Runtime)
 // identity, so other servers on the same state directory leave it alone while
 // that server lives.
 func WithServer(id string) Option { return func(r *Runtime) { r.server = id } }
+
+// Product is the engine behind the Docker Engine API. The backend names it
+// (policy backend: docker or podman), so the runtime's parts are known
+// before the engine answers, and a server that starts while its engine is
+// down has the right ones (Podman's egress is the tunnel).
+type Product string
+
+// The products.
+const (
+	ProductDocker Product = "Docker"
+	ProductPodman Product = "Podman"
+)
+
+// WithProduct says which engine this is (default ProductDocker). An engine
+// that turns out to be another starts no sandbox, and says which backend
+// to name.
+func WithProduct(p Product) Option { return func(r *Runtime) { r.product = p } }
 
 // WithErrorHook tells f of each failed engine call, by operation (the
 // error's leading words, e.g. "create container"), for the metrics.
@@ -113,7 +128,7 @@ func New(instance string, opts ...Option) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker client for %s: %w", ep.Host, err)
 	}
-	r := &Runtime{cli: cli, endpoint: ep, instance: instance}
+	r := &Runtime{cli: cli, endpoint: ep, instance: instance, product: ProductDocker}
 	for _, o := range opts {
 		o(r)
 	}
@@ -734,22 +749,16 @@ func backstop(timeout time.Duration) int64 {
 
 var _ sandbox.Engine = (*Runtime)(nil)
 
-// Capabilities: Docker has every part but the tunnels: its sandboxes can
-// join the egress network, and its installers a network of their own.
-// Podman 4's internal network has no gateway for the proxy to listen on, so
-// there sandboxes reach the proxy as on Kubernetes: through a tunnel over
-// an exec (EgressTunnel, TunnelInstalls; tunnel.go). Which engine it is is
-// asked once, on the first call (the server's assembly); an engine that
-// does not answer then is taken for Docker, whose egress network needs the
-// engine at once anyway.
+// Capabilities declares what Docker and Podman both have, and their egress:
+// Docker's through its internal egress network; Podman 4's internal network
+// has no gateway for the proxy to listen on, so there sandboxes reach the
+// proxy as on Kubernetes, through a tunnel over an exec (EgressTunnel,
+// TunnelInstalls; tunnel.go). The product is the backend's (WithProduct),
+// never asked of the engine, so it holds whether or not the engine answers.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	r.capsOnce.Do(func() {
-		r.caps = sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, Processes: r, EgressNetwork: r, Images: r}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if r.dialect(ctx).product == podmanDialect.product {
-			r.caps.EgressNetwork, r.caps.EgressTunnel, r.caps.TunnelInstalls = nil, r, r
-		}
-	})
-	return r.caps
+	caps := sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, Processes: r, EgressNetwork: r, Images: r, SandboxImages: r}
+	if r.product == ProductPodman {
+		caps.EgressNetwork, caps.EgressTunnel, caps.TunnelInstalls = nil, r, r
+	}
+	return caps
 }

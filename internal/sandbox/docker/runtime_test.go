@@ -32,7 +32,7 @@ func newTestRuntime(t *testing.T) (*docker.Runtime, string) {
 	t.Helper()
 	testutil.RequireDocker(t)
 	instance := "test-" + t.Name()
-	rt, err := docker.New(instance)
+	rt, err := docker.New(instance, testProduct())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestAdoptResumesOutput(t *testing.T) {
 	}
 	time.Sleep(1200 * time.Millisecond)
 	captured := "line1\nline2\n" // what the crashed server had stored
-	rt2, err := docker.New(instance)
+	rt2, err := docker.New(instance, testProduct())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,4 +284,13 @@ func TestAdoptResumesOutput(t *testing.T) {
 	if all != want {
 		t.Fatalf("captured %q + resumed %q != %q", captured, second.Stdout(), want)
 	}
+}
+
+// testProduct is the engine the tests run on: Podman under `make
+// test-podman` (SANDBOXER_BACKEND=podman), else Docker.
+func testProduct() docker.Option {
+	if os.Getenv("SANDBOXER_BACKEND") == "podman" {
+		return docker.WithProduct(docker.ProductPodman)
+	}
+	return docker.WithProduct(docker.ProductDocker)
 }

@@ -105,7 +105,7 @@ func TestWorkspaceDaemonJobReattach(t *testing.T) {
 	had := first.Stdout()
 	rt.Close() // the server goes; the jobs stay
 
-	rt2, err := docker.New(instance)
+	rt2, err := docker.New(instance, testProduct())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -395,3 +395,35 @@ func keyValues(s string) map[string]string {
 	}
 	return out
 }
+
+// BuildMissingImages builds, in the background, every image marked as
+// being built (SetImageBuilding), as the Docker runtime builds the images
+// it lacks: one "==> built REF" line each to log, then done.
+func (r *Runtime) BuildMissingImages(ctx context.Context, log io.Writer) (<-chan error, error) {
+	if err := r.Ping(ctx); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() {
+		r.mu.Lock()
+		var refs []string
+		for ref, building := range r.building {
+			if building {
+				refs = append(refs, ref)
+			}
+		}
+		r.mu.Unlock()
+		slices.Sort(refs)
+		if len(refs) == 0 {
+			fmt.Fprintln(log, "==> every image is present")
+		}
+		for _, ref := range refs {
+			r.mu.Lock()
+			r.building[ref], r.missing[ref] = false, false
+			r.mu.Unlock()
+			fmt.Fprintf(log, "==> built %s\n", ref)
+		}
+		done <- nil
+	}()
+	return done, nil
+}

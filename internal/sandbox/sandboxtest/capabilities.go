@@ -36,6 +36,7 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 		{"Processes", func(c sandbox.Capabilities) bool { return c.Processes != nil }, runProcesses},
 		{"Workspaces", func(c sandbox.Capabilities) bool { return c.Workspaces != nil }, runWorkspaces},
 		{"Images", func(c sandbox.Capabilities) bool { return c.Images != nil }, runImages},
+		{"SandboxImages", func(c sandbox.Capabilities) bool { return c.SandboxImages != nil }, runSandboxImages},
 		{"EgressNetwork", func(c sandbox.Capabilities) bool { return c.EgressNetwork != nil }, runEgressNetwork},
 		{"EgressTunnel", func(c sandbox.Capabilities) bool { return c.EgressTunnel != nil }, runEgressTunnel},
 		{"TunnelInstalls", func(c sandbox.Capabilities) bool { return c.TunnelInstalls != nil }, runTunnelInstalls},

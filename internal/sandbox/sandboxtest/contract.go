@@ -1,7 +1,8 @@
 // Package sandboxtest is the contract every sandbox.Runtime keeps, as a test
-// suite: the Docker runtime and the fake (internal/sandbox/fake) both run it,
-// so tests written against the fake hold for the real thing. Its commands are
-// valid bash and valid fake scripts alike.
+// suite: the fake (internal/sandbox/fake), Docker and Podman, Kubernetes and
+// containerd all run it (RunContract) and the suite of each part they
+// declare (RunCapabilities), so tests written against the fake hold for the
+// real thing. Its commands are valid bash and valid fake scripts alike.
 package sandboxtest
 
 import (

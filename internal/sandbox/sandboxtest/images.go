@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
@@ -128,3 +130,41 @@ func runImages(t *testing.T, e sandbox.Engine, image string) {
 		}
 	})
 }
+
+// runSandboxImages: the builds of the missing sandbox images end, saying
+// what they did, and the image then starts sandboxes. (On a real engine in
+// the tests every image is present: the plan finds each up to date.)
+func runSandboxImages(t *testing.T, e sandbox.Engine, image string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var log bytes.Buffer
+	var mu sync.Mutex
+	done, err := e.Capabilities().SandboxImages.BuildMissingImages(ctx, writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return log.Write(p)
+	}))
+	if err != nil {
+		t.Fatalf("BuildMissingImages: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the builds: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the builds did not end")
+	}
+	if ok, err := e.ImageExists(ctx, image); !ok || err != nil {
+		t.Fatalf("after the builds, %s: %v %v", image, ok, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(log.String(), "==> ") {
+		t.Errorf("the builds said nothing: %q", log.String())
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -1,16 +1,13 @@
-package main
+package backend
 
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/sandboxer/sandboxer/images"
-	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
 )
 
 // kubernetesProbe adds what only a pod could leak to the probe: a service
@@ -21,44 +18,39 @@ echo default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)`
 
 // doctorKubernetes checks backend kubernetes: the API answers, the images
 // are on the node(s), and a pod reads its hardening from inside.
-func doctorKubernetes(cfg *config.Config, server string, report func(ok bool, what, detail, fix string)) error {
-	rt, err := kubernetes.New(cfg.Instance(), kubernetes.Config{
-		Kubeconfig: cfg.Policy.Kubernetes.Kubeconfig, Namespace: cfg.Policy.Kubernetes.Namespace,
-		MountBytes: cfg.Policy.Kubernetes.MountMB << 20,
-	}, kubernetes.WithServer(server))
+func doctorKubernetes(ctx context.Context, o Options, report Report) error {
+	rt, err := openKubernetes(o)
 	if err != nil {
 		report(false, "kubernetes", err.Error(), "set kubernetes.kubeconfig in the policy, or KUBECONFIG")
 		return nil
 	}
 	defer rt.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	if err := rt.Ping(ctx); err != nil {
 		report(false, "kubernetes", rt.Host()+": "+err.Error(), "start the cluster (`make k8s-cluster` here) or fix the kubeconfig")
 		return nil
 	}
 	report(true, "kubernetes", "API "+rt.Host()+" answers", "")
 	baseBuilt := reportImages(ctx, rt, report)
-	reportPool(ctx, cfg.Policy, rt, report)
+	reportPool(ctx, o.Policy, rt, report)
 	if !baseBuilt {
 		return nil
 	}
-	limits, err := cfg.Policy.Resolve(policy.Request{})
+	limits, err := o.Policy.Resolve(policy.Request{})
 	if err != nil {
 		return err
 	}
 	facts, ok := runProbe(ctx, rt, sandbox.Spec{
 		JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"bash", "-c", kubernetesProbe},
 		WorkDir: "/workspace", Network: policy.NetworkNone, Limits: job.SandboxLimits(limits, 1<<20),
-		Runtime: cfg.Policy.Runtime, // a RuntimeClass
+		Runtime: o.Policy.Runtime, // a RuntimeClass
 	}, "kubectl describe the namespace's pods; is the node Ready?", report)
 	if !ok {
 		return nil
 	}
 	reportFacts(facts, append(hardeningFacts(), fact{"sa_token", "absent", "no SA token"}, fact{"default_route", "0", "no route out"}),
-		cfg.Policy.Runtime == policy.RuntimeRunsc, report)
+		o.Policy.Runtime == policy.RuntimeRunsc, report)
 	// Granted mounts: a copy the server takes into the pod, which the job cannot write.
-	reportMounts(ctx, cfg.Policy, rt, job.SandboxLimits(limits, 1<<20), report)
+	reportMounts(ctx, o.Policy, rt, job.SandboxLimits(limits, 1<<20), report)
 	return nil
 }
 
@@ -79,7 +71,7 @@ func hardeningFacts() []fact {
 
 // reportFacts reports each fact of the probe's output (under gVisor,
 // those it cannot show are left out).
-func reportFacts(facts map[string]string, want []fact, runsc bool, report func(ok bool, what, detail, fix string)) {
+func reportFacts(facts map[string]string, want []fact, runsc bool, report Report) {
 	for _, w := range want {
 		if runsc && runscBlind[w.key] {
 			continue

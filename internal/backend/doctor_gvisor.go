@@ -1,4 +1,4 @@
-package main
+package backend
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // reportGVisor says whether the engine has gVisor (runtime runsc) and, when it
 // has, whether a tiny sandbox runs under it and sees gVisor's kernel. Without
 // it nothing fails unless the policy asks for runsc (reported separately).
-func reportGVisor(ctx context.Context, pol *policy.Policy, rt *docker.Runtime, info docker.EngineInfo, report func(ok bool, what, detail, fix string)) {
+func reportGVisor(ctx context.Context, pol *policy.Policy, rt *docker.Runtime, info docker.EngineInfo, report Report) {
 	if info.Product == "Podman" {
 		// Podman lists every OCI runtime it knows a path for, registered or
 		// not; sandboxer supports runsc on Docker only (docs/engines.md).

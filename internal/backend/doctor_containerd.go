@@ -1,15 +1,12 @@
-package main
+package backend
 
 import (
 	"context"
-	"time"
 
 	"github.com/sandboxer/sandboxer/images"
-	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
-	"github.com/sandboxer/sandboxer/internal/sandbox/containerd"
 )
 
 // containerdProbe adds the network to the probe: loopback only.
@@ -19,28 +16,24 @@ echo default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)`
 
 // doctorContainerd checks backend containerd: containerd answers, the
 // images are in its namespace, and a sandbox reads its hardening from inside.
-func doctorContainerd(cfg *config.Config, server string, report func(ok bool, what, detail, fix string)) error {
-	rt, err := containerd.New(cfg.Instance(), containerd.Config{
-		Address: cfg.Policy.Containerd.Address, Namespace: cfg.Policy.Containerd.Namespace,
-	}, containerd.WithServer(server))
+func doctorContainerd(ctx context.Context, o Options, report Report) error {
+	rt, err := openContainerd(o)
 	if err != nil {
 		report(false, "containerd", err.Error(), "set containerd.address in the policy")
 		return nil
 	}
 	defer rt.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	if err := rt.Ping(ctx); err != nil {
 		report(false, "containerd", err.Error(), "run `bash scripts/containerd.sh` (installs and starts Debian's containerd as root) or set containerd.address")
 		return nil
 	}
 	report(true, "containerd", rt.Host()+" answers", "")
 	baseBuilt := reportImages(ctx, rt, report)
-	reportPool(ctx, cfg.Policy, rt, report)
+	reportPool(ctx, o.Policy, rt, report)
 	if !baseBuilt {
 		return nil
 	}
-	limits, err := cfg.Policy.Resolve(policy.Request{})
+	limits, err := o.Policy.Resolve(policy.Request{})
 	if err != nil {
 		return err
 	}
@@ -52,6 +45,6 @@ func doctorContainerd(cfg *config.Config, server string, report func(ok bool, wh
 		return nil
 	}
 	reportFacts(facts, append(hardeningFacts(), fact{"interfaces", "lo", "loopback only"}, fact{"default_route", "0", "no route out"}), false, report)
-	reportMounts(ctx, cfg.Policy, rt, job.SandboxLimits(limits, 1<<20), report)
+	reportMounts(ctx, o.Policy, rt, job.SandboxLimits(limits, 1<<20), report)
 	return nil
 }
