@@ -55,9 +55,21 @@ func (r *Runtime) execRun(ctx context.Context, containerID string, argv []string
 	if (gone || err == nil && insp.ExitCode == 137) && stderr.Len() == 0 {
 		// A kill that ended the sandbox's main process stops its
 		// container, which takes the exec down with it (Docker: SIGKILL,
-		// 137; Podman: its record too). It said nothing wrong: done.
-		if c, cerr := r.cli.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(cerr) || cerr == nil && c.Container.State != nil && !c.Container.State.Running {
-			return stdout.String(), "", 0, nil
+		// 137; Podman: its record too). It said nothing wrong: done. The
+		// container may be still stopping when the exec is seen gone: it
+		// is given a few seconds to say so (seen: "running" at once).
+		for wait := 50 * time.Millisecond; ; wait *= 2 {
+			c, cerr := r.cli.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+			if cerrdefs.IsNotFound(cerr) || cerr == nil && c.Container.State != nil && !c.Container.State.Running {
+				return stdout.String(), "", 0, nil
+			}
+			if cerr != nil || wait > 2*time.Second {
+				break
+			}
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
 		}
 	}
 	if err != nil {
