@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -42,7 +41,7 @@ const installDir = "/workspace"
 // Bounds of a list.
 const (
 	MaxEntries    = 64
-	MaxEntryBytes = 214
+	MaxEntryBytes = lang.MaxRequirementBytes
 )
 
 // PrebuildEnv bounds, in seconds, the build of a Go install's packages.
@@ -58,35 +57,14 @@ const goCacheSeed = "/usr/local/share/go-build-seed"
 // completeMarker is written last by a successful install.
 const completeMarker = ".sandboxer-complete"
 
-var (
-	pyVersion = `(===|==|!=|~=|>=|<=|<|>)[A-Za-z0-9.*+!_-]+`
-	pyPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*\])?(` + pyVersion + `(,` + pyVersion + `)*)?$`)
-	// npm: an optional scope, a name (no leading . or _), an optional
-	// version, range or tag (no paths, URLs or spaces).
-	npmPattern = regexp.MustCompile(`^(@[a-z0-9~][a-z0-9._~-]*/)?[a-z0-9~][a-z0-9._~-]*(@[A-Za-z0-9.^~<>=*+_|-]+)?$`)
-	// Go: a module path whose first element is a domain, @ a version.
-	goPattern = regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*@(v[0-9]+\.[0-9]+\.[0-9]+[0-9A-Za-z.+-]*|latest)$`)
-	// cargo: a crate name, optionally @ a version requirement.
-	cargoPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}(@[0-9A-Za-z.^~<>=*+-]+)?$`)
-)
-
-// Dependency managers (a language's lang.Language.Dependencies).
+// Dependency managers (a language's lang.Language.Dependencies): their
+// grammar is lang's, the same as install_packages'.
 const (
-	managerPip   = "pip"
-	managerNpm   = "npm"
-	managerGo    = "go"
-	managerCargo = "cargo"
+	managerPip   = lang.ManagerPip
+	managerNpm   = lang.ManagerNpm
+	managerGo    = lang.ManagerGo
+	managerCargo = lang.ManagerCargo
 )
-
-// grammar names each manager's notation, for messages.
-var grammar = map[string]string{
-	managerPip:   "pip requirement specifiers such as requests or requests==2.31.0 (no URLs, options, markers or spaces)",
-	managerNpm:   "npm package names with an optional @version, such as is-number or @scope/pkg@^1.2.0",
-	managerGo:    "Go module paths with @version, such as golang.org/x/text@v0.14.0",
-	managerCargo: "crate names with an optional @version, such as serde@1.0",
-}
-
-var patterns = map[string]*regexp.Regexp{managerPip: pyPattern, managerNpm: npmPattern, managerGo: goPattern, managerCargo: cargoPattern}
 
 // managerOf is the manager of a language's dependencies ("" = none), from
 // the language registry.
@@ -98,9 +76,8 @@ func managerOf(language string) string {
 // Normalise checks a list against the language's grammar and returns it
 // sorted and deduplicated. Errors name dependencies and the bad entry.
 func Normalise(language string, list []string) ([]string, error) {
-	manager := managerOf(language)
-	pat := patterns[manager]
-	if pat == nil {
+	m, ok := lang.PackageManager(managerOf(language))
+	if !ok {
 		return nil, fmt.Errorf("dependencies: %s scripts take none (only %s do)", language, listing(lang.DependencyNames()))
 	}
 	if len(list) > MaxEntries {
@@ -108,15 +85,8 @@ func Normalise(language string, list []string) ([]string, error) {
 	}
 	out := make([]string, 0, len(list))
 	for i, d := range list {
-		shown := d
-		if len(shown) > 64 {
-			shown = shown[:64] + "…"
-		}
-		if len(d) > MaxEntryBytes {
-			return nil, fmt.Errorf("dependencies[%d] %q is longer than %d bytes", i, shown, MaxEntryBytes)
-		}
-		if !pat.MatchString(d) || strings.Contains(d, "..") && manager != managerPip {
-			return nil, fmt.Errorf("dependencies[%d] %q is not a valid %s dependency: give %s", i, shown, language, grammar[manager])
+		if err := m.Check(d); err != nil {
+			return nil, fmt.Errorf("dependencies[%d] %v", i, err)
 		}
 		out = append(out, d)
 	}

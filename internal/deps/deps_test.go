@@ -40,9 +40,15 @@ func TestNormaliseRefuses(t *testing.T) {
 			}
 		}
 	}
-	for _, b := range []string{"golang.org/x/text", "golang.org/../x@v1.0.0", "text@v1.0.0", "golang.org/x/text@master"} {
+	for _, b := range []string{"golang.org/../x@v1.0.0", "text@v1.0.0", "golang.org/x/a..b@v1"} {
 		if _, err := Normalise("go", []string{b}); err == nil {
 			t.Errorf("go accepted %q", b)
+		}
+	}
+	// The one grammar (lang's, install_packages' too): a version is optional.
+	for _, g := range []string{"golang.org/x/text", "golang.org/x/text@master", "golang.org/x/text@latest"} {
+		if _, err := Normalise("go", []string{g}); err != nil {
+			t.Errorf("go refused %q: %v", g, err)
 		}
 	}
 	if _, err := Normalise("bash", []string{"x"}); err == nil || !strings.Contains(err.Error(), "dependencies") {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -37,66 +36,39 @@ import (
 // manager's installer runs as an exec, packages passed as argv after "--",
 // never through a shell's parsing.
 
-// Package managers.
+// Package managers (lang's table, which run_script's dependencies read
+// too), and auto: the workspace language's.
 const (
 	ManagerAuto  = "auto"
-	ManagerApt   = "apt"
-	ManagerPip   = "pip"
-	ManagerNpm   = "npm"
-	ManagerCargo = "cargo"
-	ManagerGo    = "go"
+	ManagerApt   = lang.ManagerApt
+	ManagerPip   = lang.ManagerPip
+	ManagerNpm   = lang.ManagerNpm
+	ManagerCargo = lang.ManagerCargo
+	ManagerGo    = lang.ManagerGo
 )
 
 // Managers are the package managers install_packages knows, in the order they run.
-var Managers = []string{ManagerApt, ManagerPip, ManagerNpm, ManagerCargo, ManagerGo}
+var Managers = lang.ManagerNames()
 
 // Limits of one install.
 const (
 	MaxPackages      = 50  // packages per call, all managers together
-	MaxPackageBytes  = 214 // one package spec (npm's name limit)
+	MaxPackageBytes  = lang.MaxRequirementBytes
 	installLogBytes  = 256 << 10
 	installLogLines  = 20 // lines of the log tail reported per manager
 	packageLogLines  = 5  // lines reported per package (those naming it)
 	installQueryTime = 60 * time.Second
 )
 
-// packagePatterns are each manager's grammar of a package spec (name and an
-// optional version). None admits a leading '-', '/', '.', whitespace, shell
-// syntax or a path.
-var packagePatterns = map[string]*regexp.Regexp{
-	ManagerApt:   regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]*(=[A-Za-z0-9.+:~-]+)?$`),
-	ManagerNpm:   regexp.MustCompile(`^(@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*(@[A-Za-z0-9^~][A-Za-z0-9.^~*+-]*)?$`),
-	ManagerPip:   regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*\])?((==|>=|<=|~=|!=)[A-Za-z0-9.*+!]+)?$`),
-	ManagerGo:    regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*\.[a-z]+(/[A-Za-z0-9._~+-]+)+(@[A-Za-z0-9][A-Za-z0-9._+-]*)?$`),
-	ManagerCargo: regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}(@[0-9][A-Za-z0-9.+-]*)?$`),
-}
-
-var grammar = map[string]string{
-	ManagerApt:   "a Debian package name (lowercase letters, digits, '+', '.', '-'), optionally =version",
-	ManagerNpm:   "an npm package name (optionally @scope/), optionally @version or @tag",
-	ManagerPip:   "a Python distribution name, optionally [extras] and ==version (or >=, <=, ~=, !=)",
-	ManagerGo:    "a Go package path starting with a domain (example.com/x/cmd), optionally @version",
-	ManagerCargo: "a crate name, optionally @version",
-}
-
-// CheckPackage says what is wrong with a package spec for a manager, if anything.
+// CheckPackage says what is wrong with a package spec for a manager, if
+// anything: lang's grammar, the same as run_script's dependencies'.
 func CheckPackage(manager, spec string) error {
-	re, ok := packagePatterns[manager]
+	m, ok := lang.PackageManager(manager)
 	if !ok {
 		return fmt.Errorf("unknown package manager %q: use one of %s", truncate(manager, 32), strings.Join(Managers, ", "))
 	}
-	if len(spec) > MaxPackageBytes {
-		return fmt.Errorf("%s package %q is %d bytes; the limit is %d", manager, truncate(spec, 40), len(spec), MaxPackageBytes)
-	}
-	if !re.MatchString(spec) {
-		return fmt.Errorf("%s package %q is not valid: it must be %s", manager, truncate(spec, 80), grammar[manager])
-	}
-	if manager == ManagerGo {
-		for _, el := range strings.Split(strings.SplitN(spec, "@", 2)[0], "/") {
-			if el == "." || el == ".." {
-				return fmt.Errorf("go package %q is not valid: '.' and '..' are not path elements of a module", truncate(spec, 80))
-			}
-		}
+	if err := m.Check(spec); err != nil {
+		return fmt.Errorf("%s package %v", manager, err)
 	}
 	return nil
 }
@@ -572,7 +544,7 @@ func (l *logTail) lines() []string {
 
 // PackageManagerKnown says whether install_packages knows a manager.
 func PackageManagerKnown(manager string) (string, bool) {
-	_, ok := packagePatterns[manager]
+	_, ok := lang.PackageManager(manager)
 	return manager, ok
 }
 
