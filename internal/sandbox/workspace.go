@@ -88,6 +88,14 @@ type TunnelInstaller interface {
 // mode "tree": a kill or timeout takes the job's process tree, never the
 // container or the other jobs in it).
 type WorkspaceRuntime interface {
+	WorkspaceContainers
+	WorkspaceExec
+	ImportHelpers
+}
+
+// WorkspaceContainers are a workspace's container and volume: made,
+// started, stopped, asked after and removed.
+type WorkspaceContainers interface {
 	// CreateWorkspace creates (not starts) a workspace's volume and container,
 	// with no network unless spec.Network is NetworkEgress.
 	CreateWorkspace(ctx context.Context, spec WorkspaceSpec) (WorkspaceRefs, error)
@@ -99,6 +107,19 @@ type WorkspaceRuntime interface {
 	WorkspaceRunning(ctx context.Context, containerID string) (bool, error)
 	// RemoveWorkspace removes a workspace's container and volume; idempotent.
 	RemoveWorkspace(ctx context.Context, refs WorkspaceRefs) error
+	// OOMKilled says whether the kernel killed a process of the container
+	// for memory.
+	OOMKilled(ctx context.Context, containerID string) (bool, error)
+}
+
+// WorkspaceExec runs things in a workspace: its jobs, plain commands, and
+// its installer beside it.
+type WorkspaceExec interface {
+	// StartIn runs spec as a job in a running workspace container.
+	StartIn(ctx context.Context, containerID string, spec Spec, out Output) (Handle, error)
+	// Exec runs a plain command in a running workspace container until it
+	// ends or ctx does, and returns its exit code.
+	Exec(ctx context.Context, containerID string, opts ExecOptions) (int, error)
 	// StartInstaller starts a workspace's install container: hardened and
 	// limited like the workspace's container (same image, environment and
 	// user), its volume at /workspace, granted mounts left out, on the named
@@ -106,15 +127,11 @@ type WorkspaceRuntime interface {
 	// itself joins no network but the egress network, and only when it was
 	// made for it (WorkspaceSpec.Network).
 	StartInstaller(ctx context.Context, workspaceContainerID, network string) (string, error)
-	// OOMKilled says whether the kernel killed a process of the container
-	// for memory.
-	OOMKilled(ctx context.Context, containerID string) (bool, error)
-	// StartIn runs spec as a job in a running workspace container.
-	StartIn(ctx context.Context, containerID string, spec Spec, out Output) (Handle, error)
-	// Exec runs a plain command in a running workspace container until it
-	// ends or ctx does, and returns its exit code.
-	Exec(ctx context.Context, containerID string, opts ExecOptions) (int, error)
+}
 
+// ImportHelpers move files in and out of containers: the helpers an import
+// reads a granted tree with, and the copies of a workspace's files.
+type ImportHelpers interface {
 	// StartHelper starts a short-lived container with mounts (read-only,
 	// no network) for Exec and CopyFrom; Remove takes it away.
 	StartHelper(ctx context.Context, image string, mounts []Mount) (string, error)

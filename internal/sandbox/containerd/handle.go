@@ -25,7 +25,7 @@ type handle struct {
 	rt    *Runtime
 	id    string
 	task  client.Task
-	c     *supervisor.Client
+	supervisor.Attached
 	stdin *os.File // nil when adopted
 	// tunnel is the job's egress tunnel (network egress), closed with it.
 	tunnel *sandbox.Tunnel
@@ -41,7 +41,7 @@ type handle struct {
 }
 
 func newHandle(rt *Runtime, id string) *handle {
-	return &handle{rt: rt, id: id, c: supervisor.New(), exited: make(chan struct{}),
+	return &handle{rt: rt, id: id, Attached: supervisor.Attach(), exited: make(chan struct{}),
 		launched: make(chan struct{}), done: make(chan struct{}), destroyed: make(chan struct{})}
 }
 
@@ -110,7 +110,7 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec) (h *handle, er
 	}
 	h = newHandle(r, id)
 	h.task, h.stdin, h.prepared = task, stdin, spec
-	h.c.W = supervisor.ConnWriter(stdin)
+	h.C.W = supervisor.ConnWriter(stdin)
 	if err := h.follow(spec.Limits.LogBytes, nil); err != nil {
 		stdin.Close()
 		return nil, err
@@ -168,16 +168,16 @@ func (h *handle) follow(logBytes int64, adopted *resume) error {
 	}
 	if adopted != nil {
 		if joinedAt > 0 {
-			h.c.JoinMidStream = true
+			h.C.JoinMidStream = true
 			adopted.skipStdout, adopted.skipStderr = 0, 0
 		}
-		h.c.Out.Set(adopted.out, adopted.skipStdout, adopted.skipStderr)
+		h.C.Out.Set(adopted.out, adopted.skipStdout, adopted.skipStderr)
 	}
 	go func() {
-		_, _ = io.Copy(&h.c.Diag, diag)
+		_, _ = io.Copy(&h.C.Diag, diag)
 		diag.Close()
 	}()
-	go h.c.ReadUntilEnd(out, func() { out.Close() })
+	go h.C.ReadUntilEnd(out, func() { out.Close() })
 	return nil
 }
 
@@ -191,7 +191,7 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	}
 	ps := supervisor.JobSpec(spec, defaultWorkDir)
 	ps.TimeoutMS, ps.KillMode = backstop(spec.Timeout), proto.KillContainer
-	h.c.HasStdin, h.c.TTY = spec.OpenStdin, spec.TTY != nil
+	h.C.HasStdin, h.C.TTY = spec.OpenStdin, spec.TTY != nil
 	if err := ps.Validate(); err != nil {
 		return err
 	}
@@ -202,16 +202,16 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err := h.openTunnel(ctx, spec); err != nil {
 		return err
 	}
-	h.c.Out.Set(out, 0, 0)
+	h.C.Out.Set(out, 0, 0)
 	close(h.launched)
-	if err := h.c.WriteFrame(ctx, proto.TypeSpec, payload); err != nil {
+	if err := h.C.WriteFrame(ctx, proto.TypeSpec, payload); err != nil {
 		return h.rt.engineErr(fmt.Errorf("hand the sandbox its job: %w", err))
 	}
 	if resize && spec.JobID != "" {
 		// A warm container's labels were written before its job existed:
 		// they say whose it is now (List reads them), off the job's path.
 		time.AfterFunc(relabelDelay, func() {
-			if h.c.Ended() {
+			if h.C.Ended() {
 				return // a short job: its container is going anyway
 			}
 			ctx, cancel := waitCtx()
@@ -243,7 +243,7 @@ func backstop(timeout time.Duration) int64 {
 type warm struct{ h *handle }
 
 func (w *warm) ContainerID() string    { return w.h.id }
-func (w *warm) Ended() <-chan struct{} { return w.h.c.Drained() }
+func (w *warm) Ended() <-chan struct{} { return w.h.C.Drained() }
 func (w *warm) Discard(ctx context.Context) error {
 	return w.h.Destroy(ctx)
 }
@@ -253,14 +253,14 @@ func (w *warm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output
 		return nil, fmt.Errorf("warm sandbox %.12s has another shape than the job", w.h.id)
 	}
 	select {
-	case <-w.h.c.Hello():
-		if err := w.h.c.HelloErr(); err != nil {
+	case <-w.h.C.Hello():
+		if err := w.h.C.HelloErr(); err != nil {
 			return nil, err
 		}
 	default:
 		// Not yet heard from: the spec frame waits in its stdin.
 	}
-	if w.h.c.Ended() {
+	if w.h.C.Ended() {
 		return nil, fmt.Errorf("warm sandbox %.12s ended before its job came", w.h.id)
 	}
 	if err := w.h.launch(ctx, spec, out, true); err != nil {
@@ -317,23 +317,11 @@ func (h *handle) ContainerID() string        { return h.id }
 func (h *handle) Done() <-chan struct{}      { return h.done }
 func (h *handle) Status() sandbox.ExitStatus { <-h.done; return h.status }
 
-func (h *handle) WriteStdin(ctx context.Context, p []byte) (int, error) {
-	return h.c.WriteStdin(ctx, p)
-}
-
-func (h *handle) CloseStdin() error { return h.c.CloseStdin(cleanupTimeout) }
-
-func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
-	return h.c.Resize(ctx, rows, cols)
-}
-
 // Signal delivers a signal to the job: through the supervisor while its
 // stdin is ours, else to the supervisor through containerd (it passes it on).
 func (h *handle) Signal(ctx context.Context, signal string) error {
-	if h.c.W != nil && !h.c.Ended() {
-		if err := h.c.WriteFrame(ctx, proto.TypeSignal, []byte(signal)); err == nil {
-			return nil
-		}
+	if attached, err := h.SignalFrame(ctx, signal); attached && err == nil {
+		return nil
 	}
 	sig := unix.SignalNum("SIG" + signal)
 	if sig == 0 {
@@ -366,13 +354,13 @@ func (h *handle) wasDestroyed() bool {
 // closed before the removal: a job's result does not wait for it.
 func (h *handle) waitForEnd() {
 	select {
-	case <-h.c.Exited():
+	case <-h.C.Exited():
 		// The supervisor's report: the job and every process of it ended
 		// and all its output was handed on.
-	case <-h.c.Drained():
+	case <-h.C.Drained():
 	case <-h.exited:
 		select {
-		case <-h.c.Drained():
+		case <-h.C.Drained():
 		case <-time.After(drainTimeout):
 		}
 	}
@@ -382,7 +370,7 @@ func (h *handle) waitForEnd() {
 	if h.tunnel != nil {
 		h.tunnel.Close()
 	}
-	if e := h.c.Exit(); e != nil {
+	if e := h.C.Exit(); e != nil {
 		h.status = supervisor.ExitStatus(e)
 		h.rt.removeLater(h.id)
 		close(h.done)
@@ -408,7 +396,7 @@ func (h *handle) waitForEnd() {
 		st.Err = fmt.Errorf("the supervisor's stream from container %.12s ended and its task still runs", h.id)
 	}
 	if st.Err == nil && !h.wasDestroyed() && st.ExitCode != 0 {
-		if d := h.c.Diag.String(); d != "" {
+		if d := h.C.Diag.String(); d != "" {
 			st.StartErr = fmt.Errorf("the sandbox supervisor ended without a report: %s", d)
 		}
 	}

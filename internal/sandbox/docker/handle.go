@@ -28,7 +28,7 @@ type handle struct {
 	rt         *Runtime
 	id         string
 	cancelWait context.CancelFunc
-	c          *supervisor.Client // the supervisor's stream
+	supervisor.Attached // the supervisor's stream
 	conn       io.Closer          // the attach connection; nil when adopted
 	followsLog bool               // output comes from the engine's log (adopted)
 	// execID is set when the job runs as an exec of the supervisor in a
@@ -58,7 +58,7 @@ type handle struct {
 func newHandle(rt *Runtime, id string, cancelWait context.CancelFunc) *handle {
 	return &handle{
 		rt: rt, id: id, cancelWait: cancelWait,
-		c:         supervisor.New(),
+		Attached:  supervisor.Attach(),
 		launched:  make(chan struct{}),
 		done:      make(chan struct{}),
 		destroyed: make(chan struct{}),
@@ -71,7 +71,7 @@ func (h *handle) setConn(conn interface {
 	io.Closer
 }) {
 	h.conn = conn
-	h.c.W = supervisor.ConnWriter(conn)
+	h.C.W = supervisor.ConnWriter(conn)
 }
 
 // ContainerID is the container's id; a workspace daemon's job adds its key,
@@ -96,30 +96,13 @@ func (h *handle) Status() sandbox.ExitStatus {
 }
 
 // ended says whether the sandbox is gone (or going): no input can reach it.
-func (h *handle) ended() bool { return h.c.Ended() }
-
-// writeFrame writes one frame to the supervisor, giving up when ctx ends.
-func (h *handle) writeFrame(ctx context.Context, typ byte, payload []byte) error {
-	return h.c.WriteFrame(ctx, typ, payload)
-}
-
-// WriteStdin sends p as Data frames, with the supervisor's flow control.
-func (h *handle) WriteStdin(ctx context.Context, p []byte) (int, error) {
-	return h.c.WriteStdin(ctx, p)
-}
-
-// CloseStdin sends end-of-file to the job, after writes in progress.
-func (h *handle) CloseStdin() error { return h.c.CloseStdin(cleanupTimeout) }
+func (h *handle) ended() bool { return h.C.Ended() }
 
 // Signal delivers a signal to the job: through the supervisor while attached,
 // else through the engine (init passes it to the supervisor, which passes it on).
 func (h *handle) Signal(ctx context.Context, signal string) error {
-	if h.c.W != nil && !h.ended() {
-		if err := h.writeFrame(ctx, proto.TypeSignal, []byte(signal)); err == nil {
-			return nil
-		} else if h.shared() {
-			return err
-		}
+	if attached, err := h.SignalFrame(ctx, signal); attached && (err == nil || h.shared()) {
+		return err
 	}
 	if h.shared() {
 		return nil // the exec has ended: nothing left to signal (never the shared container)
@@ -131,11 +114,6 @@ func (h *handle) Signal(ctx context.Context, signal string) error {
 	return h.rt.engineErr(err)
 }
 
-// Resize changes a TTY job's terminal size.
-func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
-	return h.c.Resize(ctx, rows, cols)
-}
-
 // Destroy removes the container, which kills every process in it. A job in a
 // workspace's container is killed by its supervisor (Kill frame: its whole
 // process tree, setsid'd descendants too); the container stays.
@@ -145,7 +123,7 @@ func (h *handle) Destroy(ctx context.Context) error {
 		if h.ended() {
 			return nil
 		}
-		if err := h.writeFrame(ctx, proto.TypeKill, nil); err != nil && !h.ended() {
+		if err := h.C.WriteFrame(ctx, proto.TypeKill, nil); err != nil && !h.ended() {
 			// An exec's supervisor kills the job by itself once its input
 			// is gone (kill_on_detach); closing our end makes sure it sees
 			// that. A daemon's job waits for the next stream's Kill.
@@ -196,7 +174,7 @@ func (h *handle) wasDestroyed() bool {
 func (h *handle) readFrames(src io.Reader, closeSrc func()) {
 	pr, pw := io.Pipe()
 	go func() {
-		_, err := stdcopy.StdCopy(pw, &h.c.Diag, src)
+		_, err := stdcopy.StdCopy(pw, &h.C.Diag, src)
 		pw.CloseWithError(err)
 	}()
 	h.readParsed(pr, func() { pr.Close(); closeSrc() })
@@ -204,7 +182,7 @@ func (h *handle) readFrames(src io.Reader, closeSrc func()) {
 
 // readParsed acts on the supervisor's frames from r (already taken out of
 // the engine's stream) until it ends.
-func (h *handle) readParsed(r io.Reader, closeSrc func()) { h.c.ReadUntilEnd(r, closeSrc) }
+func (h *handle) readParsed(r io.Reader, closeSrc func()) { h.C.ReadUntilEnd(r, closeSrc) }
 
 // waitForEnd records how the sandbox ended once its supervisor reported (and
 // its output is drained) or the engine says it stopped, then removes it.
@@ -215,11 +193,11 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	waitCode := int64(-1)
 	waited := false
 	select {
-	case <-h.c.Exited():
+	case <-h.C.Exited():
 		// The supervisor's report: the job and every process of it have
 		// ended and all its output has been handed on. The container's own
 		// teardown (tens of milliseconds) is not the job's business.
-	case <-h.c.Drained():
+	case <-h.C.Drained():
 		// The supervisor's stream ended: with its Exit report, that is the
 		// end; without one, the engine has the last word.
 	case res := <-wait.Result:
@@ -231,13 +209,13 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 		// The process tree is gone once the main process ends, so the stream
 		// closes promptly; the bound guards against an engine that never closes it.
 		select {
-		case <-h.c.Drained():
+		case <-h.C.Drained():
 		case <-time.After(drainTimeout):
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if h.c.Exit() == nil && h.followsLog {
+	if h.C.Exit() == nil && h.followsLog {
 		if !waited {
 			select {
 			case res := <-wait.Result:
@@ -249,7 +227,7 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 		}
 		h.rereadLog(ctx)
 	}
-	if e := h.c.Exit(); e != nil {
+	if e := h.C.Exit(); e != nil {
 		h.status = supervisor.ExitStatus(e)
 	} else if !h.shared() {
 		if !waited {
@@ -267,7 +245,7 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 			h.status = sandbox.ExitStatus{ExitCode: int(waitCode)}
 		}
 		if h.status.Err == nil && !h.status.Gone && !h.wasDestroyed() {
-			if d := h.c.Diag.String(); d != "" && h.status.ExitCode != 0 {
+			if d := h.C.Diag.String(); d != "" && h.status.ExitCode != 0 {
 				h.status.StartErr = fmt.Errorf("the sandbox supervisor ended without a report: %s", d)
 			}
 		}
@@ -280,15 +258,15 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 	}
 	if h.shared() {
 		// A job in a workspace: the container is the workspace's, never removed here.
-		if h.c.Exit() == nil && h.ws != nil {
+		if h.C.Exit() == nil && h.ws != nil {
 			h.status = h.wsVerdict(ctx)
-		} else if h.c.Exit() == nil {
+		} else if h.C.Exit() == nil {
 			h.status = h.execVerdict(ctx)
 		}
 		close(h.done)
 		return
 	}
-	if h.c.Exit() != nil {
+	if h.C.Exit() != nil {
 		h.rt.removeLater(h.id, h.settleRename) // counted before Done, so Flush after Done waits for it
 		close(h.done)
 		return
@@ -349,8 +327,8 @@ func (h *handle) rereadLog(ctx context.Context) {
 		pw.CloseWithError(err)
 	}()
 	defer pr.Close()
-	if _, err := io.CopyN(io.Discard, pr, h.c.Consumed()); err != nil {
+	if _, err := io.CopyN(io.Discard, pr, h.C.Consumed()); err != nil {
 		return
 	}
-	h.c.Parse(pr)
+	h.C.Parse(pr)
 }

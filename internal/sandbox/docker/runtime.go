@@ -398,7 +398,7 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		ps.Seed = false // a workspace got its template's files when made
 		ps.Rlimits = supervisor.JobRlimits(spec.Limits)
 	}
-	h.c.HasStdin, h.c.TTY = spec.OpenStdin, spec.TTY != nil
+	h.C.HasStdin, h.C.TTY = spec.OpenStdin, spec.TTY != nil
 	if err := ps.Validate(); err != nil {
 		return nil, err
 	}
@@ -409,9 +409,9 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err := h.openJobTunnel(ctx, spec.Network); err != nil {
 		return nil, err
 	}
-	h.c.Out.Set(out, 0, 0)
+	h.C.Out.Set(out, 0, 0)
 	close(h.launched)
-	if err := h.writeFrame(ctx, proto.TypeSpec, payload); err != nil {
+	if err := h.C.WriteFrame(ctx, proto.TypeSpec, payload); err != nil {
 		return nil, h.rt.engineErr(fmt.Errorf("hand the sandbox its job: %w", err))
 	}
 	if resize && spec.JobID != "" {
@@ -447,16 +447,16 @@ type warm struct{ h *handle }
 
 func (w *warm) ContainerID() string { return w.h.id }
 
-func (w *warm) Ended() <-chan struct{} { return w.h.c.Drained() }
+func (w *warm) Ended() <-chan struct{} { return w.h.C.Drained() }
 
 func (w *warm) Launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
 	if spec.PoolKey() != w.h.prepared.PoolKey() {
 		return nil, fmt.Errorf("warm sandbox %.12s has another shape than the job", w.h.id)
 	}
 	select {
-	case <-w.h.c.Hello():
-		if w.h.c.HelloErr() != nil {
-			return nil, w.h.c.HelloErr()
+	case <-w.h.C.Hello():
+		if w.h.C.HelloErr() != nil {
+			return nil, w.h.C.HelloErr()
 		}
 	default:
 		// Not yet heard from: the spec frame waits in its stdin.
@@ -495,7 +495,7 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	wait := r.cli.ContainerWait(waitCtx, containerID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 	h := newHandle(r, containerID, cancelWait)
 	close(h.launched)
-	h.c.Out.Set(out, skipStdout, skipStderr)
+	h.C.Out.Set(out, skipStdout, skipStderr)
 	// Once it is followed, an egress job gets a tunnel again (the former
 	// server's went with it); one that cannot open leaves the job without
 	// egress, not without its result.
@@ -509,8 +509,8 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 			cancelWait()
 			return nil, r.engineErr(fmt.Errorf("attach: %w", err))
 		}
-		h.c.Out.Set(out, 0, 0)
-		h.c.JoinMidStream = true
+		h.C.Out.Set(out, 0, 0)
+		h.C.JoinMidStream = true
 		go h.readFrames(attach.Reader, attach.Close)
 		_ = h.openJobTunnel(ctx, network)
 		go h.waitForEnd(wait)
@@ -567,7 +567,7 @@ func (r *Runtime) readsLog(h *handle) {
 	r.logReaders[h.id]++
 	r.removeMu.Unlock()
 	go func() {
-		<-h.c.Drained()
+		<-h.C.Drained()
 		r.removeMu.Lock()
 		if r.logReaders[h.id]--; r.logReaders[h.id] <= 0 {
 			delete(r.logReaders, h.id)

@@ -306,7 +306,7 @@ func (h *handle) execVerdict(ctx context.Context) sandbox.ExitStatus {
 		return sandbox.ExitStatus{ExitCode: -1, Gone: true}
 	}
 	st := sandbox.ExitStatus{ExitCode: info.ExitCode}
-	if d := h.c.Diag.String(); d != "" && info.ExitCode != 0 {
+	if d := h.C.Diag.String(); d != "" && info.ExitCode != 0 {
 		st.StartErr = fmt.Errorf("the sandbox supervisor ended without a report: %s", d)
 	}
 	return st

@@ -135,7 +135,7 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, containerID, key string, s
 	h.ws, h.key = c, key
 	h.setConn(ch)
 	close(h.launched)
-	h.c.Out.Set(out, 0, 0) // the daemon sends only what was not captured
+	h.C.Out.Set(out, 0, 0) // the daemon sends only what was not captured
 	// Reading first: the replay comes before the daemon's answer.
 	go h.readParsed(pr, func() { pr.Close() })
 	known, err := c.Attach(ctx, ch)

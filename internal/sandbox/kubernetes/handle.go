@@ -26,7 +26,7 @@ const deadlineBackstop = time.Second
 type handle struct {
 	rt   *Runtime
 	name string
-	c    *supervisor.Client // the supervisor's stream
+	supervisor.Attached // the supervisor's stream
 
 	stdin      *io.PipeWriter // frames to the supervisor (the attach's stdin); nil when adopted
 	cancel     context.CancelFunc
@@ -49,7 +49,7 @@ type handle struct {
 func newHandle(rt *Runtime, name string) *handle {
 	return &handle{
 		rt: rt, name: name,
-		c:         supervisor.New(),
+		Attached:  supervisor.Attach(),
 		done:      make(chan struct{}),
 		destroyed: make(chan struct{}),
 	}
@@ -67,7 +67,7 @@ func (h *handle) ContainerID() string {
 func (h *handle) Done() <-chan struct{}      { return h.done }
 func (h *handle) Status() sandbox.ExitStatus { <-h.done; return h.status }
 
-func (h *handle) ended() bool { return h.c.Ended() }
+func (h *handle) ended() bool { return h.C.Ended() }
 
 // attach joins the pod's container through pods/attach: frames to its
 // stdin, its stdout parsed as frames. The
@@ -84,7 +84,7 @@ func (h *handle) attach() error {
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stdin, h.cancel = inW, cancel
-	h.c.W = supervisor.PipeWriter(inW)
+	h.C.W = supervisor.PipeWriter(inW)
 	go func() {
 		// No stderr: the supervisor's goes to the termination message (see
 		// podFor), and containerd ends an attach whose stderr ends, closing
@@ -95,7 +95,7 @@ func (h *handle) attach() error {
 		inW.Close()
 		outW.CloseWithError(err)
 	}()
-	go h.c.ReadUntilEnd(outR, func() { outR.Close() })
+	go h.C.ReadUntilEnd(outR, func() { outR.Close() })
 	return nil
 }
 
@@ -109,7 +109,7 @@ func (h *handle) followLog(ctx context.Context) error {
 		cancel()
 		return h.rt.engineErr(fmt.Errorf("read the log of pod %s: %w", h.name, err))
 	}
-	go h.c.ReadUntilEnd(rc, func() { rc.Close() })
+	go h.C.ReadUntilEnd(rc, func() { rc.Close() })
 	return nil
 }
 
@@ -137,7 +137,7 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	} else {
 		// The pod's attach may drop what the job wrote last when the pod's
 		// container ends: the supervisor waits until the server has it all.
-		ps.AwaitExitAck, h.c.AckExit = true, true
+		ps.AwaitExitAck, h.C.AckExit = true, true
 	}
 	// No per-pod ulimits in a pod spec: the supervisor lowers them for the job.
 	ps.Rlimits = supervisor.JobRlimits(spec.Limits)
@@ -145,7 +145,7 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if spec.Timeout > 0 {
 		ps.TimeoutMS = (spec.Timeout + deadlineBackstop).Milliseconds()
 	}
-	h.c.HasStdin, h.c.TTY = spec.OpenStdin, spec.TTY != nil
+	h.C.HasStdin, h.C.TTY = spec.OpenStdin, spec.TTY != nil
 	if err := ps.Validate(); err != nil {
 		return err
 	}
@@ -153,37 +153,20 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err != nil {
 		return err
 	}
-	h.c.Out.Set(out, 0, 0)
-	if err := h.writeFrame(ctx, proto.TypeSpec, payload); err != nil {
+	h.C.Out.Set(out, 0, 0)
+	if err := h.C.WriteFrame(ctx, proto.TypeSpec, payload); err != nil {
 		return fmt.Errorf("hand pod %s its job: %w", h.name, err)
 	}
 	return nil
 }
 
-func (h *handle) writeFrame(ctx context.Context, typ byte, payload []byte) error {
-	return h.c.WriteFrame(ctx, typ, payload)
-}
-
-func (h *handle) WriteStdin(ctx context.Context, p []byte) (int, error) {
-	return h.c.WriteStdin(ctx, p)
-}
-
-func (h *handle) CloseStdin() error { return h.c.CloseStdin(cleanupTimeout) }
-
 // Signal goes through the supervisor; with no stream to it (adopted, or
 // ended) there is nothing the API could deliver a signal with.
 func (h *handle) Signal(ctx context.Context, signal string) error {
-	if h.c.W == nil || h.ended() {
-		return nil
-	}
-	if err := h.writeFrame(ctx, proto.TypeSignal, []byte(signal)); err != nil && !h.ended() {
+	if _, err := h.SignalFrame(ctx, signal); err != nil && !h.ended() {
 		return fmt.Errorf("signal the job in pod %s: %w", h.name, err)
 	}
 	return nil
-}
-
-func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
-	return h.c.Resize(ctx, rows, cols)
 }
 
 // Destroy deletes the pod, which kills everything in it.
@@ -195,7 +178,7 @@ func (h *handle) Destroy(ctx context.Context) error {
 		if h.ended() {
 			return nil
 		}
-		if err := h.writeFrame(ctx, proto.TypeKill, nil); err != nil && !h.ended() {
+		if err := h.C.WriteFrame(ctx, proto.TypeKill, nil); err != nil && !h.ended() {
 			return fmt.Errorf("kill the job in workspace pod %s: %w", h.name, err)
 		}
 		return nil
@@ -231,21 +214,21 @@ func (h *handle) closeInput() {
 // else from the pod's status, else the pod is gone. Then the pod goes.
 func (h *handle) waitForEnd() {
 	select {
-	case <-h.c.Exited():
-	case <-h.c.Drained():
+	case <-h.C.Exited():
+	case <-h.C.Drained():
 	}
 	select {
-	case <-h.c.Drained():
+	case <-h.C.Drained():
 	case <-time.After(drainTimeout):
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if h.c.Exit() == nil && h.followsLog {
+	if h.C.Exit() == nil && h.followsLog {
 		h.rereadLog(ctx)
 	}
 	if h.ws != nil {
 		// A job in a workspace: the pod is the workspace's, never removed here.
-		if e := h.c.Exit(); e != nil {
+		if e := h.C.Exit(); e != nil {
 			h.status = supervisor.ExitStatus(e)
 		} else {
 			h.status = h.rt.daemons.Verdict(ctx, h.name, h.ws)
@@ -254,7 +237,7 @@ func (h *handle) waitForEnd() {
 		close(h.done)
 		return
 	}
-	if e := h.c.Exit(); e != nil {
+	if e := h.C.Exit(); e != nil {
 		h.status = supervisor.ExitStatus(e)
 		if e.ExitCode > 128 && h.wasDestroyed() {
 			// Destroyed: the kubelet's TERM (then KILL) of the deleted pod
@@ -324,10 +307,10 @@ func (h *handle) rereadLog(ctx context.Context) {
 		return
 	}
 	defer rc.Close()
-	if _, err := io.CopyN(io.Discard, rc, h.c.Consumed()); err != nil {
+	if _, err := io.CopyN(io.Discard, rc, h.C.Consumed()); err != nil {
 		return
 	}
-	h.c.Parse(rc)
+	h.C.Parse(rc)
 }
 
 // helloPolls bounds the wait for a started supervisor's Hello to reach the

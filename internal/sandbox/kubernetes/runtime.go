@@ -548,7 +548,7 @@ func (r *Runtime) Adopt(ctx context.Context, id string, skipStdout, skipStderr i
 		return nil, fmt.Errorf("pod %s does not belong to this server", id)
 	}
 	h := newHandle(r, id)
-	h.c.Out.Set(out, skipStdout, skipStderr)
+	h.C.Out.Set(out, skipStdout, skipStderr)
 	if err := h.followLog(ctx); err != nil {
 		return nil, err
 	}

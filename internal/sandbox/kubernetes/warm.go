@@ -58,7 +58,7 @@ type warm struct {
 }
 
 func (w *warm) ContainerID() string               { return w.h.name }
-func (w *warm) Ended() <-chan struct{}            { return w.h.c.Drained() }
+func (w *warm) Ended() <-chan struct{}            { return w.h.C.Drained() }
 func (w *warm) Discard(ctx context.Context) error { return w.h.Destroy(ctx) }
 
 // Launch hands the pod its job: its labels say whose it is now, its memory

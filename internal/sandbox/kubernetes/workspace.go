@@ -398,8 +398,8 @@ func (r *Runtime) StartIn(ctx context.Context, id string, spec sandbox.Spec, out
 	}
 	h := newHandle(r, id)
 	h.ws, h.key, h.ch = ch.Stream(), ch.Key(), ch
-	h.c.W = supervisor.ConnWriter(ch)
-	go h.c.ReadUntilEnd(pr, func() { pr.Close() })
+	h.C.W = supervisor.ConnWriter(ch)
+	go h.C.ReadUntilEnd(pr, func() { pr.Close() })
 	if err := h.launch(ctx, spec, out); err != nil {
 		ch.Close()
 		return nil, err
@@ -421,10 +421,10 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, id, key string, skipStdout
 	ch, pr := supervisor.NewChannel(key, skipStdout, skipStderr)
 	h := newHandle(r, id)
 	h.ws, h.key, h.ch = c, key, ch
-	h.c.W = supervisor.ConnWriter(ch)
-	h.c.Out.Set(out, 0, 0) // the daemon sends only what was not captured
+	h.C.W = supervisor.ConnWriter(ch)
+	h.C.Out.Set(out, 0, 0) // the daemon sends only what was not captured
 	// Reading first: the replay comes before the daemon's answer.
-	go h.c.ReadUntilEnd(pr, func() { pr.Close() })
+	go h.C.ReadUntilEnd(pr, func() { pr.Close() })
 	known, err := c.Attach(ctx, ch)
 	if err != nil || !known {
 		ch.EndChannel()
