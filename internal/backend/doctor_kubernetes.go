@@ -19,17 +19,41 @@ echo default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)`
 // doctorKubernetes checks backend kubernetes: the API answers, the images
 // are on the node(s), and a pod reads its hardening from inside.
 func doctorKubernetes(ctx context.Context, o Options, report Report) error {
-	rt, err := openKubernetes(o)
+	return checkEngine(ctx, o, report, engineCheck{
+		name: "kubernetes", open: openKubernetes, probe: kubernetesProbe,
+		openFix: "set kubernetes.kubeconfig in the policy, or KUBECONFIG",
+		pingFix: "start the cluster (`make k8s-cluster` here) or fix the kubeconfig",
+		runFix:  "kubectl describe the namespace's pods; is the node Ready?",
+		facts:   []fact{{"sa_token", "absent", "no SA token"}, {"default_route", "0", "no route out"}},
+		runtime: true, // the policy's runtime is a RuntimeClass
+	})
+}
+
+// engineCheck is what doctor checks of an engine reached over its API
+// (Kubernetes, containerd): how to open it, the probe, what it must show.
+type engineCheck struct {
+	name                     string
+	open                     func(Options) (sandbox.Engine, error)
+	probe                    string // the probe script
+	openFix, pingFix, runFix string
+	facts                    []fact // beyond hardeningFacts
+	runtime                  bool   // the policy's runtime applies
+}
+
+// checkEngine: it opens and answers, the images, the pool, a probe sandbox
+// reading its hardening from inside, the granted mounts.
+func checkEngine(ctx context.Context, o Options, report Report, c engineCheck) error {
+	rt, err := c.open(o)
 	if err != nil {
-		report(false, "kubernetes", err.Error(), "set kubernetes.kubeconfig in the policy, or KUBECONFIG")
+		report(false, c.name, err.Error(), c.openFix)
 		return nil
 	}
 	defer rt.Close()
 	if err := rt.Ping(ctx); err != nil {
-		report(false, "kubernetes", rt.Host()+": "+err.Error(), "start the cluster (`make k8s-cluster` here) or fix the kubeconfig")
+		report(false, c.name, rt.Host()+": "+err.Error(), c.pingFix)
 		return nil
 	}
-	report(true, "kubernetes", "API "+rt.Host()+" answers", "")
+	report(true, c.name, rt.Host()+" answers", "")
 	baseBuilt := reportImages(ctx, rt, report)
 	reportPool(ctx, o.Policy, rt, report)
 	if !baseBuilt {
@@ -39,17 +63,19 @@ func doctorKubernetes(ctx context.Context, o Options, report Report) error {
 	if err != nil {
 		return err
 	}
-	facts, ok := runProbe(ctx, rt, sandbox.Spec{
-		JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"bash", "-c", kubernetesProbe},
+	spec := sandbox.Spec{
+		JobID: "doctor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"bash", "-c", c.probe},
 		WorkDir: "/workspace", Network: policy.NetworkNone, Limits: job.SandboxLimits(limits, 1<<20),
-		Runtime: o.Policy.Runtime, // a RuntimeClass
-	}, "kubectl describe the namespace's pods; is the node Ready?", report)
+	}
+	if c.runtime {
+		spec.Runtime = o.Policy.Runtime
+	}
+	facts, ok := runProbe(ctx, rt, spec, c.runFix, report)
 	if !ok {
 		return nil
 	}
-	reportFacts(facts, append(hardeningFacts(), fact{"sa_token", "absent", "no SA token"}, fact{"default_route", "0", "no route out"}),
-		o.Policy.Runtime == policy.RuntimeRunsc, report)
-	// Granted mounts: a copy the server takes into the pod, which the job cannot write.
+	reportFacts(facts, append(hardeningFacts(), c.facts...), c.runtime && o.Policy.Runtime == policy.RuntimeRunsc, report)
+	// Granted mounts: where the server copies them in, a copy the job cannot write.
 	reportMounts(ctx, o.Policy, rt, job.SandboxLimits(limits, 1<<20), report)
 	return nil
 }

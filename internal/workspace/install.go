@@ -52,7 +52,7 @@ var Managers = lang.ManagerNames()
 
 // Limits of one install.
 const (
-	MaxPackages      = 50  // packages per call, all managers together
+	MaxPackages      = 50 // packages per call, all managers together
 	MaxPackageBytes  = lang.MaxRequirementBytes
 	installLogBytes  = 256 << 10
 	installLogLines  = 20 // lines of the log tail reported per manager

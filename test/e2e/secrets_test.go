@@ -115,19 +115,33 @@ func gitRepo(t *testing.T) string {
 	return bare
 }
 
-func TestSecretsSwappedAtTheProxy(t *testing.T) {
-	t.Parallel()
+// secretSetup is a secret's value, its upstream on the egress gateway, and
+// the files a server reads: the upstream's CA (for SSL_CERT_FILE) and the
+// value (mode 0600).
+type secretSetup struct {
+	gw, value, caFile, valueFile string
+	up                           *secretUpstream
+}
+
+func newSecretSetup(t *testing.T) secretSetup {
+	t.Helper()
 	gw := egressGateway(t)
 	upCA := upstreamCA(t)
 	b := make([]byte, 16)
 	rand.Read(b)
 	value := "real-" + hex.EncodeToString(b)
 	up := startSecretUpstream(t, gw, upCA, value)
-
 	dir := t.TempDir()
 	caFile, valueFile := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "api-token")
 	os.WriteFile(caFile, upCA.CertPEM(), 0o644)
 	os.WriteFile(valueFile, []byte(value+"\n"), 0o600)
+	return secretSetup{gw: gw, value: value, caFile: caFile, valueFile: valueFile, up: up}
+}
+
+func TestSecretsSwappedAtTheProxy(t *testing.T) {
+	t.Parallel()
+	sec := newSecretSetup(t)
+	gw, value, up, caFile, valueFile := sec.gw, sec.value, sec.up, sec.caFile, sec.valueFile
 	state := t.TempDir()
 	s := startServerIn(t, state, "SSL_CERT_FILE="+caFile, "OTHER_SECRET_VALUE=other-"+value, policyEnv(t, fmt.Sprintf(`
 egress:

@@ -1,11 +1,7 @@
 package e2e
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -21,16 +17,8 @@ import (
 // a pty session's send_input answer and its screen).
 func TestSecretsNotFrontedNorLeakedThroughEscapes(t *testing.T) {
 	t.Parallel()
-	gw := egressGateway(t)
-	upCA := upstreamCA(t)
-	b := make([]byte, 16)
-	rand.Read(b)
-	value := "real-" + hex.EncodeToString(b)
-	up := startSecretUpstream(t, gw, upCA, value)
-	dir := t.TempDir()
-	caFile, valueFile := filepath.Join(dir, "upstream-ca.pem"), filepath.Join(dir, "api-token")
-	os.WriteFile(caFile, upCA.CertPEM(), 0o644)
-	os.WriteFile(valueFile, []byte(value), 0o600)
+	sec := newSecretSetup(t)
+	gw, value, up, caFile, valueFile := sec.gw, sec.value, sec.up, sec.caFile, sec.valueFile
 	s := startServer(t, "SSL_CERT_FILE="+caFile, policyEnv(t, fmt.Sprintf(`
 egress:
   allow: ["bound.sbx.test:%[1]s", "free.sbx.test:%[1]s"]

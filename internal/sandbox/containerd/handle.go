@@ -22,9 +22,9 @@ import (
 // supervisor. Frames to it go into its stdin FIFO; its frames are read
 // from its stdout file. Its end is observed once, by waitForEnd.
 type handle struct {
-	rt    *Runtime
-	id    string
-	task  client.Task
+	rt   *Runtime
+	id   string
+	task client.Task
 	supervisor.Attached
 	stdin *os.File // nil when adopted
 	// tunnel is the job's egress tunnel (network egress), closed with it.

@@ -25,12 +25,12 @@ import (
 // Frames from the supervisor arrive on the container's stdout; frames to it
 // go to its stdin. Its end is observed once, by waitForEnd.
 type handle struct {
-	rt         *Runtime
-	id         string
-	cancelWait context.CancelFunc
-	supervisor.Attached // the supervisor's stream
-	conn       io.Closer          // the attach connection; nil when adopted
-	followsLog bool               // output comes from the engine's log (adopted)
+	rt                  *Runtime
+	id                  string
+	cancelWait          context.CancelFunc
+	supervisor.Attached           // the supervisor's stream
+	conn                io.Closer // the attach connection; nil when adopted
+	followsLog          bool      // output comes from the engine's log (adopted)
 	// execID is set when the job runs as an exec of the supervisor in a
 	// workspace's container (kill mode "tree"): ending the job never
 	// touches the container.

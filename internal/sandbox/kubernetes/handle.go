@@ -24,8 +24,8 @@ const deadlineBackstop = time.Second
 
 // handle is one pod whose supervisor runs one job.
 type handle struct {
-	rt   *Runtime
-	name string
+	rt                  *Runtime
+	name                string
 	supervisor.Attached // the supervisor's stream
 
 	stdin      *io.PipeWriter // frames to the supervisor (the attach's stdin); nil when adopted
