@@ -113,7 +113,7 @@ func TestDoorHostsBeyondLoopback(t *testing.T) {
 		r := httptest.NewRequest("GET", "/mcp", nil)
 		r.Host = c.host
 		w := httptest.NewRecorder()
-		NewDoor().Wrap(ok, false, c.hosts...).ServeHTTP(w, r)
+		NewDoor(DoorConfig{}).Wrap(ok, false, c.hosts...).ServeHTTP(w, r)
 		if w.Code != c.want {
 			t.Errorf("hosts %v, Host %s: %d, want %d", c.hosts, c.host, w.Code, c.want)
 		}

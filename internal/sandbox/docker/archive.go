@@ -33,6 +33,7 @@ func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbo
 			},
 		},
 		HostConfig: &container.HostConfig{
+			Runtime:     r.dialect(ctx).runtime(""),
 			NetworkMode: "none", CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"},
 			ReadonlyRootfs: true, Mounts: engineMounts(mounts), Init: &init,
 			LogConfig: container.LogConfig{Type: "none"},

@@ -37,6 +37,10 @@ type dialect struct {
 	// them as the engine's own. Named, they stay within reach; the cgroup's
 	// pids limit is what bounds a sandbox's processes.
 	nameRlimits bool
+	// patchedRuntime is PatchedRuntime when the engine has it (the project's
+	// setup registers it): sandboxes whose spec names no runtime run on it,
+	// while the engine's other containers keep the engine's default.
+	patchedRuntime string
 	// unenforced is why the engine cannot hold a sandbox's limits, if it
 	// cannot: then no sandbox starts there (limits are hard ceilings).
 	unenforced string
@@ -76,6 +80,9 @@ func (r *Runtime) dialect(ctx context.Context) dialect {
 		return d
 	}
 	d.unenforced = limitsUnenforced(info.Info.CgroupVersion, info.Info.SecurityOptions, r.podmanRootless(ctx))
+	if _, ok := info.Info.Runtimes[PatchedRuntime]; ok {
+		d.patchedRuntime = PatchedRuntime
+	}
 	if got := product(ver.Components); got != d.product {
 		d.unenforced = fmt.Sprintf("the engine at %s is %s, but the policy names backend %s: set backend: %s",
 			r.endpoint.Host, got, strings.ToLower(d.product), strings.ToLower(got))
@@ -98,6 +105,21 @@ func limitsUnenforced(cgroupVersion string, securityOptions []string, podmanRoot
 		}
 	}
 	return ""
+}
+
+// PatchedRuntime is the name under which the project's setup
+// (scripts/runc.sh) registers a current runc with the engines it manages,
+// where the host's has known escapes (internal/backend's table).
+const PatchedRuntime = "sandboxer-runc"
+
+// runtime is the OCI runtime a sandbox runs on: the one its spec names
+// (the policy's runtime key), else the patched runc where the engine has
+// it, else the engine's default.
+func (d dialect) runtime(named string) string {
+	if named != "" {
+		return named
+	}
+	return d.patchedRuntime
 }
 
 // enforce refuses to start a sandbox on an engine that cannot hold its limits.

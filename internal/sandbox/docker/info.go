@@ -23,6 +23,11 @@ type EngineInfo struct {
 	StorageDriver string
 	Runtimes      []string
 	DefaultRT     string
+	// RuntimePaths are the engine's runtimes' binaries, on the engine's host.
+	RuntimePaths map[string]string
+	// RuncVersion is the version of the engine's own runc, as the engine
+	// reports it ("" when it does not).
+	RuncVersion string
 	NCPU          int
 	MemTotal      int64
 	// Unenforced says why the engine cannot hold sandbox limits ("" when it can).
@@ -44,14 +49,22 @@ func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
 	}
 	i := info.Info
 	var runtimes []string
-	for name := range i.Runtimes {
+	paths := map[string]string{}
+	for name, rt := range i.Runtimes {
 		runtimes = append(runtimes, name)
+		paths[name] = rt.Path
+	}
+	runc := ""
+	for _, c := range ver.Components {
+		if c.Name == "runc" {
+			runc = c.Version
+		}
 	}
 	sort.Strings(runtimes)
 	return EngineInfo{
 		Host: r.Host(), Endpoint: r.endpoint, Product: product(ver.Components), ServerVersion: i.ServerVersion, APIVersion: r.cli.ClientVersion(), MaxAPIVersion: ver.APIVersion,
 		CgroupVersion: i.CgroupVersion, CgroupDriver: i.CgroupDriver, StorageDriver: i.Driver,
-		Runtimes: runtimes, DefaultRT: i.DefaultRuntime, NCPU: i.NCPU, MemTotal: i.MemTotal,
+		Runtimes: runtimes, DefaultRT: i.DefaultRuntime, RuntimePaths: paths, RuncVersion: runc, NCPU: i.NCPU, MemTotal: i.MemTotal,
 		Unenforced: limitsUnenforced(i.CgroupVersion, i.SecurityOptions, r.podmanRootless(ctx)),
 	}, nil
 }

@@ -268,7 +268,7 @@ func (r *Runtime) containerConfig(d dialect, spec sandbox.Spec) (*container.Conf
 		IpcMode:        "private",
 		CgroupnsMode:   "private", // its own cgroup tree only, not the host's
 		Init:           &init,
-		Runtime:        spec.Runtime,
+		Runtime:        d.runtime(spec.Runtime),
 		OomScoreAdj:    500, // the kernel should pick a sandbox before the host's own processes
 		Resources: container.Resources{
 			Memory:     l.MemoryBytes,

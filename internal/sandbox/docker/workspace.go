@@ -88,7 +88,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		IpcMode:        "private",
 		CgroupnsMode:   "private",
 		Init:           &init,
-		Runtime:        ws.Runtime,
+		Runtime:        d.runtime(ws.Runtime),
 		OomScoreAdj:    500,
 		Resources: container.Resources{
 			Memory:     l.MemoryBytes,

