@@ -36,6 +36,10 @@ type Backend struct {
 	Open func(Options) (sandbox.Engine, error)
 	// Doctor checks the engine and a hardened probe sandbox on it.
 	Doctor func(ctx context.Context, o Options, report Report) error
+	// Findings read the engine's and its sandboxes' runtime's versions
+	// through the engine and check them against KnownEscapes (nil: this
+	// backend's are not checked).
+	Findings func(ctx context.Context, e sandbox.Engine, pol *policy.Policy) ([]Finding, error)
 }
 
 // Options are what opening an engine needs.
@@ -52,11 +56,11 @@ type Report func(ok bool, what, detail, fix string)
 var all = []Backend{
 	{
 		Name: policy.BackendDocker, Networks: []string{policy.NetworkNone, policy.NetworkEgress, policy.NetworkBridge},
-		Images: true, Open: openDocker(docker.ProductDocker), Doctor: doctorDocker(docker.ProductDocker),
+		Images: true, Open: openDocker(docker.ProductDocker), Doctor: doctorDocker(docker.ProductDocker), Findings: dockerFindings,
 	},
 	{
 		Name: policy.BackendPodman, Networks: []string{policy.NetworkNone, policy.NetworkEgress, policy.NetworkBridge},
-		Images: true, Open: openDocker(docker.ProductPodman), Doctor: doctorDocker(docker.ProductPodman),
+		Images: true, Open: openDocker(docker.ProductPodman), Doctor: doctorDocker(docker.ProductPodman), Findings: dockerFindings,
 	},
 	{
 		Name: policy.BackendKubernetes, Networks: []string{policy.NetworkNone, policy.NetworkEgress},

@@ -58,6 +58,13 @@ func checkDocker(ctx context.Context, rt *docker.Runtime, o Options, report Repo
 	report(info.StorageDriver != "", "storage driver", info.StorageDriver, "")
 	rts := strings.Join(info.Runtimes, ", ")
 	report(true, "runtimes", rts+" (default "+info.DefaultRT+")", "")
+	if findings, err := dockerFindings(ctx, rt, pol); err != nil {
+		report(false, "known escapes", err.Error(), "")
+	} else {
+		for _, f := range findings {
+			report(len(f.Open()) == 0, f.What+" "+f.Name, f.Sentence(), FixCommand)
+		}
+	}
 	if pol.Runtime != "" {
 		has := false
 		for _, r := range info.Runtimes {

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"fmt"
+	"slices"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,34 +18,44 @@ type Escape struct {
 	Component string   // "runc" or "docker" (the Docker engine, moby)
 	Fixed     []string // the fixed release of each line, oldest first
 	What      string
+	// Backports are distributions' packages of an affected release that
+	// carry the fix, as the engine names them (runc's GitCommit).
+	Backports []string
+	// Mitigated, when set, says what sandboxer does so that the escape
+	// cannot be used: doctor shows it, and it is no failure.
+	Mitigated string
 }
 
 // KnownEscapes is the table, oldest first.
 var KnownEscapes = []Escape{
 	{"CVE-2019-5736", "runc", []string{"1.0.0-rc7"},
-		"a container overwrites the host's runc binary through /proc/self/exe and runs as root on the host"},
+		"a container overwrites the host's runc binary through /proc/self/exe and runs as root on the host", nil, ""},
 	{"CVE-2024-21626", "runc", []string{"1.1.12"},
-		"a file descriptor of the host's /sys/fs/cgroup leaks into the container: its working directory or an exec reaches the host's filesystem (Leaky Vessels)"},
+		"a file descriptor of the host's /sys/fs/cgroup leaks into the container: its working directory or an exec reaches the host's filesystem (Leaky Vessels)",
+		[]string{"1.1.5+ds1-1+deb12u1"}, ""},
 	{"CVE-2025-31133", "runc", []string{"1.2.8", "1.3.3", "1.4.0-rc.3"},
-		"an image that makes /dev/null a link has runc bind-mount a host path of its choosing over a masked path, writable"},
+		"an image that makes /dev/null a link has runc bind-mount a host path of its choosing over a masked path, writable", nil, ""},
 	{"CVE-2025-52565", "runc", []string{"1.2.8", "1.3.3", "1.4.0-rc.3"},
-		"races on the /dev/console bind mount let a container write procfs files of the host"},
+		"races on the /dev/console bind mount let a container write procfs files of the host", nil, ""},
 	{"CVE-2025-52881", "runc", []string{"1.2.8", "1.3.3", "1.4.0-rc.3"},
-		"shared mounts redirect runc's writes to /proc (LSM labels, sysctls) to other procfs files: the container writes the host's"},
+		"shared mounts redirect runc's writes to /proc (LSM labels, sysctls) to other procfs files: the container writes the host's", nil, ""},
 	{"CVE-2024-29018", "docker", []string{"23.0.11", "25.0.5", "26.0.0"},
-		"a container on an internal network reaches external DNS through the embedded resolver when the host's resolver is on loopback: data leaves in DNS names"},
+		"a container on an internal network reaches external DNS through the embedded resolver when the host's resolver is on loopback: data leaves in DNS names",
+		nil, "sandboxer gives its sandboxes on the egress network no resolver (DNS 0.0.0.0): the embedded resolver forwards nothing out (TestEgressJobsHaveNoResolver)"},
 }
 
-// EscapesOf are the known escapes a component's version has. A version
-// that cannot be read is reported as such by the caller, never as clean.
-func EscapesOf(component, version string) ([]Escape, error) {
+// EscapesOf are the known escapes a component's version has (pkg: the
+// distribution's package of it, where the engine names one, for the
+// backports). A version that cannot be read is reported as such by the
+// caller, never as clean.
+func EscapesOf(component, version, pkg string) ([]Escape, error) {
 	v, err := parseVersion(version)
 	if err != nil {
 		return nil, err
 	}
 	var hits []Escape
 	for _, e := range KnownEscapes {
-		if e.Component == component && affected(v, e.Fixed) {
+		if e.Component == component && affected(v, e.Fixed) && (pkg == "" || !slices.Contains(e.Backports, pkg)) {
 			hits = append(hits, e)
 		}
 	}

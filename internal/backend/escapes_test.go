@@ -38,12 +38,16 @@ func TestEscapesOf(t *testing.T) {
 		{"docker", "26.0.0", nil},
 		{"docker", "28.2.2", nil},
 	} {
-		got, err := EscapesOf(c.component, c.version)
+		got, err := EscapesOf(c.component, c.version, "")
 		if err != nil || !slices.Equal(cves(got), c.want) {
 			t.Errorf("%s %s: %v %v, want %v", c.component, c.version, cves(got), err, c.want)
 		}
 	}
-	if _, err := EscapesOf("runc", "unknown"); err == nil {
+	// Debian's bookworm runc carries the fix of CVE-2024-21626, not those of 2025.
+	if got, _ := EscapesOf("runc", "1.1.5+ds1", "1.1.5+ds1-1+deb12u1"); !slices.Equal(cves(got), []string{"CVE-2025-31133", "CVE-2025-52565", "CVE-2025-52881"}) {
+		t.Errorf("Debian's runc: %v", cves(got))
+	}
+	if _, err := EscapesOf("runc", "unknown", ""); err == nil {
 		t.Error("an unreadable version was taken as clean")
 	}
 }

@@ -41,8 +41,14 @@ type Policy struct {
 	// sandbox sees a placeholder, the egress proxy swaps in the value for
 	// the secret's hosts (docs/security.md). Never nil after Default() or Load().
 	Secrets map[string]Secret `yaml:"secrets"`
-	// Runtime is the OCI runtime of job containers; "" = engine default (e.g. "runsc" for gVisor).
+	// Runtime is the OCI runtime of job containers; "" = sandboxer-runc
+	// where the project's setup registered it, else the engine's default
+	// (e.g. "runsc" for gVisor).
 	Runtime string `yaml:"runtime"`
+	// RefuseKnownEscapes stops serve when the engine or the runtime its
+	// sandboxes use has a known container escape (internal/backend's
+	// table); false: serve logs it and goes on.
+	RefuseKnownEscapes bool `yaml:"refuse_known_escapes"`
 	// Backend is where sandboxes run: "docker" (default), "kubernetes"
 	// (a pod per job, docs/kubernetes.md) or "containerd" (straight on
 	// containerd, docs/engines.md).

@@ -185,6 +185,9 @@ func (s *Server) Close() {
 // server and returns.
 func (s *Server) Serve(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	cfg, log := s.cfg, s.log
+	if err := s.checkEscapes(ctx); err != nil {
+		return err
+	}
 	recoverCtx, cancel := context.WithTimeout(ctx, recoverWithin)
 	if err := s.jobs.Recover(recoverCtx); err != nil {
 		log.Warn().Err(err).Msg("engine not reachable at start: jobs will fail until it is; recovery retried in the background")

@@ -76,3 +76,34 @@ func TestDoctorReportsPool(t *testing.T) {
 		t.Errorf("doctor with the pool off:\n%s", out)
 	}
 }
+
+// doctor knows the known escapes (THREATS 126): on the engine's own runc
+// (Debian bookworm's 1.1.5, whose 2025 escapes Debian has not fixed) it
+// fails naming each CVE and the command that fixes it; on the runc the
+// setup registered (sandboxer-runc) it passes. serve with
+// refuse_known_escapes refuses to start on the old one, naming the CVEs.
+func TestDoctorKnowsTheKnownEscapes(t *testing.T) {
+	t.Parallel()
+	testutil.RequireDocker(t)
+	ver, _ := exec.Command("docker", "version", "--format", "{{range .Server.Components}}{{if eq .Name \"runc\"}}{{.Version}}{{end}}{{end}}").Output()
+	if !strings.HasPrefix(string(ver), "1.1.") {
+		t.Skipf("the engine's runc is %s, not an affected 1.1 release", ver)
+	}
+	old := writePolicy(t, "runtime: runc\n")
+	out, err := exec.Command(binPath, "doctor", "--state-dir", t.TempDir(), "--policy", old).CombinedOutput()
+	for _, want := range []string{"FAIL runtime runc", "CVE-2025-31133", "CVE-2025-52565", "CVE-2025-52881", "make engine"} {
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("doctor on runc %s: %v, lacks %q:\n%s", ver, err, want, out)
+		}
+	}
+	if out, err := exec.Command(binPath, "doctor", "--state-dir", t.TempDir()).CombinedOutput(); err != nil || !strings.Contains(string(out), "ok   runtime sandboxer-runc") {
+		t.Errorf("doctor with the setup's runtime: %v\n%s", err, out)
+	}
+	refuse := writePolicy(t, "runtime: runc\nrefuse_known_escapes: true\n")
+	cmd := exec.Command(binPath, "serve", "--state-dir", t.TempDir(), "--policy", refuse)
+	cmd.Stdin = strings.NewReader("")
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "refuse_known_escapes") || !strings.Contains(string(out), "CVE-2025-52881") {
+		t.Errorf("serve with refuse_known_escapes on runc %s: %v\n%s", ver, err, out)
+	}
+}

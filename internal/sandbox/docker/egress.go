@@ -34,6 +34,23 @@ func (r *Runtime) engineNetwork(network string) string {
 	return network
 }
 
+// noResolver is the DNS server a sandbox on the egress network is given:
+// the engine's embedded resolver (127.0.0.11, which answers the names of
+// containers) forwards every other name to it, in the sandbox's own network
+// namespace, where nothing answers. So no query leaves, whatever the host's
+// resolver is (Docker before 26.0 forwarded from the host's namespace when
+// that was on loopback: CVE-2024-29018). The proxy resolves the allowed
+// names itself; a job on egress needs no resolver.
+var noResolver = netip.IPv4Unspecified()
+
+// resolvers are the DNS servers of a sandbox on network (nil: the engine's).
+func (r *Runtime) resolvers(network string) []netip.Addr {
+	if r.engineNetwork(network) == egressNetwork {
+		return []netip.Addr{noResolver}
+	}
+	return nil
+}
+
 // EgressGateway makes the egress network if it is missing and returns its
 // gateway address.
 func (r *Runtime) EgressGateway(ctx context.Context) (netip.Addr, string, error) {

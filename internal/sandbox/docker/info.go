@@ -26,10 +26,11 @@ type EngineInfo struct {
 	// RuntimePaths are the engine's runtimes' binaries, on the engine's host.
 	RuntimePaths map[string]string
 	// RuncVersion is the version of the engine's own runc, as the engine
-	// reports it ("" when it does not).
-	RuncVersion string
-	NCPU          int
-	MemTotal      int64
+	// reports it ("" when it does not), and RuncPackage the distribution's
+	// package of it where the engine names one (Debian's "1.1.5+ds1-1+deb12u1").
+	RuncVersion, RuncPackage string
+	NCPU        int
+	MemTotal    int64
 	// Unenforced says why the engine cannot hold sandbox limits ("" when it can).
 	Unenforced string
 }
@@ -54,17 +55,17 @@ func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
 		runtimes = append(runtimes, name)
 		paths[name] = rt.Path
 	}
-	runc := ""
+	runc, runcPkg := "", ""
 	for _, c := range ver.Components {
 		if c.Name == "runc" {
-			runc = c.Version
+			runc, runcPkg = c.Version, c.Details["GitCommit"]
 		}
 	}
 	sort.Strings(runtimes)
 	return EngineInfo{
 		Host: r.Host(), Endpoint: r.endpoint, Product: product(ver.Components), ServerVersion: i.ServerVersion, APIVersion: r.cli.ClientVersion(), MaxAPIVersion: ver.APIVersion,
 		CgroupVersion: i.CgroupVersion, CgroupDriver: i.CgroupDriver, StorageDriver: i.Driver,
-		Runtimes: runtimes, DefaultRT: i.DefaultRuntime, RuntimePaths: paths, RuncVersion: runc, NCPU: i.NCPU, MemTotal: i.MemTotal,
+		Runtimes: runtimes, DefaultRT: i.DefaultRuntime, RuntimePaths: paths, RuncVersion: runc, RuncPackage: runcPkg, NCPU: i.NCPU, MemTotal: i.MemTotal,
 		Unenforced: limitsUnenforced(i.CgroupVersion, i.SecurityOptions, r.podmanRootless(ctx)),
 	}, nil
 }

@@ -50,6 +50,10 @@ func (r *Runtime) StartInstaller(ctx context.Context, workspaceID, network strin
 	}
 	host := *ws.HostConfig
 	host.NetworkMode = container.NetworkMode(r.installerNetwork(network))
+	host.DNS = nil // the workspace's (none on egress) is not the installer's
+	if host.NetworkMode == egressNetwork {
+		host.DNS = r.resolvers(sandbox.NetworkEgress)
+	}
 	host.PortBindings, host.PublishAllPorts, host.Links, host.Binds, host.VolumesFrom = nil, false, nil, nil, nil
 	host.ContainerIDFile = ""
 	host.AutoRemove = false

@@ -260,6 +260,7 @@ func (r *Runtime) containerConfig(d dialect, spec sandbox.Spec) (*container.Conf
 	host := &container.HostConfig{
 		LogConfig:      d.logConfig(spec.EngineLog, logBytes),
 		NetworkMode:    container.NetworkMode(network),
+		DNS:            r.resolvers(spec.Network),
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
 		ReadonlyRootfs: true,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -293,4 +294,41 @@ func testProduct() docker.Option {
 		return docker.WithProduct(docker.ProductPodman)
 	}
 	return docker.WithProduct(docker.ProductDocker)
+}
+
+// TestSandboxesRunOnThePatchedRuntime: where the engine has sandboxer-runc
+// (make test's setup registers it on an engine whose runc has known
+// escapes), a sandbox whose spec names no runtime runs on it, as the
+// engine's record of the container says; one that names a runtime runs on
+// that one. Under CI=true on the local engine the setup made, it must be
+// there.
+func TestSandboxesRunOnThePatchedRuntime(t *testing.T) {
+	rt, _ := newTestRuntime(t)
+	ctx := context.Background()
+	engine, err := rt.EngineInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(engine.Runtimes, docker.PatchedRuntime) {
+		if os.Getenv("CI") == "true" && !engine.Endpoint.Remote && engine.Product == "Docker" && os.Getenv("DOCKER_HOST") == "" {
+			t.Fatalf("CI: the engine lists no %s (runtimes %v, runc %s): scripts/runc.sh did not register it", docker.PatchedRuntime, engine.Runtimes, engine.RuncVersion)
+		}
+		t.Skipf("the engine has no %s (runtimes %v)", docker.PatchedRuntime, engine.Runtimes)
+	}
+	for _, c := range []struct{ named, want string }{{"", docker.PatchedRuntime}, {"runc", "runc"}} {
+		spec := testSpec("sleep 30")
+		spec.Runtime = c.named
+		h, err := rt.Start(ctx, spec, newBuffer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := rt.Client().ContainerInspect(ctx, h.ContainerID(), client.ContainerInspectOptions{})
+		h.Destroy(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.Container.HostConfig.Runtime; got != c.want {
+			t.Errorf("a spec naming runtime %q ran on %q, want %q", c.named, got, c.want)
+		}
+	}
 }

@@ -74,6 +74,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		// made with its own allowlist: the internal egress network, whose
 		// only peer is the proxy.
 		NetworkMode: container.NetworkMode(r.engineNetwork(ws.Network)),
+		DNS:         r.resolvers(ws.Network),
 		// No capability at all, root execs included: with no-new-privileges
 		// an exec as root gets none either (seen on Engine 20.10), so
 		// installs run as a capability-less root (apt's sandbox user off).

@@ -1,0 +1,144 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
+)
+
+// Finding is what is known of one component under the sandboxes: its
+// name and version, read through the engine, and the known escapes it has.
+type Finding struct {
+	What    string // "engine" or "runtime"
+	Name    string // "Docker", "runc", "sandboxer-runc", "runsc"
+	Version string // "" when it cannot be read
+	Escapes []Escape
+	// Unread says why the version could not be read, if it could not.
+	Unread string
+}
+
+// FixCommand is what fixes a finding on the engines this project sets up.
+const FixCommand = "run `make engine` (it builds a current runc from the Go module proxy and registers it as " + docker.PatchedRuntime +
+	" for sandboxes), or name a patched runtime in the policy's runtime key"
+
+// Open are the escapes sandboxer does not mitigate: a finding with any
+// fails doctor and, with refuse_known_escapes, stops serve.
+func (f Finding) Open() []Escape {
+	var out []Escape
+	for _, e := range f.Escapes {
+		if e.Mitigated == "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// Sentence is the finding for a log line or doctor.
+func (f Finding) Sentence() string {
+	who := f.Name
+	if f.Version != "" {
+		who += " " + f.Version
+	}
+	if f.Unread != "" {
+		return fmt.Sprintf("%s %s: version not read (%s): not checked against the known escapes", f.What, who, f.Unread)
+	}
+	if len(f.Escapes) == 0 {
+		return fmt.Sprintf("%s %s: no known escape", f.What, who)
+	}
+	var open, mitigated []string
+	for _, e := range f.Escapes {
+		if e.Mitigated == "" {
+			open = append(open, e.CVE)
+		} else {
+			mitigated = append(mitigated, e.CVE+" (mitigated: "+e.Mitigated+")")
+		}
+	}
+	var parts []string
+	if len(open) > 0 {
+		parts = append(parts, "has known escapes: "+strings.Join(open, ", "))
+	}
+	if len(mitigated) > 0 {
+		parts = append(parts, "has "+strings.Join(mitigated, "; "))
+	}
+	return fmt.Sprintf("%s %s %s", f.What, who, strings.Join(parts, "; and "))
+}
+
+// dockerFindings are the engine and the runtime its sandboxes will use,
+// checked against the table: the runtime the policy names, else the
+// patched one where the engine has it, else the engine's default.
+func dockerFindings(ctx context.Context, e sandbox.Engine, pol *policy.Policy) ([]Finding, error) {
+	rt, ok := e.(*docker.Runtime)
+	if !ok {
+		return nil, nil
+	}
+	info, err := rt.EngineInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Finding
+	if info.Product == string(docker.ProductDocker) {
+		f := Finding{What: "engine", Name: info.Product, Version: info.ServerVersion}
+		f.Escapes, err = EscapesOf("docker", info.ServerVersion, "")
+		if err != nil {
+			f.Unread = err.Error()
+		}
+		out = append(out, f)
+	}
+	name := pol.Runtime
+	if name == "" && slices.Contains(info.Runtimes, docker.PatchedRuntime) {
+		name = docker.PatchedRuntime
+	}
+	if name == "" {
+		name = info.DefaultRT
+	}
+	f := Finding{What: "runtime", Name: name}
+	version, component, unread := runtimeVersion(ctx, name, info)
+	f.Version, f.Unread = version, unread
+	pkg := ""
+	if version == info.RuncVersion {
+		pkg = info.RuncPackage
+	}
+	if unread == "" && component != "" {
+		if f.Escapes, err = EscapesOf(component, version, pkg); err != nil {
+			f.Unread = err.Error()
+		}
+	}
+	return append(out, f), nil
+}
+
+// runtimeVersion reads a runtime's version: the engine's own runc from the
+// engine's version report; another from its binary, named by the engine,
+// where the engine runs on this host.
+func runtimeVersion(ctx context.Context, name string, info docker.EngineInfo) (version, component, unread string) {
+	path := info.RuntimePaths[name]
+	if (name == "runc" && (path == "" || path == "runc")) && info.RuncVersion != "" {
+		return info.RuncVersion, "runc", ""
+	}
+	if path == "" {
+		return "", "", "the engine names no binary for it"
+	}
+	if info.Endpoint.Remote {
+		return "", "", "the engine is remote: its runtimes' binaries are on its host"
+	}
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return "", "", fmt.Sprintf("%s --version: %v", path, err)
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	fields := strings.Fields(first) // "runc version 1.5.3", "runsc version release-20221219.0"
+	if len(fields) < 3 || fields[1] != "version" {
+		return "", "", fmt.Sprintf("%s --version said %q", path, first)
+	}
+	switch fields[0] {
+	case "runc":
+		return fields[2], "runc", ""
+	default:
+		return fields[2], "", "" // no known escape is listed for it
+	}
+}
