@@ -2,8 +2,8 @@ package backend
 
 import (
 	"fmt"
-	"slices"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )

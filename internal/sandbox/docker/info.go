@@ -29,8 +29,8 @@ type EngineInfo struct {
 	// reports it ("" when it does not), and RuncPackage the distribution's
 	// package of it where the engine names one (Debian's "1.1.5+ds1-1+deb12u1").
 	RuncVersion, RuncPackage string
-	NCPU        int
-	MemTotal    int64
+	NCPU                     int
+	MemTotal                 int64
 	// Unenforced says why the engine cannot hold sandbox limits ("" when it can).
 	Unenforced string
 }
