@@ -62,7 +62,11 @@ func checkDocker(ctx context.Context, rt *docker.Runtime, o Options, report Repo
 		report(false, "known escapes", err.Error(), "")
 	} else {
 		for _, f := range findings {
-			report(len(f.Open()) == 0, f.What+" "+f.Name, f.Sentence(), FixCommand)
+			fix := FixCommand
+			if f.Missing != nil {
+				fix = "register the runtime with the engine (`make gvisor` for runsc), or change the policy's runtime key"
+			}
+			report(len(f.Open()) == 0 && f.Missing == nil, f.What+" "+f.Name, f.Sentence(), fix)
 		}
 	}
 	if pol.Runtime != "" {

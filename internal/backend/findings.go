@@ -21,6 +21,9 @@ type Finding struct {
 	Escapes []Escape
 	// Unread says why the version could not be read, if it could not.
 	Unread string
+	// Missing: the policy names this runtime and the engine has none of
+	// that name. Nothing runs then: a job never runs on another runtime.
+	Missing []string // the runtimes the engine has
 }
 
 // FixCommand is what fixes a finding on the engines this project sets up.
@@ -42,6 +45,9 @@ func (f Finding) Open() []Escape {
 // Sentence is the finding for a log line or doctor.
 func (f Finding) Sentence() string {
 	who := f.Name
+	if f.Missing != nil {
+		return fmt.Sprintf("policy key runtime names %q, which the engine does not have (it has %s): no sandbox runs on another", f.Name, strings.Join(f.Missing, ", "))
+	}
 	if f.Version != "" {
 		who += " " + f.Version
 	}
@@ -98,6 +104,10 @@ func dockerFindings(ctx context.Context, e sandbox.Engine, pol *policy.Policy) (
 		name = info.DefaultRT
 	}
 	f := Finding{What: "runtime", Name: name}
+	if pol.Runtime != "" && !slices.Contains(info.Runtimes, pol.Runtime) {
+		f.Missing = info.Runtimes
+		return append(out, f), nil
+	}
 	version, component, unread := runtimeVersion(ctx, name, info)
 	f.Version, f.Unread = version, unread
 	pkg := ""

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -23,7 +24,8 @@ func NewEngine(cfg *config.Config, server string, onError func(operation string)
 	return b.Open(backend.Options{Policy: cfg.Policy, Instance: cfg.Instance(), Server: server, OnError: onError})
 }
 
-// checkEscapes logs what is known of the engine and the runtime its
+// checkEscapes refuses to serve when the policy's runtime is one the
+// engine lacks, logs what is known of the engine and the runtime its
 // sandboxes use against the table of known escapes, and, with the
 // policy's refuse_known_escapes, refuses to serve on a hit. An engine that
 // does not answer now is not checked (its first sandbox waits for it).
@@ -41,6 +43,9 @@ func (s *Server) checkEscapes(ctx context.Context) error {
 	}
 	var hits []string
 	for _, f := range findings {
+		if f.Missing != nil {
+			return errors.New(f.Sentence())
+		}
 		switch {
 		case len(f.Open()) > 0:
 			s.log.Warn().Str("fix", backend.FixCommand).Msg(f.Sentence())

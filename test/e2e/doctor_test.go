@@ -107,3 +107,16 @@ func TestDoctorKnowsTheKnownEscapes(t *testing.T) {
 		t.Errorf("serve with refuse_known_escapes on runc %s: %v\n%s", ver, err, out)
 	}
 }
+
+// A policy that names a runtime the engine lacks stops the server at
+// start, naming the key (THREATS 128): a job never runs on another.
+func TestMissingRuntimeStopsTheServer(t *testing.T) {
+	t.Parallel()
+	testutil.RequireDocker(t)
+	cmd := exec.Command(binPath, "serve", "--state-dir", t.TempDir(), "--policy", writePolicy(t, "runtime: no-such-runtime\n"))
+	cmd.Stdin = strings.NewReader("")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `policy key runtime names "no-such-runtime", which the engine does not have`) {
+		t.Fatalf("serve with a runtime the engine lacks: %v\n%s", err, out)
+	}
+}
