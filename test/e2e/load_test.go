@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/sandboxer/sandboxer/internal/sandbox"
+
 	"fmt"
 	"os"
 	"strings"
@@ -57,8 +59,17 @@ func TestLoadManyShortJobsLeaveNothing(t *testing.T) {
 		t.Fatalf("%d jobs went wrong, first: %s", len(bad), bad[0])
 	}
 	s.waitNoContainers(10 * time.Second)
-	if after := fdCount(t, s.cmd.Process.Pid); after > baseline+8 {
-		t.Errorf("open files grew from %d to %d after %d jobs", baseline, after, jobs)
+	// The pool follows use: after a burst it keeps more warm sandboxes
+	// waiting (its depth), each with its attach stream open. A leak per
+	// job would be tens of files; those streams are not one.
+	warm := 0
+	for _, c := range s.allContainers() {
+		if c.Kind == sandbox.KindPool {
+			warm++
+		}
+	}
+	if after := fdCount(t, s.cmd.Process.Pid); after > baseline+8+2*warm {
+		t.Errorf("open files grew from %d to %d after %d jobs (%d warm sandboxes waiting)", baseline, after, jobs, warm)
 	}
 	list := s.ok("list_jobs", map[string]any{"limit": 500})
 	if n := len(list["jobs"].([]any)); n != jobs+1 {

@@ -279,7 +279,9 @@ func (h *handle) waitForEnd(wait client.ContainerWaitResult) {
 		h.status.CleanupErr = fmt.Errorf("remove container %.12s: %w", h.id, err)
 	}
 	if gone && !h.wasDestroyed() && h.status.Err == nil {
-		h.status.Gone = true
+		// What the supervisor said as its container was taken away (pid 1
+		// gone under it) is not why the job ended: the removal is.
+		h.status.Gone, h.status.StartErr = true, nil
 	}
 	close(h.done)
 }
