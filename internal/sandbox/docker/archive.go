@@ -23,6 +23,7 @@ func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbo
 	suffix := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
 	pids := int64(64)
 	init := true
+	d := r.dialect(ctx)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: "sandboxer-helper-" + suffix,
 		Config: &container.Config{
@@ -33,12 +34,12 @@ func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbo
 			},
 		},
 		HostConfig: &container.HostConfig{
-			Runtime:     r.dialect(ctx).runtime(""),
+			Runtime:     d.runtime(""),
 			NetworkMode: "none", CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"},
 			ReadonlyRootfs: true, Mounts: engineMounts(mounts), Init: &init,
 			LogConfig: container.LogConfig{Type: "none"},
 			Resources: container.Resources{Memory: 256 << 20, MemorySwap: 256 << 20, PidsLimit: &pids,
-				Ulimits: r.dialect(ctx).ulimits(nil)},
+				Ulimits: d.ulimits(nil)},
 		},
 	})
 	if err != nil {
