@@ -90,7 +90,7 @@ test:
 # Engine API calls). Not part of `make test`: see docs/engines.md for what it takes and what differs.
 PODMAN_HOST := unix:///run/sandboxer-podman/podman.sock
 PODMAN_ROOTLESS_HOST := unix:///run/sandboxer-podman-rootless/podman.sock
-PODMAN_TESTS := TestContract|TestCapabilities|TestHardeningProfile|TestExitStatusAndStreams|TestRemovedFromOutside|TestAdoptResumesOutput|TestVolumesAndMounts|TestPodman
+PODMAN_TESTS := TestContract|TestCapabilities|TestHardeningProfile|TestHardeningFromInside|TestExitStatusAndStreams|TestRemovedFromOutside|TestAdoptResumesOutput|TestVolumesAndMounts|TestPodman
 test-podman: build base-image
 	@bash scripts/podman.sh >/dev/null
 	@bash scripts/podman.sh rootless >/dev/null

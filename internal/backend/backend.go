@@ -10,6 +10,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -71,7 +72,7 @@ var all = []Backend{
 		Name: policy.BackendContainerd, Networks: []string{policy.NetworkNone, policy.NetworkEgress},
 		NoBridge:  "its sandboxes have no network; their only way out is the egress tunnel to the server's proxy",
 		NoRuntime: "it runs containerd's runc shim",
-		Open:      openContainerd, Doctor: doctorContainerd,
+		Open:      openContainerd, Doctor: doctorContainerd, Findings: containerdFindings,
 	},
 }
 
@@ -175,5 +176,14 @@ func openContainerd(o Options) (sandbox.Engine, error) {
 		opts = append(opts, containerd.WithErrorHook(o.OnError))
 	}
 	c := o.Policy.Containerd
-	return containerd.New(o.Instance, containerd.Config{Address: c.Address, Namespace: c.Namespace}, opts...)
+	return containerd.New(o.Instance, containerd.Config{Address: c.Address, Namespace: c.Namespace, Runc: patchedRunc()}, opts...)
+}
+
+// patchedRunc is the project's current runc when its setup installed one
+// (containerd's socket is on this host, so its shim runs this binary).
+func patchedRunc() string {
+	if fi, err := os.Stat(containerd.PatchedRunc); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return containerd.PatchedRunc
+	}
+	return ""
 }

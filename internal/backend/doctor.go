@@ -58,17 +58,7 @@ func checkDocker(ctx context.Context, rt *docker.Runtime, o Options, report Repo
 	report(info.StorageDriver != "", "storage driver", info.StorageDriver, "")
 	rts := strings.Join(info.Runtimes, ", ")
 	report(true, "runtimes", rts+" (default "+info.DefaultRT+")", "")
-	if findings, err := dockerFindings(ctx, rt, pol); err != nil {
-		report(false, "known escapes", err.Error(), "")
-	} else {
-		for _, f := range findings {
-			fix := FixCommand
-			if f.Missing != nil {
-				fix = "register the runtime with the engine (`make gvisor` for runsc), or change the policy's runtime key"
-			}
-			report(len(f.Open()) == 0 && f.Missing == nil, f.What+" "+f.Name, f.Sentence(), fix)
-		}
-	}
+	reportFindings(dockerFindings(ctx, rt, pol))(report)
 	if pol.Runtime != "" {
 		has := false
 		for _, r := range info.Runtimes {
@@ -243,4 +233,22 @@ func runProbe(ctx context.Context, rt sandbox.Runtime, spec sandbox.Spec, fix st
 		}
 	}
 	return facts, true
+}
+
+// reportFindings reports each finding of the engine's and its runtime's
+// versions against the known escapes: a FAIL names the CVE and the fix.
+func reportFindings(findings []Finding, err error) func(Report) {
+	return func(report Report) {
+		if err != nil {
+			report(false, "known escapes", err.Error(), "")
+			return
+		}
+		for _, f := range findings {
+			fix := FixCommand
+			if f.Missing != nil {
+				fix = "register the runtime with the engine (`make gvisor` for runsc), or change the policy's runtime key"
+			}
+			report(len(f.Open()) == 0 && f.Missing == nil, f.What+" "+f.Name, f.Sentence(), fix)
+		}
+	}
 }

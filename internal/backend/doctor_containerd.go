@@ -13,7 +13,7 @@ echo default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)`
 // images are in its namespace, and a sandbox reads its hardening from inside.
 func doctorContainerd(ctx context.Context, o Options, report Report) error {
 	return checkEngine(ctx, o, report, engineCheck{
-		name: "containerd", open: openContainerd, probe: containerdProbe,
+		name: "containerd", open: openContainerd, probe: containerdProbe, findings: containerdFindings,
 		openFix: "set containerd.address in the policy",
 		pingFix: "run `bash scripts/containerd.sh` (installs and starts Debian's containerd as root) or set containerd.address",
 		runFix:  "look at containerd's log (/var/log/sandboxer-containerd.log)",

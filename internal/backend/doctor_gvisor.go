@@ -42,7 +42,7 @@ func reportGVisor(ctx context.Context, pol *policy.Policy, rt *docker.Runtime, i
 	out := &sandbox.Buffer{Max: 64 << 10}
 	started := time.Now()
 	h, err := rt.Start(ctx, sandbox.Spec{
-		JobID: "doctor-gvisor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"dmesg"},
+		JobID: "doctor-gvisor", Kind: "doctor", Image: images.Tag("base"), Cmd: []string{"cat", "/proc/version"},
 		WorkDir: "/workspace", Network: policy.NetworkNone, Runtime: policy.RuntimeRunsc,
 		Limits: job.SandboxLimits(limits, 64<<10),
 	}, out)
@@ -61,14 +61,35 @@ func reportGVisor(ctx context.Context, pol *policy.Policy, rt *docker.Runtime, i
 	}
 	st := h.Status()
 	first, _, _ := strings.Cut(strings.TrimSpace(out.Stdout()), "\n")
-	ok := st.ExitCode == 0 && st.Err == nil && strings.Contains(out.Stdout(), "gVisor")
-	report(ok, "gvisor", fmt.Sprintf("runsc works: a sandbox ran in %d ms, its kernel says %q", time.Since(started).Milliseconds(), first),
+	ok := st.ExitCode == 0 && st.Err == nil && strings.Contains(out.Stdout(), "gvisor")
+	version, _, unread := runtimeVersion(ctx, policy.RuntimeRunsc, info)
+	if unread != "" {
+		version = "version unread: " + unread
+	}
+	report(ok, "gvisor", fmt.Sprintf("runsc works (%s; %s): a sandbox ran in %d ms, its kernel says %q",
+		version, runscArgs(info.RuntimeArgs[policy.RuntimeRunsc]), time.Since(started).Milliseconds(), first),
 		"see /var/log/dockerd.log; `make gvisor` re-registers it")
 }
 
 // runscBlind are the probe facts gVisor reports differently from the host's
-// kernel: its Sentry, not the sandboxed process, is under the host's seccomp
-// filter and no-new-privileges (inside, Seccomp shows 0 and NoNewPrivs is
-// absent), and it has no /sys/class/net. The container's configuration is the
-// same as under runc.
+// kernel: NoNewPrivs shows 0 inside (the host's no-new-privileges holds the
+// Sentry), Seccomp shows the OCI filter only where runsc runs with
+// --oci-seccomp (make gvisor registers it so; a cluster's runsc may not),
+// and it has no /sys/class/net. The container's configuration is the same
+// as under runc.
 var runscBlind = map[string]bool{"NoNewPrivs": true, "Seccomp": true, "ifaces": true}
+
+// runscArgs names the platform and whether the engine's seccomp profile
+// applies inside, from the arguments the engine passes runsc.
+func runscArgs(args []string) string {
+	platform, seccomp := "platform systrap (runsc's default)", "the OCI seccomp profile not applied inside (no --oci-seccomp: `make gvisor` adds it)"
+	for _, a := range args {
+		if p, ok := strings.CutPrefix(a, "--platform="); ok {
+			platform = "platform " + p
+		}
+		if a == "--oci-seccomp" || a == "--oci-seccomp=true" {
+			seccomp = "the OCI seccomp profile applied inside"
+		}
+	}
+	return platform + ", " + seccomp
+}

@@ -38,6 +38,9 @@ type engineCheck struct {
 	openFix, pingFix, runFix string
 	facts                    []fact // beyond hardeningFacts
 	runtime                  bool   // the policy's runtime applies
+	// findings read the runtime's version against the known escapes (nil:
+	// the engine's runtimes are not on this host to read).
+	findings func(context.Context, sandbox.Engine, *policy.Policy) ([]Finding, error)
 }
 
 // checkEngine: it opens and answers, the images, the pool, a probe sandbox
@@ -54,6 +57,9 @@ func checkEngine(ctx context.Context, o Options, report Report, c engineCheck) e
 		return nil
 	}
 	report(true, c.name, rt.Host()+" answers", "")
+	if c.findings != nil {
+		reportFindings(c.findings(ctx, rt, o.Policy))(report)
+	}
 	baseBuilt := reportImages(ctx, rt, report)
 	reportPool(ctx, o.Policy, rt, report)
 	if !baseBuilt {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/containerd"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
 )
 
@@ -136,19 +137,59 @@ func runtimeVersion(ctx context.Context, name string, info docker.EngineInfo) (v
 	if info.Endpoint.Remote {
 		return "", "", "the engine is remote: its runtimes' binaries are on its host"
 	}
+	version, component, _, unread = binaryVersion(ctx, path)
+	return version, component, unread
+}
+
+// binaryVersion runs a runtime's binary with --version: its version, its
+// component ("runc", or "" for one no escape is listed for) and the commit
+// line (Debian's runc names its package version there).
+func binaryVersion(ctx context.Context, path string) (version, component, commit, unread string) {
 	out, err := exec.CommandContext(ctx, path, "--version").Output()
 	if err != nil {
-		return "", "", fmt.Sprintf("%s --version: %v", path, err)
+		return "", "", "", fmt.Sprintf("%s --version: %v", path, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if c, ok := strings.CutPrefix(line, "commit: "); ok {
+			commit = strings.TrimSpace(c)
+		}
 	}
 	first, _, _ := strings.Cut(string(out), "\n")
 	fields := strings.Fields(first) // "runc version 1.5.3", "runsc version release-20221219.0"
 	if len(fields) < 3 || fields[1] != "version" {
-		return "", "", fmt.Sprintf("%s --version said %q", path, first)
+		return "", "", "", fmt.Sprintf("%s --version said %q", path, first)
 	}
-	switch fields[0] {
-	case "runc":
-		return fields[2], "runc", ""
-	default:
-		return fields[2], "", "" // no known escape is listed for it
+	if fields[0] == "runc" {
+		// Debian's "1.1.5+ds1": the upstream version before the "+".
+		v, _, _ := strings.Cut(fields[2], "+")
+		return v, "runc", commit, ""
 	}
+	return fields[2], "", commit, "" // no known escape is listed for it
+}
+
+// containerdFindings: the runc containerd's shim runs for sandboxes (the
+// project's patched one, or the one on containerd's PATH on this host).
+func containerdFindings(ctx context.Context, e sandbox.Engine, _ *policy.Policy) ([]Finding, error) {
+	rt, ok := e.(*containerd.Runtime)
+	if !ok {
+		return nil, nil
+	}
+	name, path := "runc", rt.Runc()
+	if path != "" {
+		name = "sandboxer-runc"
+	} else if p, err := exec.LookPath("runc"); err == nil {
+		path = p
+	} else {
+		return []Finding{{What: "runtime", Name: name, Unread: "no runc on this host's PATH (the shim runs containerd's)"}}, nil
+	}
+	f := Finding{What: "runtime", Name: name}
+	version, component, commit, unread := binaryVersion(ctx, path)
+	f.Version, f.Unread = version, unread
+	if unread == "" && component != "" {
+		var err error
+		if f.Escapes, err = EscapesOf(component, version, commit); err != nil {
+			f.Unread = err.Error()
+		}
+	}
+	return []Finding{f}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/containerd/containerd/api/types/runc/options"
 	"io"
 	"os"
 	"sync"
@@ -89,7 +90,7 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec) (h *handle, er
 		client.WithNewSnapshot(id, img),
 		client.WithNewSpec(specOpts(img, spec)...),
 		client.WithContainerLabels(r.labels(spec)),
-		client.WithRuntime(shimRuntime, nil))
+		client.WithRuntime(shimRuntime, r.shimOptions()))
 	if err != nil {
 		_ = dir.remove()
 		return nil, r.engineErr(fmt.Errorf("create container: %w", err))
@@ -410,3 +411,16 @@ func (h *handle) waitForEnd() {
 	h.status = st
 	close(h.done)
 }
+
+// shimOptions name the runc the shim runs (Config.Runc), or leave it the
+// shim's own.
+func (r *Runtime) shimOptions() any {
+	if r.runc == "" {
+		return nil
+	}
+	return &options.Options{BinaryName: r.runc}
+}
+
+// Runc is the runc binary sandboxes run on: Config.Runc, else "" (the
+// shim's own, runc on containerd's PATH).
+func (r *Runtime) Runc() string { return r.runc }

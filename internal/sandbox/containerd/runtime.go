@@ -47,7 +47,14 @@ const (
 type Config struct {
 	Address   string // its socket; "" = DefaultAddress
 	Namespace string // "" = DefaultNamespace
+	// Runc is the runc binary the shim runs for sandboxes ("" = the one on
+	// containerd's PATH); the engine's other containers keep theirs.
+	Runc string
 }
+
+// PatchedRunc is where the project's setup (scripts/runc.sh) installs a
+// current runc when the host's has known escapes.
+const PatchedRunc = "/usr/local/lib/sandboxer/runc"
 
 // Runtime runs sandboxes as containerd containers.
 type Runtime struct {
@@ -55,6 +62,7 @@ type Runtime struct {
 	address  string
 	ns       string
 	instance string // value of sandbox.LabelInstance on everything this server makes
+	runc     string // Config.Runc
 	server   string // value of sandbox.LabelServer: this server process
 	ioRoot   string
 	watch    *watcher
@@ -101,7 +109,7 @@ func New(instance string, cfg Config, opts ...Option) (*Runtime, error) {
 		cli.Close()
 		return nil, err
 	}
-	r := &Runtime{cli: cli, address: cfg.Address, ns: cfg.Namespace, instance: instance,
+	r := &Runtime{cli: cli, address: cfg.Address, ns: cfg.Namespace, instance: instance, runc: cfg.Runc,
 		ioRoot: filepath.Join(ioRootBase, cfg.Namespace), watch: w,
 		images: map[string]client.Image{}, removals: map[string]chan struct{}{}}
 	for _, o := range opts {

@@ -1,6 +1,8 @@
 package docker_test
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	"github.com/sandboxer/sandboxer/images"
@@ -24,4 +26,30 @@ func TestCapabilities(t *testing.T) {
 		rt, _ := newTestRuntime(t) // skips without an engine (fails under CI=true)
 		return rt
 	}, images.Tag("base"))
+}
+
+// TestHardeningFromInside: the profile read back from inside a sandbox, on
+// the runtime sandboxes use (the patched runc where scripts/runc.sh
+// registered it), and on gVisor when the engine has runsc.
+func TestHardeningFromInside(t *testing.T) {
+	newRT := func(t *testing.T) sandbox.Runtime {
+		rt, _ := newTestRuntime(t) // skips without an engine (fails under CI=true)
+		return rt
+	}
+	t.Run("runc", func(t *testing.T) {
+		t.Parallel()
+		sandboxtest.RunHardening(t, newRT, images.Tag("base"), sandboxtest.HardeningOptions{})
+	})
+	t.Run("runsc", func(t *testing.T) {
+		t.Parallel()
+		rt, _ := newTestRuntime(t)
+		engine, err := rt.EngineInfo(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(engine.Runtimes, "runsc") {
+			t.Skip("the engine has no runsc runtime (gVisor): `make gvisor` registers it")
+		}
+		sandboxtest.RunHardening(t, newRT, images.Tag("base"), sandboxtest.HardeningOptions{Runtime: "runsc", Kernel: "gvisor"})
+	})
 }

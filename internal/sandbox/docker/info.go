@@ -25,6 +25,9 @@ type EngineInfo struct {
 	DefaultRT     string
 	// RuntimePaths are the engine's runtimes' binaries, on the engine's host.
 	RuntimePaths map[string]string
+	// RuntimeArgs are the arguments the engine passes each runtime
+	// (runsc's --platform, --oci-seccomp).
+	RuntimeArgs map[string][]string
 	// RuncVersion is the version of the engine's own runc, as the engine
 	// reports it ("" when it does not), and RuncPackage the distribution's
 	// package of it where the engine names one (Debian's "1.1.5+ds1-1+deb12u1").
@@ -50,10 +53,10 @@ func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
 	}
 	i := info.Info
 	var runtimes []string
-	paths := map[string]string{}
+	paths, args := map[string]string{}, map[string][]string{}
 	for name, rt := range i.Runtimes {
 		runtimes = append(runtimes, name)
-		paths[name] = rt.Path
+		paths[name], args[name] = rt.Path, rt.Args
 	}
 	runc, runcPkg := "", ""
 	for _, c := range ver.Components {
@@ -65,7 +68,7 @@ func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
 	return EngineInfo{
 		Host: r.Host(), Endpoint: r.endpoint, Product: product(ver.Components), ServerVersion: i.ServerVersion, APIVersion: r.cli.ClientVersion(), MaxAPIVersion: ver.APIVersion,
 		CgroupVersion: i.CgroupVersion, CgroupDriver: i.CgroupDriver, StorageDriver: i.Driver,
-		Runtimes: runtimes, DefaultRT: i.DefaultRuntime, RuntimePaths: paths, RuncVersion: runc, RuncPackage: runcPkg, NCPU: i.NCPU, MemTotal: i.MemTotal,
+		Runtimes: runtimes, DefaultRT: i.DefaultRuntime, RuntimePaths: paths, RuntimeArgs: args, RuncVersion: runc, RuncPackage: runcPkg, NCPU: i.NCPU, MemTotal: i.MemTotal,
 		Unenforced: limitsUnenforced(i.CgroupVersion, i.SecurityOptions, r.podmanRootless(ctx)),
 	}, nil
 }

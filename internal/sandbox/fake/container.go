@@ -3,6 +3,7 @@ package fake
 import (
 	"context"
 	"errors"
+	"github.com/sandboxer/sandboxer/internal/hardening"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,7 @@ type container struct {
 	env       []string // its process's variables (curl reads the proxy's)
 	uid       string   // what id -u says
 	reach     reach    // what its curl can connect to
+	profile   profile  // its hardening, as its kernel shows it
 
 	mu         sync.Mutex
 	log        []chunk
@@ -73,6 +75,7 @@ func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int)
 		network:   spec.Network,
 		env:       spec.Env,
 		uid:       "1000",
+		profile:   newProfile(spec, seq),
 	}
 	if !spec.OpenStdin {
 		c.stdin.closeWrite() // stdin closed at start: the process reads end-of-file
@@ -300,6 +303,8 @@ func (c *container) interpret() (code int, oom bool) {
 			status, err = c.curl(o.args, emit, ignored)
 		case "id":
 			emit(c.uid + "\n")
+		case "probe":
+			emit(string(hardening.Read(kernel{c}, c.profile.workdir).Marshal()) + "\n")
 		case "fail":
 			c.write(sandbox.Stderr, o.args[0]+"\n")
 			status = o.code
@@ -315,8 +320,8 @@ func (c *container) interpret() (code int, oom bool) {
 // readFile is a file as the process sees it: its files, and the kernel's
 // route table.
 func (c *container) readFile(name string) (string, bool) {
-	if abs(name) == "/proc/net/route" {
-		return routeTable(c.reach.routed), true
+	if s, ok := c.profile.kernelFile(abs(name), c.reach.routed); ok {
+		return s, true
 	}
 	return c.fs.read(name)
 }

@@ -35,3 +35,11 @@ func TestCapabilities(t *testing.T) {
 		})
 	}
 }
+
+// TestHardeningFromInside: the fake's profile, read back through the
+// supervisor's probe as on every engine.
+func TestHardeningFromInside(t *testing.T) {
+	sandboxtest.RunHardening(t, func(t *testing.T) sandbox.Runtime {
+		return fake.New("hardening-" + t.Name())
+	}, "fake/base:latest", sandboxtest.HardeningOptions{})
+}

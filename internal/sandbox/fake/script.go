@@ -2,6 +2,8 @@ package fake
 
 import (
 	"fmt"
+	"github.com/sandboxer/sandboxer/images"
+	"github.com/sandboxer/sandboxer/internal/hardening"
 	"strconv"
 	"strings"
 	"time"
@@ -130,6 +132,14 @@ func parseOp(words []string) (o op, directive bool) {
 			o.name, o.code = "fail", 1
 			o.args = []string{"id: the fake takes id -u or id -g"}
 		}
+	case images.SupervisorPath:
+		// The supervisor's probe of its own confinement (the fake's kernel).
+		if len(o.args) != 1 || o.args[0] != hardening.ProbeCommand {
+			o.name, o.code = "fail", 2
+			o.args = []string{"sandboxer-supervisor: the fake runs only its probe subcommand"}
+			break
+		}
+		o.name = "probe"
 	case "exit":
 		o.code = 0
 		if len(o.args) > 0 {

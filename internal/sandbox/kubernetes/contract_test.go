@@ -60,3 +60,9 @@ func waitEnd(t *testing.T, h sandbox.Handle) {
 		t.Fatal("the job did not end")
 	}
 }
+
+// TestHardeningFromInside: the profile the pod spec writes, read back from
+// inside a pod, as on Docker and the fake.
+func TestHardeningFromInside(t *testing.T) {
+	sandboxtest.RunHardening(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t) }, images.Tag("base"), sandboxtest.HardeningOptions{})
+}

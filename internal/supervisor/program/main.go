@@ -35,6 +35,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandboxer/sandboxer/internal/hardening"
 	"io"
 	"log"
 	"os"
@@ -93,6 +94,8 @@ func Main() {
 			os.Exit(linkGoCacheSeedsMain())
 		case proto.DaemonCommand:
 			os.Exit(daemonMain())
+		case hardening.ProbeCommand:
+			os.Exit(probeMain(os.Args[2:], os.Stdout))
 		case proto.ConnectCommand:
 			os.Exit(connectMain(os.Stdin, os.Stdout))
 		case proto.PrestartCommand:
