@@ -115,8 +115,11 @@ func Validate(p *policy.Policy) error {
 	if !slices.Contains(b.Networks, p.Network) {
 		problems = append(problems, fmt.Sprintf("network: must be %s with backend: %s (%s), got %q", orList(b.Networks), b.Name, b.NoBridge, p.Network))
 	}
-	if p.Runtime != "" && b.NoRuntime != "" {
-		problems = append(problems, fmt.Sprintf("runtime: must be empty with backend: %s (%s), got %q", b.Name, b.NoRuntime, p.Runtime))
+	for _, rk := range p.Runtimes() {
+		if b.NoRuntime == "" {
+			break
+		}
+		problems = append(problems, fmt.Sprintf("%s: must be empty with backend: %s (%s), got %q", rk.Key, b.Name, b.NoRuntime, rk.Runtime))
 	}
 	if len(p.Templates) > 0 && !b.Images {
 		problems = append(problems, fmt.Sprintf("templates: templates need a backend that builds images (%s): on %s, build the image yourself, put it where the backend finds it, and map a language to it (languages.<name>.image)",

@@ -25,6 +25,7 @@ type Finding struct {
 	// Missing: the policy names this runtime and the engine has none of
 	// that name. Nothing runs then: a job never runs on another runtime.
 	Missing []string // the runtimes the engine has
+	Key     string   // with Missing: the policy key that names it
 }
 
 // FixCommand is what fixes a finding on the engines this project sets up.
@@ -47,7 +48,7 @@ func (f Finding) Open() []Escape {
 func (f Finding) Sentence() string {
 	who := f.Name
 	if f.Missing != nil {
-		return fmt.Sprintf("policy key runtime names %q, which the engine does not have (it has %s): no sandbox runs on another", f.Name, strings.Join(f.Missing, ", "))
+		return fmt.Sprintf("policy key %s names %q, which the engine does not have (it has %s): no sandbox runs on another", f.Key, f.Name, strings.Join(f.Missing, ", "))
 	}
 	if f.Version != "" {
 		who += " " + f.Version
@@ -97,6 +98,15 @@ func dockerFindings(ctx context.Context, e sandbox.Engine, pol *policy.Policy) (
 		}
 		out = append(out, f)
 	}
+	// Every runtime the policy names must be the engine's: a job never runs
+	// on another than the one it was given.
+	for _, rk := range pol.Runtimes() {
+		if !slices.Contains(info.Runtimes, rk.Runtime) {
+			return append(out, Finding{What: "runtime", Name: rk.Runtime, Key: rk.Key, Missing: info.Runtimes}), nil
+		}
+	}
+	// The runtime of sandboxes with no runtime of their own, then each
+	// other the policy names (a template's, snapshots').
 	name := pol.Runtime
 	if name == "" && slices.Contains(info.Runtimes, docker.PatchedRuntime) {
 		name = docker.PatchedRuntime
@@ -104,23 +114,28 @@ func dockerFindings(ctx context.Context, e sandbox.Engine, pol *policy.Policy) (
 	if name == "" {
 		name = info.DefaultRT
 	}
-	f := Finding{What: "runtime", Name: name}
-	if pol.Runtime != "" && !slices.Contains(info.Runtimes, pol.Runtime) {
-		f.Missing = info.Runtimes
-		return append(out, f), nil
-	}
-	version, component, unread := runtimeVersion(ctx, name, info)
-	f.Version, f.Unread = version, unread
-	pkg := ""
-	if version == info.RuncVersion {
-		pkg = info.RuncPackage
-	}
-	if unread == "" && component != "" {
-		if f.Escapes, err = EscapesOf(component, version, pkg); err != nil {
-			f.Unread = err.Error()
+	names := []string{name}
+	for _, rk := range pol.Runtimes() {
+		if !slices.Contains(names, rk.Runtime) {
+			names = append(names, rk.Runtime)
 		}
 	}
-	return append(out, f), nil
+	for _, name := range names {
+		f := Finding{What: "runtime", Name: name}
+		version, component, unread := runtimeVersion(ctx, name, info)
+		f.Version, f.Unread = version, unread
+		pkg := ""
+		if version == info.RuncVersion {
+			pkg = info.RuncPackage
+		}
+		if unread == "" && component != "" {
+			if f.Escapes, err = EscapesOf(component, version, pkg); err != nil {
+				f.Unread = err.Error()
+			}
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // runtimeVersion reads a runtime's version: the engine's own runc from the

@@ -4,6 +4,7 @@
 package job
 
 import (
+	"cmp"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -20,11 +21,14 @@ const (
 
 // Request is what a tool asks the manager to run, already validated.
 type Request struct {
-	Kind      string
-	Command   string   // what the agent asked for, as recorded
-	Cmd       []string // argv in the container
-	Language  string
-	Image     string
+	Kind     string
+	Command  string   // what the agent asked for, as recorded
+	Cmd      []string // argv in the container
+	Language string
+	Image    string
+	// Runtime is the OCI runtime of its sandbox (a template's or a
+	// snapshot's, lang.Language.Runtime); "" = the policy's runtime.
+	Runtime   string
 	Workspace string
 	Cwd       string
 	Env       []string
@@ -82,7 +86,7 @@ func SandboxLimits(r policy.Resolved, logBytes int64) sandbox.Limits {
 func SandboxSpec(pol *policy.Policy, req Request) sandbox.Spec {
 	return sandbox.Spec{
 		Kind: req.Kind, Image: req.Image, Cmd: req.Cmd, Env: req.Env,
-		WorkDir: req.Cwd, Network: req.Network, Egress: req.Egress, Runtime: pol.Runtime, EngineLog: pol.Output.EngineLog,
+		WorkDir: req.Cwd, Network: req.Network, Egress: req.Egress, Runtime: cmp.Or(req.Runtime, pol.Runtime), EngineLog: pol.Output.EngineLog,
 		OpenStdin: req.KeepStdinOpen || req.Stdin != nil,
 		Limits:    SandboxLimits(req.Limits, pol.Output.MaxBytesPerJob),
 		Timeout:   req.Limits.Timeout,

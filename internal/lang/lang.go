@@ -22,7 +22,10 @@ type Language struct {
 	Name string
 	// Base is the built-in language a template runs as (Resolve sets it;
 	// a built-in language's is its own name).
-	Base        string
+	Base string
+	// Runtime is a template's OCI runtime (Resolve sets it); "" = the
+	// policy's runtime.
+	Runtime     string
 	ImageName   string // folder under images/
 	Description string
 	// VersionCmd prints the runtime's version inside its image.
@@ -200,9 +203,18 @@ type Templates interface {
 	// TemplateLanguage is a policy template's built-in language.
 	TemplateLanguage(name string) (string, bool)
 	// ResolveImage finds the template name ctx's tenant sees (the policy's,
-	// built now if missing, or its own snapshot): its built-in language and
-	// image. ok false: no template has the name.
-	ResolveImage(ctx context.Context, name string, progress func(string)) (language, image string, ok bool, err error)
+	// built now if missing, or its own snapshot): its built-in language,
+	// image and runtime. ok false: no template has the name.
+	ResolveImage(ctx context.Context, name string, progress func(string)) (t TemplateImage, ok bool, err error)
+}
+
+// TemplateImage is a template as a job runs it.
+type TemplateImage struct {
+	Language string // the built-in language it follows
+	Image    string
+	// Runtime is the OCI runtime its sandboxes run on (the policy's
+	// templates.<name>.runtime or snapshots.runtime, else its runtime).
+	Runtime string
 }
 
 // TemplateNames lists the policy's templates, sorted.
@@ -246,19 +258,19 @@ func (r *Registry) Resolve(ctx context.Context, name string, progress func(strin
 	if r.templates == nil {
 		return Language{}, "", unknown
 	}
-	base, img, ok, err := r.templates.ResolveImage(ctx, name, progress)
+	t, ok, err := r.templates.ResolveImage(ctx, name, progress)
 	if !ok {
 		return Language{}, "", unknown
 	}
 	if err != nil {
 		return Language{}, "", err
 	}
-	l, ok := Builtin(base)
+	l, ok := Builtin(t.Language)
 	if !ok {
-		return Language{}, "", fmt.Errorf("template %s follows %q, which is not a language", name, base)
+		return Language{}, "", fmt.Errorf("template %s follows %q, which is not a language", name, t.Language)
 	}
-	l.Name, l.Base, l.Description = name, base, "template on "+base
-	return l, img, nil
+	l.Name, l.Base, l.Description, l.Runtime = name, t.Language, "template on "+t.Language, t.Runtime
+	return l, t.Image, nil
 }
 
 // Lookup returns a language and the image reference it runs in.

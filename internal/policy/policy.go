@@ -45,6 +45,8 @@ type Policy struct {
 	// where the project's setup registered it, else the engine's default
 	// (e.g. "runsc" for gVisor).
 	Runtime string `yaml:"runtime"`
+	// Snapshots are the settings of snapshot_workspace's images (their runtime).
+	Snapshots Snapshots `yaml:"snapshots"`
 	// RefuseKnownEscapes stops serve when the engine or the runtime its
 	// sandboxes use has a known container escape (internal/backend's
 	// table); false: serve logs it and goes on.

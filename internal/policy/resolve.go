@@ -121,7 +121,9 @@ func (p *Policy) Resolve(r Request) (Resolved, error) {
 		out.NanoCPUs = nanoCPUs(*r.CPUs)
 	}
 	if r.Pids != nil {
-		if p.Runtime == RuntimeRunsc && *r.Pids > 0 && *r.Pids < MinPidsRunsc {
+		// Any runsc the policy names (its own, a template's, snapshots'):
+		// the request's language is not known here.
+		if p.namesRuntime(RuntimeRunsc) && *r.Pids > 0 && *r.Pids < MinPidsRunsc {
 			return Resolved{}, limitErr("pids", "pids must be at least %d under runtime runsc (gVisor's own threads count against the pids limit), got %d", MinPidsRunsc, *r.Pids)
 		}
 		if err := checkInt("pids", *r.Pids, minPids, l.Pids.Max, "limits.pids.max"); err != nil {

@@ -26,6 +26,56 @@ type Template struct {
 	// Network is the build's network: "none" (default), "egress" (the
 	// allowlist proxy) or "bridge" (only with templates_build.allow_bridge).
 	Network string `yaml:"network"`
+	// Runtime is the OCI runtime its jobs and workspaces run on; "" = the
+	// policy's runtime.
+	Runtime string `yaml:"runtime"`
+}
+
+// Snapshots are the settings of the images snapshot_workspace makes.
+type Snapshots struct {
+	// Runtime is the OCI runtime of jobs and workspaces started from a
+	// snapshot (an image made of a tenant's files, e.g. "runsc"); "" = the
+	// policy's runtime.
+	Runtime string `yaml:"runtime"`
+}
+
+// RuntimeKey is a runtime the policy names and the key that names it.
+type RuntimeKey struct{ Key, Runtime string }
+
+// Runtimes are every runtime the policy names, with its key: runtime,
+// templates.<name>.runtime and snapshots.runtime, those set only.
+func (p *Policy) Runtimes() []RuntimeKey {
+	var out []RuntimeKey
+	if p.Runtime != "" {
+		out = append(out, RuntimeKey{"runtime", p.Runtime})
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Templates)) {
+		if rt := p.Templates[name].Runtime; rt != "" {
+			out = append(out, RuntimeKey{"templates." + name + ".runtime", rt})
+		}
+	}
+	if p.Snapshots.Runtime != "" {
+		out = append(out, RuntimeKey{"snapshots.runtime", p.Snapshots.Runtime})
+	}
+	return out
+}
+
+// namesRuntime: some key of the policy names runtime rt.
+func (p *Policy) namesRuntime(rt string) bool {
+	return slices.ContainsFunc(p.Runtimes(), func(k RuntimeKey) bool { return k.Runtime == rt })
+}
+
+// TemplateRuntime is the runtime of a template's sandboxes: a policy
+// template's own (snapshot false), or snapshots.runtime, else the policy's.
+func (p *Policy) TemplateRuntime(name string, snapshot bool) string {
+	rt := p.Templates[name].Runtime
+	if snapshot {
+		rt = p.Snapshots.Runtime
+	}
+	if rt == "" {
+		return p.Runtime
+	}
+	return rt
 }
 
 // TemplateBuilds are the caps of every template build and the templates'
@@ -57,6 +107,9 @@ func (p *Policy) validateTemplates(ps *problems) {
 	ps.intIn("templates_build.max_build_s", b.MaxBuildS, 10, maxSeconds)
 	ps.intIn("templates_build.max_image_mb", b.MaxImageMB, 16, 1<<20)
 	ps.intIn("templates_build.disk_mb", b.DiskMB, 16, 1<<22)
+	if rt := p.Snapshots.Runtime; rt != "" && !runtimePattern.MatchString(rt) {
+		ps.add("snapshots.runtime", "invalid OCI runtime name %q (want letters, digits, '.', '_', '-'; or empty for the policy's runtime)", rt)
+	}
 	for _, name := range slices.Sorted(maps.Keys(p.Templates)) {
 		t := p.Templates[name]
 		key := "templates." + name
@@ -88,6 +141,9 @@ func (p *Policy) validateTemplates(ps *problems) {
 			}
 		default:
 			ps.add(key+".network", "must be %q, %q or %q, got %q", NetworkNone, NetworkEgress, NetworkBridge, t.Network)
+		}
+		if t.Runtime != "" && !runtimePattern.MatchString(t.Runtime) {
+			ps.add(key+".runtime", "invalid OCI runtime name %q (want letters, digits, '.', '_', '-'; or empty for the policy's runtime)", t.Runtime)
 		}
 		for _, k := range slices.Sorted(maps.Keys(t.BuildArgs)) {
 			if !buildArgPattern.MatchString(k) {

@@ -177,8 +177,11 @@ func (p *Policy) Validate() error {
 		ps.add("egress.hosts", "%v", err)
 	}
 	p.validateSecrets(&ps)
-	if p.Runtime == RuntimeRunsc && l.Pids.Default < MinPidsRunsc {
-		ps.add("limits.pids.default", "must be at least %d with runtime runsc: gVisor's own threads count against the pids limit, and below that containers fail to start or hang; got %d", MinPidsRunsc, l.Pids.Default)
+	for _, rk := range p.Runtimes() {
+		if rk.Runtime == RuntimeRunsc && l.Pids.Default < MinPidsRunsc {
+			ps.add("limits.pids.default", "must be at least %d with %s runsc: gVisor's own threads count against the pids limit, and below that containers fail to start or hang; got %d", MinPidsRunsc, rk.Key, l.Pids.Default)
+			break
+		}
 	}
 	if p.Runtime != "" && !runtimePattern.MatchString(p.Runtime) {
 		ps.add("runtime", "invalid OCI runtime name %q (want letters, digits, '.', '_', '-'; or empty for the engine default)", p.Runtime)

@@ -240,6 +240,9 @@ type WorkspaceDetails struct {
 	// Template is the template the workspace was made from (its Language
 	// is the template's built-in language, its Image the template's).
 	Template string `json:"template,omitempty"`
+	// Runtime is the OCI runtime its container was made with when its
+	// template or snapshot named one ("" = the policy's runtime).
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // SecretUse is a secret as a workspace's jobs hold it: its name and the

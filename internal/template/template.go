@@ -27,6 +27,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sandboxer/sandboxer/images"
+	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -595,10 +596,11 @@ func (m *Manager) TemplateLanguage(name string) (string, bool) {
 }
 
 // ResolveImage is Resolve as the language registry asks (lang.Templates).
-func (m *Manager) ResolveImage(ctx context.Context, name string, progress func(string)) (string, string, bool, error) {
+func (m *Manager) ResolveImage(ctx context.Context, name string, progress func(string)) (lang.TemplateImage, bool, error) {
 	rec, ok, err := m.Resolve(ctx, name, progress)
 	if !ok || err != nil {
-		return "", "", ok, err
+		return lang.TemplateImage{}, ok, err
 	}
-	return rec.Language, rec.Image, true, nil
+	return lang.TemplateImage{Language: rec.Language, Image: rec.Image,
+		Runtime: m.pol.TemplateRuntime(rec.Name, rec.Source == record.TemplateSnapshot)}, true, nil
 }

@@ -24,6 +24,7 @@ type LanguageInfo struct {
 	Version     string `json:"version,omitempty" jsonschema:"the runtime's version, asked from a sandbox of its image"`
 	Description string `json:"description" jsonschema:"what the image holds"`
 	VersionCmd  string `json:"version_command" jsonschema:"run this with run_command and the language to see its version"`
+	Runtime     string `json:"runtime,omitempty" jsonschema:"the OCI runtime its sandboxes run on, when the policy names one (runsc: gVisor)"`
 }
 
 // ListLanguagesResult is list_languages' result.
@@ -96,7 +97,7 @@ func ListLanguages(d Deps) Tool {
 				var ie *sandbox.ImageError
 				building = errors.As(err, &ie) && ie.Building
 			}
-			res.Languages = append(res.Languages, LanguageInfo{Name: l.Name, Image: image, Built: built, Building: building, Description: l.Description, VersionCmd: l.VersionCmd})
+			res.Languages = append(res.Languages, LanguageInfo{Name: l.Name, Image: image, Built: built, Building: building, Description: l.Description, VersionCmd: l.VersionCmd, Runtime: d.Policy.Runtime})
 		}
 		res.Languages = append(res.Languages, d.templateLanguages(ctx)...)
 		// Versions are asked once per image and command, all at once.
@@ -132,6 +133,9 @@ func ListLanguages(d Deps) Tool {
 			default:
 				state = "not built (make images)"
 			}
+			if l.Runtime != "" {
+				state += ", on " + l.Runtime
+			}
 			fmt.Fprintf(&b, "%-10s %-32s %-24s %s\n", l.Name, l.Image, state, l.Version)
 		}
 		if !engineOK {
@@ -156,7 +160,8 @@ func (d Deps) templateLanguages(ctx context.Context) []LanguageInfo {
 		if l, ok := lang.Builtin(t.Language); ok {
 			version = l.VersionCmd
 		}
-		out = append(out, LanguageInfo{Name: t.Name, Image: t.Image, Built: t.Image != "", Description: desc, VersionCmd: version})
+		out = append(out, LanguageInfo{Name: t.Name, Image: t.Image, Built: t.Image != "", Description: desc, VersionCmd: version,
+			Runtime: d.Policy.TemplateRuntime(t.Name, t.Source == record.TemplateSnapshot)})
 	}
 	return out
 }

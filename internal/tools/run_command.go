@@ -237,7 +237,7 @@ func (d Deps) commandRequest(ctx context.Context, args RunCommandArgs) (job.Requ
 	}
 	return job.Request{
 		Kind: job.KindCommand, Command: args.Command, Cmd: []string{"bash", "-c", args.Command},
-		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
+		Language: language.Name, Image: image, Runtime: language.Runtime, Workspace: wsName, Cwd: cwd, Env: env,
 		Stdin: stdin, KeepStdinOpen: keepOpen,
 		Limits:  limits,
 		Network: network, Egress: allow, Secrets: secrets,

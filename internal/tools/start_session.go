@@ -311,7 +311,7 @@ func (d Deps) sessionRequest(ctx context.Context, args StartSessionArgs) (job.Re
 	}
 	return job.Request{
 		Kind: job.KindSession, Command: commandLine(argv), Cmd: argv,
-		Language: language.Name, Image: image, Workspace: wsName, Cwd: cwd, Env: env,
+		Language: language.Name, Image: image, Runtime: language.Runtime, Workspace: wsName, Cwd: cwd, Env: env,
 		KeepStdinOpen: true, Limits: limits, Network: network, Egress: allow, Secrets: secrets,
 		TTY: tty, Details: record.Details{Session: details}, Mounts: mounts,
 		Figures: capturesFigures(language.Base),

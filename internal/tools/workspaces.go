@@ -159,12 +159,12 @@ func CreateWorkspace(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
-		template := ""
+		template, runtime := "", language.Runtime
 		if language.Name != language.Base {
 			template = language.Name
 		}
-		if src != nil { // a fork runs on its source's image, template or not
-			image, template = src.Image, src.Details.Template
+		if src != nil { // a fork runs on its source's image and runtime, template or not
+			image, template, runtime = src.Image, src.Details.Template, src.Details.Runtime
 		}
 		limits, err := d.Policy.Resolve(policy.Request{MemoryMB: args.MemoryMB, CPUs: args.CPUs, Pids: args.Pids})
 		if err != nil {
@@ -191,7 +191,7 @@ func CreateWorkspace(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
-		w, origin, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Base, Template: template, Image: image, Limits: limits,
+		w, origin, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Base, Template: template, Image: image, Runtime: runtime, Limits: limits,
 			Mounts: mounts, Import: imp, From: args.From, Egress: allow, Secrets: secretNames(secrets)})
 		if err != nil {
 			return workspaceFailure(err), nil

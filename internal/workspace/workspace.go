@@ -10,6 +10,7 @@ package workspace
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -201,6 +202,9 @@ func (m *Manager) Policy() *policy.Policy { return m.pol }
 // CreateRequest is what a workspace is made of.
 type CreateRequest struct {
 	Name, Language, Image string
+	// Runtime is the template's or snapshot's OCI runtime (lang.Language's);
+	// "" = the policy's. A fork gives its source's.
+	Runtime string
 	// Template is the template Image is (""= a language's image): a new
 	// workspace starts with its files (proto.SeedDir) unless Import or
 	// From fill it.
@@ -301,7 +305,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*record.Worksp
 		Name: req.Name, Language: req.Language, Image: req.Image, State: StateCreating, ServerID: m.server,
 		Limits: record.WorkspaceLimits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
 			DiskBytes: m.pol.Workspaces.DiskMB << 20},
-		CreatedAt: time.Now(), LastUsedAt: time.Now(), Details: record.WorkspaceDetails{Egress: req.Egress, Template: req.Template},
+		CreatedAt: time.Now(), LastUsedAt: time.Now(), Details: record.WorkspaceDetails{Egress: req.Egress, Template: req.Template, Runtime: req.Runtime},
 	}
 	for _, name := range req.Secrets {
 		rec.Details.Secrets = append(rec.Details.Secrets, record.SecretUse{Name: name, Placeholder: secret.NewPlaceholder()})
@@ -329,7 +333,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*record.Worksp
 		return nil, err
 	}
 	refs, err := m.rt.CreateWorkspace(ctx, sandbox.WorkspaceSpec{
-		Name: req.Name, Image: req.Image, Runtime: m.pol.Runtime, Env: CacheEnv, Mounts: req.Mounts, Network: network,
+		Name: req.Name, Image: req.Image, Runtime: cmp.Or(req.Runtime, m.pol.Runtime), Env: CacheEnv, Mounts: req.Mounts, Network: network,
 		Limits: sandbox.Limits{MemoryBytes: l.MemoryBytes, NanoCPUs: l.NanoCPUs, Pids: l.Pids,
 			OpenFiles: l.OpenFiles, TmpBytes: l.TmpBytes, LogBytes: 1 << 20},
 	})
