@@ -140,7 +140,11 @@ func startServer(ctx context.Context, o options, name string, policyYAML string,
 		return nil, err
 	}
 	s := &server{name: name, stateDir: filepath.Join(dir, "state")}
-	args := []string{"serve", "--state-dir", s.stateDir, "--log-level", "warn"}
+	level := "warn"
+	if o.trace {
+		level = "debug" // the server logs each call's timeline (docs/benchmark.md)
+	}
+	args := []string{"serve", "--state-dir", s.stateDir, "--log-level", level}
 	if policyYAML != "" {
 		pol := filepath.Join(dir, "policy.yaml")
 		if err := os.WriteFile(pol, []byte(policyYAML), 0o644); err != nil {
@@ -355,6 +359,7 @@ type warmCase struct {
 	served     int // measured calls served by a container that was waiting
 	phases     []phases
 	containers map[string]bool
+	jobs       []string // the measured calls' jobs (-trace reads their timelines)
 }
 
 // phases split a call by the job's own timestamps (same host clock).
@@ -402,6 +407,8 @@ func (s *server) measureWarm(ctx context.Context, o options, poolSize int, image
 		}
 		if o.trace {
 			wc.phases = append(wc.phases, phasesOf(sent, got, rec))
+			id, _ := r["job_id"].(string)
+			wc.jobs = append(wc.jobs, id)
 		}
 	}
 	return wc, nil
@@ -522,6 +529,8 @@ func (s *server) throughput(ctx context.Context, n, callers int) (float64, error
 }
 
 type report struct {
+	// timelines are the warm calls' server-side timelines by job (-trace).
+	timelines map[string]map[string]float64
 	host, dockerRun, dockerExec          stats
 	dockerRunJPS                         float64
 	warmTrue, warmEcho, warmPy           *warmCase
@@ -588,8 +597,16 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	printReport(o, r)
+	// The guard on the warm path: loud here, and the bench's exit status.
+	// Under -trace the server logs at debug level: not the same figure.
+	var regression error
+	if o.trace {
+		fmt.Printf("  warm true vs recorded best: not compared under -trace (the server logs at debug level)\n")
+	} else {
+		regression = checkBest(r.warmTrue.lat.p50())
+	}
 	if o.only == "core" {
-		return nil
+		return regression
 	}
 	// Scripts, sessions and workspaces: a failure here is reported, not fatal.
 	if err := features(ctx, o, r); err != nil {
@@ -611,7 +628,7 @@ func run(ctx context.Context, o options) error {
 		fmt.Printf("\nsecrets: %v\n", err)
 	}
 	progress("done in %s", time.Since(began).Round(time.Second))
-	return nil
+	return regression
 }
 
 // dockerExec times `docker exec <c> true` into one running container of image.
@@ -668,6 +685,12 @@ func poolOn(ctx context.Context, o options, r *report) error {
 
 	if events != nil {
 		events.stop(r.warmTrue, r.warmEcho, r.warmPy)
+	}
+	if o.trace {
+		var err error
+		if r.timelines, err = callTimelines(s.logPath); err != nil {
+			return fmt.Errorf("call timelines: %w", err)
+		}
 	}
 
 	progress("memory: idle with a full pool")
@@ -892,11 +915,7 @@ func printReport(o options, r *report) {
 		fmt.Printf("\nwhere a warm call's time goes (p50 of each phase, ms)\n")
 		fmt.Printf("  from the client's clock and the job's created/started/ended stamps:\n")
 		fmt.Printf("  %-10s %10s %10s %10s %10s %12s\n", "case", "to created", "to started", "running", "to answer", "(in sandbox)")
-		type col struct {
-			name string
-			wc   *warmCase
-		}
-		cols := []col{{"true", r.warmTrue}, {"echo hi", r.warmEcho}, {"python3", r.warmPy}}
+		cols := []warmCol{{"true", r.warmTrue}, {"echo hi", r.warmEcho}, {"python3", r.warmPy}}
 		for _, c := range cols {
 			var a, b, cc, d, w stats
 			for _, p := range c.wc.phases {
@@ -918,6 +937,7 @@ func printReport(o options, r *report) {
 			}
 			fmt.Printf("  %-10s %16.2f %16.2f %18.2f\n", c.name, ms(a.p50()), ms(b.p50()), ms(rn.p50()))
 		}
+		printTimelines(r.timelines, cols)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/terminal"
 )
@@ -82,6 +83,7 @@ type Extension interface {
 type liveJob struct {
 	id      string
 	req     Request
+	tl      *observe.Timeline // the call's timeline that made it (nil: none)
 	capture *output.Capture
 	done    chan struct{} // closed once the final status is stored
 	started chan struct{} // closed once the sandbox runs (handle set)
@@ -196,7 +198,9 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*record.Job, error) 
 		return nil, err
 	}
 	now := time.Now()
-	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{}), term: newTerm(req)}
+	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{}), term: newTerm(req),
+		tl: observe.TimelineOf(ctx)}
+	j.tl.Note("job", id)
 	j.owner, _ = tenant.From(ctx)
 	if m.ext != nil {
 		m.ext.Extend(ctx, &j.req)
@@ -252,6 +256,7 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*record.Job, error) 
 		os.RemoveAll(m.jobDir(id))
 		return nil, fmt.Errorf("record job: %w", err)
 	}
+	j.tl.Mark("recorded")
 	if !startNow {
 		return j.snapshot(), nil
 	}
@@ -305,13 +310,15 @@ func (m *Manager) start(j *liveJob) error {
 	}
 	j.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(tenant.With(context.Background(), j.owner), startTimeout)
+	ctx, cancel := context.WithTimeout(observe.WithTimeline(tenant.With(context.Background(), j.owner), j.tl), startTimeout)
 	defer cancel()
 	spec := SandboxSpec(m.pol, j.req)
 	spec.JobID = j.id
 	m.collectSpec(&spec, j.req, j.id)
 	startAt := time.Now()
+	j.tl.MarkAt("spec_built", startAt)
 	h, err := m.rt.Start(ctx, spec, m.liveOutput(j))
+	j.tl.Mark("sandbox_started")
 	if err != nil {
 		j.mu.Lock()
 		j.rec.Error = err.Error()
@@ -338,6 +345,7 @@ func (m *Manager) start(j *liveJob) error {
 	if err := m.st.UpdateJob(context.Background(), &rec); err != nil {
 		m.log.Error().Err(err).Str("job", j.id).Msg("store running job")
 	}
+	j.tl.Mark("running_recorded")
 	m.log.Debug().Str("job", j.id).Str("container", shortID(rec.ContainerID)).Str("image", rec.Image).Msg("job started")
 	if endedWhileStarting {
 		m.watch(j, h)
@@ -371,6 +379,8 @@ func (m *Manager) watch(j *liveJob, h sandbox.Handle) {
 		defer m.bg.Done()
 		<-h.Done()
 		st := h.Status()
+		markSupervisor(j.tl, st.Stamps)
+		j.tl.Mark("exit_seen")
 		m.finish(j, st)
 		if m.ext != nil {
 			m.ext.Ended(j.req, st)
@@ -519,6 +529,7 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	if err := m.st.UpdateJob(context.Background(), &final); err != nil {
 		m.log.Error().Err(err).Str("job", j.id).Msg("store finished job")
 	}
+	j.tl.Mark("end_recorded")
 	if st.CleanupErr != nil {
 		// The cleanup loop sweeps the container later; the job's end stands.
 		m.log.Warn().Err(st.CleanupErr).Str("job", j.id).Msg("sandbox not removed")
@@ -557,6 +568,20 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	close(j.done)
 	if next != nil {
 		m.startAsync(next)
+	}
+}
+
+// markSupervisor puts the supervisor's own stamps of the job on its
+// timeline (the same host clock; a remote engine's may differ).
+func markSupervisor(tl *observe.Timeline, st proto.Stamps) {
+	for _, m := range []struct {
+		name string
+		at   int64
+	}{{"sv_spec", st.Spec}, {"sv_exec", st.Exec}, {"sv_started", st.Started}, {"sv_first_output", st.FirstOutput},
+		{"sv_exited", st.Exited}, {"sv_drained", st.Drained}, {"sv_exit", st.Exit}} {
+		if m.at > 0 {
+			tl.MarkAt(m.name, time.Unix(0, m.at))
+		}
 	}
 }
 

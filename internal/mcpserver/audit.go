@@ -32,6 +32,13 @@ func WithObserver(o observe.Observer) Option {
 	return func(s *Server) { s.observer = o }
 }
 
+// WithCallTimelines keeps a timeline of each tools/call on stdio, from its
+// line's arrival to its answer's write, and hands it to log once written
+// (the job manager, the pool and the supervisor mark it on the way).
+func WithCallTimelines(log func(*observe.Timeline)) Option {
+	return func(s *Server) { s.wire.trace = log }
+}
+
 // WithIdleTrim tells t of every tool call, so that it trims the server's
 // memory only while no call runs (internal/memtrim).
 func WithIdleTrim(t *memtrim.Trimmer) Option {

@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
@@ -65,6 +67,12 @@ type wire struct {
 	overrides   map[string]mcp.JSONRPCErrorDetails
 	initTokens  map[string]bool // tokens of initialize requests
 	initialized atomic.Bool
+	// timelines are the tools/calls' timelines by token, from their line's
+	// arrival to their answer's write; kept only when trace is set.
+	timelines map[string]*observe.Timeline
+	// trace hears each tools/call's timeline once its answer is written
+	// (WithCallTimelines); nil: none are kept.
+	trace func(*observe.Timeline)
 	// tasks answers MCP task requests (tasks.go) in front of mcp-go; nil:
 	// they go to mcp-go.
 	tasks func(method string, params json.RawMessage, notify notifyFunc) (any, *rpcError)
@@ -82,6 +90,7 @@ func newWire() *wire {
 	return &wire{
 		ids: map[string]json.RawMessage{}, latest: map[string]string{}, reasons: map[string]string{},
 		overrides: map[string]mcp.JSONRPCErrorDetails{}, initTokens: map[string]bool{},
+		timelines: map[string]*observe.Timeline{},
 	}
 }
 
@@ -188,6 +197,7 @@ func canonical(raw []byte) (string, bool) {
 // inbound rewrites one line from the client for mcp-go; nil means the line
 // was answered here and mcp-go does not see it.
 func (w *wire) inbound(line []byte) []byte {
+	arrived := time.Now()
 	m, ok := members(line)
 	if !ok {
 		return line // not a JSON object: mcp-go answers the parse error
@@ -236,6 +246,9 @@ func (w *wire) inbound(line []byte) []byte {
 	}
 	if method == string(mcp.MethodInitialize) {
 		w.initTokens[token] = true
+	}
+	if w.trace != nil && method == string(mcp.MethodToolsCall) {
+		w.timelines[token] = observe.NewTimeline(arrived)
 	}
 	w.mu.Unlock()
 
@@ -439,11 +452,16 @@ var responsePrefix = []byte(`{"jsonrpc":"2.0","id":"` + tokenPrefix)
 // Write is the transport's output: one message per call.
 func (w *wire) Write(p []byte) (int, error) {
 	line := p
+	var tl *observe.Timeline
 	if bytes.HasPrefix(p, responsePrefix) {
-		line = w.restore(p)
+		line, tl = w.restore(p)
 	}
 	if _, err := w.writeLine(unescapeHTML(line)); err != nil {
 		return 0, err
+	}
+	if tl != nil {
+		tl.Mark("answer_written")
+		w.trace(tl)
 	}
 	return len(p), nil
 }
@@ -454,12 +472,13 @@ func (w *wire) writeLine(line []byte) (int, error) {
 	return w.out.Write(line)
 }
 
-// restore puts a response's original id back (and applies an override).
-func (w *wire) restore(p []byte) []byte {
+// restore puts a response's original id back (and applies an override);
+// it hands over the call's timeline, if one was kept.
+func (w *wire) restore(p []byte) ([]byte, *observe.Timeline) {
 	start := len(responsePrefix) - len(tokenPrefix) - 1 // the opening quote
 	end := bytes.IndexByte(p[start+1:], '"')
 	if end < 0 {
-		return p
+		return p, nil
 	}
 	end += start + 2
 	token := string(p[start+1 : end-1])
@@ -467,7 +486,9 @@ func (w *wire) restore(p []byte) []byte {
 	orig, known := w.ids[token]
 	ov, overridden := w.overrides[token]
 	isInit := w.initTokens[token]
+	tl := w.timelines[token]
 	if known {
+		delete(w.timelines, token)
 		delete(w.ids, token)
 		delete(w.overrides, token)
 		delete(w.reasons, token)
@@ -478,7 +499,7 @@ func (w *wire) restore(p []byte) []byte {
 	}
 	w.mu.Unlock()
 	if !known {
-		return p
+		return p, nil
 	}
 	if overridden {
 		data, err := json.Marshal(struct {
@@ -487,7 +508,7 @@ func (w *wire) restore(p []byte) []byte {
 			Error   mcp.JSONRPCErrorDetails `json:"error"`
 		}{mcp.JSONRPC_VERSION, orig, ov})
 		if err == nil {
-			return append(data, '\n')
+			return append(data, '\n'), tl
 		}
 	}
 	if isInit && bytes.HasPrefix(p[end:], []byte(`,"result":`)) {
@@ -497,7 +518,7 @@ func (w *wire) restore(p []byte) []byte {
 	out := make([]byte, 0, len(p)+len(orig))
 	out = append(out, p[:start]...)
 	out = append(out, orig...)
-	return append(out, p[end:]...)
+	return append(out, p[end:]...), tl
 }
 
 // unescapeHTML undoes encoding/json's HTML escaping (\u003c, \u003e, \u0026)
@@ -549,6 +570,14 @@ func (w *wire) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFun
 		if token == "" {
 			return next(ctx, req)
 		}
+		w.mu.Lock()
+		tl := w.timelines[token]
+		w.mu.Unlock()
+		if tl != nil {
+			tl.Mark("handler")
+			tl.Note("tool", req.Params.Name)
+			ctx = observe.WithTimeline(ctx, tl)
+		}
 		inner, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 		defer cancel(nil)
 		stop := context.AfterFunc(ctx, func() {
@@ -561,7 +590,9 @@ func (w *wire) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFun
 			cancel(cause)
 		})
 		defer stop()
-		return next(inner, req)
+		res, err := next(inner, req)
+		tl.Mark("handler_returned")
+		return res, err
 	}
 }
 

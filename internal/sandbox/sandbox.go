@@ -175,6 +175,8 @@ type ExitStatus struct {
 	// files, whole, within proto's bounds (hostile data).
 	Files      []proto.ReturnedFile
 	FinishedAt time.Time
+	// Stamps are the supervisor's instants of the job (call timelines).
+	Stamps proto.Stamps
 }
 
 // Handle is one running sandbox.

@@ -147,8 +147,20 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 		Jobs: s.jobs, Policy: cfg.Policy, Languages: languages, Runtime: s.stack.rt, Pool: s.stack.warm,
 		Workspaces: s.stack.workspaces, Dependencies: s.caches, Blocklist: s.blocked,
 		Processes: s.engine.Capabilities().Processes, Templates: s.templates,
-	}, cfg.Toolsets, mcpserver.WithAudit(s.audit, s.lock.ID()), mcpserver.WithObserver(obs), mcpserver.WithIdleTrim(s.trim))
+	}, cfg.Toolsets, mcpserver.WithAudit(s.audit, s.lock.ID()), mcpserver.WithObserver(obs), mcpserver.WithIdleTrim(s.trim),
+		callTimelines(log))
 	return s, err
+}
+
+// callTimelines logs where each tool call's time went, at debug level only
+// ("call timeline": bench -trace reads it; docs/benchmark.md).
+func callTimelines(log zerolog.Logger) mcpserver.Option {
+	if log.GetLevel() > zerolog.DebugLevel {
+		return func(*mcpserver.Server) {}
+	}
+	return mcpserver.WithCallTimelines(func(t *observe.Timeline) {
+		log.Debug().Str("timeline", t.String()).Msg("call timeline")
+	})
 }
 
 // loadTokens reads the token file ("" = none) and checks each token's toolsets.

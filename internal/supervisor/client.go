@@ -367,7 +367,7 @@ func (c *Client) ackExit() {
 func ExitStatus(e *proto.Exit) sandbox.ExitStatus {
 	st := sandbox.ExitStatus{ExitCode: e.ExitCode, OOMKilled: e.OOMKilled, TimedOut: e.TimedOut,
 		Usage:    sandbox.Usage{CPUMS: e.Usage.CPUMS, PeakMemoryBytes: e.Usage.PeakMemoryBytes, WallMS: e.Usage.WallMS},
-		GoBuilds: e.GoBuilds, Files: e.Files}
+		GoBuilds: e.GoBuilds, Files: e.Files, Stamps: e.Stamps}
 	if e.Error != "" {
 		st.StartErr = errors.New(e.Error)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/output"
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
@@ -103,15 +104,18 @@ func RunCommand(d Deps) Tool {
 		if err := in.bind(req, &args); err != nil {
 			return errorResult("%v", err), nil
 		}
+		observe.MarkCtx(ctx, "args_bound")
 		bctx, stopBuild := d.withBuildProgress(ctx, req)
 		jr, wait, problem := d.commandRequest(bctx, args)
 		stopBuild()
 		if problem != nil {
 			return problem, nil
 		}
+		observe.MarkCtx(ctx, "request_built")
 		if problem := d.checkBlocked(ctx, args.Command, args.Stdin, "command"); problem != nil {
 			return problem, nil
 		}
+		observe.MarkCtx(ctx, "block_checked")
 		task, err := asTask(ctx, req, &jr, commandRender{Output: args.Output})
 		if err != nil {
 			return failure(err), nil
@@ -138,6 +142,7 @@ func (d Deps) commandResult(ctx context.Context, rec *record.Job, r commandRende
 	if err != nil {
 		return failure(err)
 	}
+	observe.MarkCtx(ctx, "result_built")
 	return d.withReturned(ctx, structured(res, text), rec)
 }
 
@@ -337,6 +342,7 @@ func (d Deps) submitAndWait(ctx context.Context, req mcp.CallToolRequest, jr job
 	stop := d.startProgress(ctx, req, rec.ID)
 	rec, err = d.Jobs.Wait(ctx, rec.ID, wait)
 	stop()
+	observe.MarkCtx(ctx, "waited")
 	if err != nil {
 		return nil, failure(err)
 	}

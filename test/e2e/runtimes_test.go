@@ -112,3 +112,32 @@ func jobContainer(t *testing.T, s *server, id string) string {
 	t.Fatalf("job %s names no container within 30 s: %v", id, s.ok("get_job", map[string]any{"job_id": id}))
 	return ""
 }
+
+// TestCallTimelineLogged: at debug level the server logs where a call's
+// time went, from its line's arrival to its answer's write, with the
+// supervisor's own stamps between (what bench -trace reads).
+func TestCallTimelineLogged(t *testing.T) {
+	testutil.RequireDocker(t)
+	t.Parallel()
+	s := startServer(t, "SANDBOXER_LOG_LEVEL=debug")
+	r := s.ok("run_command", map[string]any{"command": "echo hi"})
+	id := str(r, "job_id")
+	var line string
+	for i := 0; i < 50 && line == ""; i++ {
+		for _, l := range strings.Split(s.stderr.String(), "\n") {
+			if strings.Contains(l, `"call timeline"`) && strings.Contains(l, "job="+id) {
+				line = l
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if line == "" {
+		t.Fatalf("no call timeline logged for job %s:\n%s", id, tail(s.stderr.String(), 3000))
+	}
+	for _, mark := range []string{"tool=run_command", " handler=", " recorded=", " sandbox_started=", " sv_spec=", " sv_started=",
+		" sv_first_output=", " sv_exited=", " sv_exit=", " exit_seen=", " end_recorded=", " handler_returned=", " answer_written="} {
+		if !strings.Contains(line, mark) {
+			t.Errorf("the timeline has no %q: %s", strings.TrimSpace(mark), line)
+		}
+	}
+}

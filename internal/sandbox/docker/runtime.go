@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/supervisor"
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
@@ -380,6 +381,7 @@ func (r *Runtime) prepare(ctx context.Context, spec sandbox.Spec) (*handle, erro
 // from those it was made with), then the spec frame.
 func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Output, resize bool) (sandbox.Handle, error) {
 	if resize && spec.Limits != h.prepared.Limits {
+		observe.MarkCtx(ctx, "limits_update")
 		l := spec.Limits
 		pids := l.Pids
 		_, err := h.rt.cli.ContainerUpdate(ctx, h.id, client.ContainerUpdateOptions{Resources: &container.Resources{
@@ -415,6 +417,7 @@ func (h *handle) launch(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err := h.C.WriteFrame(ctx, proto.TypeSpec, payload); err != nil {
 		return nil, h.rt.engineErr(fmt.Errorf("hand the sandbox its job: %w", err))
 	}
+	observe.MarkCtx(ctx, "spec_sent")
 	if resize && spec.JobID != "" {
 		// Off the job's path: the rename never competes with a short job.
 		time.AfterFunc(renameDelay, func() { h.renameForJob(spec.JobID, spec.Kind) })

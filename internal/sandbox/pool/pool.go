@@ -202,9 +202,11 @@ func (p *Pool) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output)
 			p.observer.PoolTake(spec.Image, w != nil)
 		}
 		if w == nil {
+			observe.MarkCtx(ctx, "cold")
 			p.followShape(spec)
 			return p.Warmer.Start(ctx, spec, out)
 		}
+		observe.MarkCtx(ctx, "warm_taken")
 		h, err := w.Launch(ctx, spec, out)
 		if err == nil {
 			go p.refillAfter(h)

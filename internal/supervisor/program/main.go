@@ -43,6 +43,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
@@ -276,6 +277,7 @@ wait:
 	// What the job returns goes out once its processes are gone, before Exit.
 	figs.finish(&exit.Events)
 	collectFiles(spec.Collect, out, &exit.Events)
+	exit.Stamps.Exit = time.Now().UnixNano()
 	out.exit(exit)
 	if spec.AwaitExitAck {
 		awaitExitAck(frames)
@@ -322,6 +324,9 @@ type super struct {
 	useCgroup  bool
 
 	early *prestarted // started before the job; taken by start() or discarded
+
+	execAt      time.Time    // the job's process about to start (proto.Stamps)
+	firstOutput atomic.Int64 // unix nanoseconds of the job's first output read (proto.Stamps)
 }
 
 func (s *super) event(format string, args ...any) {
@@ -451,7 +456,9 @@ loop:
 		s.pty.Close()
 	}
 
-	exit := proto.Exit{TimedOut: timedOut, Killed: killed}
+	exit := proto.Exit{TimedOut: timedOut, Killed: killed, Stamps: proto.Stamps{
+		Spec: s.received.UnixNano(), Exec: unixNano(s.execAt), Started: s.started.UnixNano(), FirstOutput: s.firstOutput.Load(),
+		Exited: res.at.UnixNano(), Drained: time.Now().UnixNano()}}
 	switch st := res.status; {
 	case st.Exited():
 		exit.ExitCode = st.ExitStatus()
@@ -574,4 +581,12 @@ func truncate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// unixNano is t as unix nanoseconds, 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }

@@ -134,6 +134,7 @@ func (s *super) start() (int, error) {
 	if attr.Env == nil {
 		attr.Env = []string{} // nil would mean "inherit the supervisor's"
 	}
+	s.execAt = time.Now()
 	p, err := os.StartProcess(exe, argv, attr)
 	if err != nil {
 		if stdinW != nil {
@@ -181,6 +182,7 @@ func (s *super) relay(r *os.File, typ byte) {
 		for {
 			n, err := r.Read(buf)
 			if n > 0 {
+				s.firstOutput.CompareAndSwap(0, time.Now().UnixNano())
 				s.out.frame(typ, buf[:n])
 			}
 			if err != nil {

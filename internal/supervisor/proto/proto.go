@@ -438,6 +438,21 @@ type Exit struct {
 	// Files are the returned files the server assembled from the File
 	// frames before this one (never on the wire).
 	Files []ReturnedFile `json:"-"`
+	// Stamps are the supervisor's clock at each step of the job, for the
+	// server's call timelines (hostile data: only ever logged).
+	Stamps Stamps `json:"stamps"`
+}
+
+// Stamps are instants of a job in the supervisor, as unix nanoseconds (0:
+// it did not happen).
+type Stamps struct {
+	Spec        int64 `json:"spec"`         // the Spec frame read
+	Exec        int64 `json:"exec"`         // the job's process about to be started
+	Started     int64 `json:"started"`      // the job's process running
+	FirstOutput int64 `json:"first_output"` // its first output read
+	Exited      int64 `json:"exited"`       // its main process reaped
+	Drained     int64 `json:"drained"`      // every output read to its end
+	Exit        int64 `json:"exit"`         // the Exit frame going out
 }
 
 // MaxEvents bounds Exit.Events.
