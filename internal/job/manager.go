@@ -57,6 +57,10 @@ type Manager struct {
 
 	mu        sync.Mutex
 	live      map[string]*liveJob // queued and running jobs
+	// ended are jobs this server finished lately, kept endedKeep so the
+	// call that waited for one builds its answer from memory (its record
+	// and capture) instead of the store: endedJob.
+	ended map[string]endedJob
 	slots     *slots              // jobs.max_concurrent, shared by tenants
 	weights   map[string]int      // tenants' weights (WithShares); nil: one pool
 	queue     []*liveJob
@@ -201,6 +205,7 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*record.Job, error) 
 	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{}), term: newTerm(req),
 		tl: observe.TimelineOf(ctx)}
 	j.tl.Note("job", id)
+	j.tl.Mark("capture_opened")
 	j.owner, _ = tenant.From(ctx)
 	if m.ext != nil {
 		m.ext.Extend(ctx, &j.req)
@@ -547,6 +552,7 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	m.observer.JobEnded(final.Kind, final.Language, final.Status, final.Reason, ran)
 	m.mu.Lock()
 	delete(m.live, j.id)
+	m.keepEnded(j, now)
 	var next *liveJob
 	if hadSlot {
 		m.slots.give(j.owner.Name)
@@ -594,6 +600,42 @@ func (j *liveJob) snapshot() *record.Job {
 		rec.StdoutBytes, rec.StderrBytes, rec.DroppedBytes = sz.Stdout, sz.Stderr, sz.DroppedCombined
 	}
 	return &rec
+}
+
+// endedKeep is how long a finished job stays in memory for the answer of
+// the call that waited for it; endedMax bounds how many do.
+const (
+	endedKeep = 10 * time.Second
+	endedMax  = 256
+)
+
+// endedJob is a finished job kept in memory, and when it finished.
+type endedJob struct {
+	j  *liveJob
+	at time.Time
+}
+
+// keepEnded keeps j for endedKeep, dropping those kept longer (m.mu held).
+func (m *Manager) keepEnded(j *liveJob, now time.Time) {
+	if m.ended == nil {
+		m.ended = map[string]endedJob{}
+	}
+	for id, e := range m.ended {
+		if now.Sub(e.at) > endedKeep || len(m.ended) >= endedMax {
+			delete(m.ended, id)
+		}
+	}
+	m.ended[j.id] = endedJob{j: j, at: now}
+}
+
+// recentlyEnded is a job this server finished within endedKeep, or nil.
+func (m *Manager) recentlyEnded(id string) *liveJob {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.ended[id]; ok && time.Since(e.at) <= endedKeep {
+		return e.j
+	}
+	return nil
 }
 
 func (m *Manager) liveJob(id string) *liveJob {
@@ -697,12 +739,8 @@ func (m *Manager) Wait(ctx context.Context, id string, d time.Duration) (*record
 		case <-ctx.Done():
 		}
 	}
-	select {
-	case <-j.done:
-		return m.Get(context.Background(), id)
-	default:
-		return j.snapshot(), nil
-	}
+	// Finished: its record as stored (finish stored exactly j.rec).
+	return j.snapshot(), nil
 }
 
 // Kill signals a job and removes its sandbox after grace if it is still
@@ -829,6 +867,11 @@ func (m *Manager) Prune(ctx context.Context, olderThan time.Duration, statuses [
 	if err != nil {
 		return nil, 0, err
 	}
+	m.mu.Lock()
+	for _, id := range ids {
+		delete(m.ended, id) // gone from the store: gone from memory too
+	}
+	m.mu.Unlock()
 	for _, id := range ids {
 		if err := os.RemoveAll(m.jobDir(id)); err != nil {
 			m.log.Warn().Err(err).Str("job", id).Msg("remove job output")

@@ -49,6 +49,7 @@ type ReadResult struct {
 type jobOutput struct {
 	id      string
 	live    *liveJob
+	ended   *liveJob    // finished here lately: its record and capture in memory
 	rec     *record.Job // finished jobs only
 	capture *output.Capture
 	done    <-chan struct{}
@@ -62,6 +63,10 @@ func (m *Manager) outputOf(ctx context.Context, id string) (*jobOutput, error) {
 	}
 	if j := m.liveJob(id); j != nil {
 		return &jobOutput{id: id, live: j, capture: j.capture, done: j.done}, nil
+	}
+	if j := m.recentlyEnded(id); j != nil {
+		// Its capture is closed; reads reopen its files.
+		return &jobOutput{id: id, ended: j, rec: j.snapshot(), capture: j.capture, done: j.done}, nil
 	}
 	rec, err := m.Get(ctx, id)
 	if err != nil {
@@ -92,6 +97,11 @@ func (o *jobOutput) readCursor(sel output.Selector) int64 {
 		defer o.live.mu.Unlock()
 		return o.live.readCursors[sel]
 	}
+	if o.ended != nil {
+		o.ended.mu.Lock()
+		defer o.ended.mu.Unlock()
+		return readCursorsOf(&o.ended.rec)[sel]
+	}
 	return readCursorsOf(o.rec)[sel]
 }
 
@@ -111,11 +121,20 @@ func (m *Manager) advanceReadCursor(o *jobOutput, sel output.Selector, next int6
 		// when the job ends): writing them here would race it.
 		return
 	}
-	c := readCursorsOf(o.rec)
+	rec := o.rec
+	if o.ended != nil {
+		// The kept record follows the store, so the next call's cursor
+		// starts where this one left it.
+		o.ended.mu.Lock()
+		defer o.ended.mu.Unlock()
+		rec = &o.ended.rec
+	}
+	c := readCursorsOf(rec)
 	if next <= c[sel] {
 		return
 	}
 	c[sel] = next
+	rec.ReadCursor, rec.StdoutReadCursor, rec.StderrReadCursor = c[output.Both], c[output.StdoutOnly], c[output.StderrOnly]
 	o.rec.ReadCursor, o.rec.StdoutReadCursor, o.rec.StderrReadCursor = c[output.Both], c[output.StdoutOnly], c[output.StderrOnly]
 	if err := m.st.SetReadCursors(context.Background(), o.id, c[output.Both], c[output.StdoutOnly], c[output.StderrOnly]); err != nil {
 		m.log.Warn().Err(err).Str("job", o.id).Msg("store read cursor")
