@@ -31,6 +31,9 @@ type Backend struct {
 	// NoRuntime, when set, says why the policy's runtime key must be
 	// empty on it.
 	NoRuntime string
+	// NoPause, when set, says why workspaces.pause_after_s must be 0 on it
+	// (its engine cannot freeze a workspace).
+	NoPause string
 	// Images: it builds images (templates, snapshots, --build-images).
 	Images bool
 	// Open connects to its engine; it succeeds while the engine is down.
@@ -66,12 +69,14 @@ var all = []Backend{
 	{
 		Name: policy.BackendKubernetes, Networks: []string{policy.NetworkNone, policy.NetworkEgress},
 		NoBridge: "pods have no network; their only way out is the egress tunnel to the server's proxy",
+		NoPause:  "a pod cannot be frozen: Kubernetes has no pause",
 		Open:     openKubernetes, Doctor: doctorKubernetes,
 	},
 	{
 		Name: policy.BackendContainerd, Networks: []string{policy.NetworkNone, policy.NetworkEgress},
 		NoBridge:  "its sandboxes have no network; their only way out is the egress tunnel to the server's proxy",
 		NoRuntime: "it runs containerd's runc shim",
+		NoPause:   "it keeps no workspaces",
 		Open:      openContainerd, Doctor: doctorContainerd, Findings: containerdFindings,
 	},
 }
@@ -120,6 +125,9 @@ func Validate(p *policy.Policy) error {
 			break
 		}
 		problems = append(problems, fmt.Sprintf("%s: must be empty with backend: %s (%s), got %q", rk.Key, b.Name, b.NoRuntime, rk.Runtime))
+	}
+	if p.Workspaces.PauseAfterS > 0 && b.NoPause != "" {
+		problems = append(problems, fmt.Sprintf("workspaces.pause_after_s: must be 0 with backend: %s (%s), got %d", b.Name, b.NoPause, p.Workspaces.PauseAfterS))
 	}
 	if len(p.Templates) > 0 && !b.Images {
 		problems = append(problems, fmt.Sprintf("templates: templates need a backend that builds images (%s): on %s, build the image yourself, put it where the backend finds it, and map a language to it (languages.<name>.image)",

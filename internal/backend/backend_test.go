@@ -28,6 +28,10 @@ func TestValidate(t *testing.T) {
 			"policy: templates: templates need a backend that builds images (docker, podman): on kubernetes"},
 		{"containerd templates", func(p *policy.Policy) { p.Backend = policy.BackendContainerd; p.Templates["t"] = tmpl },
 			"templates need a backend that builds images (docker, podman): on containerd"},
+		{"kubernetes pause", func(p *policy.Policy) { p.Backend, p.Workspaces.PauseAfterS = policy.BackendKubernetes, 60 },
+			"policy: workspaces.pause_after_s: must be 0 with backend: kubernetes (a pod cannot be frozen: Kubernetes has no pause), got 60"},
+		{"snapshot runtime on containerd", func(p *policy.Policy) { p.Backend, p.Snapshots.Runtime = policy.BackendContainerd, "runsc" },
+			`policy: snapshots.runtime: must be empty with backend: containerd (it runs containerd's runc shim), got "runsc"`},
 	} {
 		p := policy.Default()
 		c.mutate(p)

@@ -14,7 +14,7 @@ import (
 const (
 	KindCommand = "command"
 	KindScript  = "script"
-	KindSession = "session"
+	KindSession = sandbox.KindSession
 	// KindProbe labels short-lived sandboxes that are not jobs (Probe).
 	KindProbe = "probe"
 )

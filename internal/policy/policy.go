@@ -219,6 +219,11 @@ type Workspaces struct {
 	// IdleStopS stops a workspace's container after this many seconds
 	// without a job (its files and packages stay); 0 = never.
 	IdleStopS int64 `yaml:"idle_stop_s"`
+	// PauseAfterS freezes a workspace's container (its processes and
+	// memory kept, no CPU) after this many seconds with nothing running but
+	// idle sessions; the next call that touches it thaws it. 0 = never.
+	// Engines with a freezer only (not kubernetes).
+	PauseAfterS int64 `yaml:"pause_after_s"`
 	// DiskMB is the most a workspace's files (under /workspace) may take,
 	// enforced by polling while jobs run: a job that fills past it is killed.
 	DiskMB int64 `yaml:"disk_mb"`

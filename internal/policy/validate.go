@@ -226,6 +226,7 @@ func (p *Policy) Validate() error {
 	ps.intIn("pool.follow_idle_s", p.Pool.FollowIdleS, 10, maxSeconds)
 	ps.intIn("workspaces.max", int64(p.Workspaces.Max), 0, maxWorkspaces)
 	ps.intIn("workspaces.idle_stop_s", p.Workspaces.IdleStopS, 0, maxSeconds)
+	ps.intIn("workspaces.pause_after_s", p.Workspaces.PauseAfterS, 0, maxSeconds)
 	ps.intIn("workspaces.disk_mb", p.Workspaces.DiskMB, 1, maxMB)
 	ps.intIn("workspaces.max_ports", int64(p.Workspaces.MaxPorts), 0, 64)
 	if f := p.HTTP.TokenFile; f != "" && (!filepath.IsAbs(f) || strings.ContainsAny(f, "\x00\n")) {

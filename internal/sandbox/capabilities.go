@@ -23,6 +23,9 @@ type Capabilities struct {
 	// Workspaces keeps long-lived containers with a volume (workspaces,
 	// installs, imports, the user's project).
 	Workspaces WorkspaceRuntime
+	// Freezer freezes an idle workspace's container with its processes and
+	// memory, and thaws it (workspaces.pause_after_s).
+	Freezer WorkspaceFreezer
 	// Volumes keeps named volumes (dependency caches, the Go build cache).
 	Volumes VolumeRuntime
 	// VolumeFiller fills volumes from a sandbox with no network, through

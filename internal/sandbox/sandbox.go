@@ -243,6 +243,10 @@ type StartFunc func(ctx context.Context, spec Spec, out Output) (Handle, error)
 // the contract's warm suite), so a sweep treats it as the job's.
 const KindPool = "pool"
 
+// KindSession is an interactive session's sandbox (job.KindSession): a
+// workspace may be frozen with an idle one in it.
+const KindSession = "session"
+
 // PoolKey is what a sandbox is, fixed when its container is made: a warm
 // sandbox serves a job whose spec has the same key. Memory, CPU and pids are
 // not part of it: they are set on the container when it is handed its job.

@@ -112,6 +112,19 @@ type WorkspaceContainers interface {
 	OOMKilled(ctx context.Context, containerID string) (bool, error)
 }
 
+// WorkspaceFreezer freezes a workspace's container: every process in it
+// stops where it is, with its memory, open files and connections kept, and
+// uses no CPU (the cgroup freezer: docker pause). Nothing new runs in a
+// frozen container (an exec is refused) until it is thawed. Both are
+// idempotent.
+type WorkspaceFreezer interface {
+	FreezeWorkspace(ctx context.Context, containerID string) error
+	ThawWorkspace(ctx context.Context, containerID string) error
+	// WorkspaceFrozen says whether the container is frozen; ErrNotFound
+	// when it is gone.
+	WorkspaceFrozen(ctx context.Context, containerID string) (bool, error)
+}
+
 // WorkspaceExec runs things in a workspace: its jobs, plain commands, and
 // its installer beside it.
 type WorkspaceExec interface {

@@ -25,7 +25,7 @@ type WorkspaceInfo struct {
 	Name       string               `json:"name" jsonschema:"the workspace's name"`
 	Language   string               `json:"language" jsonschema:"the language whose image it runs"`
 	Image      string               `json:"image" jsonschema:"the image its container was made from"`
-	State      string               `json:"state" jsonschema:"running, stopped (idle: the next job starts it again, files and packages intact) or creating"`
+	State      string               `json:"state" jsonschema:"running, paused (idle: frozen with its processes; the next call thaws it), stopped (idle: the next job starts it again, files and packages intact) or creating"`
 	CreatedAt  string               `json:"created_at" jsonschema:"when it was made (RFC 3339, UTC)"`
 	LastUsedAt string               `json:"last_used_at,omitempty" jsonschema:"when a job last ran in it (RFC 3339, UTC)"`
 	MemoryMB   int64                `json:"memory_mb" jsonschema:"memory limit of its container in MiB, shared by its jobs"`

@@ -184,3 +184,85 @@ func TestCreateRefusals(t *testing.T) {
 		t.Fatalf("refusals made containers: %d, were %d", e.Count(), before)
 	}
 }
+
+// TestPauseWhenIdleThawOnUse: with pause_after_s, an idle workspace is
+// frozen (recorded paused, its engine container frozen) and the next job
+// thaws it first and runs; a session waiting for input is frozen with it,
+// and its input thaws it: its process goes on where it stopped.
+func TestPauseWhenIdleThawOnUse(t *testing.T) {
+	pol := policy.Default()
+	pol.Workspaces.PauseAfterS = 1
+	m, e := newFakeManager(t, pol)
+	ctx := as("alice")
+	w, _, err := m.Create(ctx, CreateRequest{Name: "proj", Language: "bash", Image: "fake/base", Limits: limits(t, pol)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := NewRuntime(e, m)
+	if code, _ := run(t, ctx, rt, "proj", "echo hi"); code != 0 {
+		t.Fatal("first job failed")
+	}
+	idle(t, m, w.ID)
+	m.poll() // used just now: not paused
+	if got, _ := m.Get(ctx, "proj"); got.State != StateRunning {
+		t.Fatalf("a workspace used just now is %s", got.State)
+	}
+	paused := func() bool {
+		got, _ := m.Get(ctx, "proj")
+		frozen, _ := e.WorkspaceFrozen(ctx, w.ContainerID)
+		return got.State == StatePaused && frozen
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.poll(); !paused(); m.poll() {
+		if time.Now().After(deadline) {
+			t.Fatal("an idle workspace was not paused after pause_after_s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code, out := run(t, ctx, rt, "proj", "echo thawed"); code != 0 || out != "thawed\n" {
+		t.Fatalf("a job of the paused workspace: %d %q", code, out)
+	}
+	if paused() {
+		t.Fatal("the job did not thaw the workspace")
+	}
+
+	// A session idle for pause_after_s is frozen with its workspace.
+	spec := sandboxtest.Spec("fake/base", "echo ready; cat; echo after")
+	spec.Workspace, spec.Kind, spec.OpenStdin = "proj", sandbox.KindSession, true
+	out := &sandbox.Buffer{Max: 1 << 20}
+	h, err := rt.Start(ctx, spec, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Destroy(context.Background())
+	for deadline := time.Now().Add(10 * time.Second); out.Stdout() != "ready\n"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("session output %q", out.Stdout())
+		}
+	}
+	m.poll()
+	if paused() {
+		t.Fatal("a workspace whose session just spoke was paused")
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for m.poll(); !paused(); m.poll() {
+		if time.Now().After(deadline) {
+			t.Fatal("a workspace with only an idle session was not paused")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := h.WriteStdin(ctx, []byte("typed\n")); err != nil {
+		t.Fatalf("input to a paused session: %v", err)
+	}
+	if err := h.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the session did not go on after its input thawed it: %q", out.Stdout())
+	}
+	if got := out.Stdout(); got != "ready\ntyped\nafter\n" || paused() {
+		t.Fatalf("after the thaw: %q (paused %v)", got, paused())
+	}
+}

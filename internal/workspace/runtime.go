@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 // Runtime is a sandbox.Runtime in front of the job runtime: specs naming a
@@ -32,6 +35,15 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	w, release, err := r.ws.Acquire(ctx, spec.Workspace)
 	if err != nil {
 		return nil, err
+	}
+	h := &handle{ws: r.ws, id: w.ID, session: spec.Kind == sandbox.KindSession}
+	h.touch()
+	if h.session { // its output is activity: never frozen mid-answer
+		if fo, ok := out.(sandbox.FileOutput); ok {
+			out = fileActivity{activity{fo, h}, fo}
+		} else {
+			out = activity{out, h}
+		}
 	}
 	start := func(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
 		return r.ws.rt.StartIn(ctx, w.ContainerID, spec, out)
@@ -59,7 +71,8 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 		release()
 		return nil, err
 	}
-	return r.track(w.ID, inner, release), nil
+	h.Handle = inner
+	return r.track(w.ID, h, release), nil
 }
 
 // secretNames names a workspace's secrets for a message.
@@ -73,8 +86,8 @@ func secretNames(uses []record.SecretUse) []string {
 
 // track counts a job of a workspace until it ends: the workspace is busy
 // (never stopped for idleness) and its quota can stop the job.
-func (r *Runtime) track(id string, inner sandbox.Handle, release func()) *handle {
-	h := &handle{Handle: inner}
+func (r *Runtime) track(id string, h *handle, release func()) *handle {
+	inner := h.Handle
 	s := r.ws.ws(id)
 	r.ws.mu.Lock()
 	s.jobs[h] = struct{}{}
@@ -92,19 +105,29 @@ func (r *Runtime) track(id string, inner sandbox.Handle, release func()) *handle
 // Adopt takes over a job a previous server started; a workspace's job is
 // counted as its workspace's again.
 func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, skipStderr int64, out sandbox.Output) (sandbox.Handle, error) {
+	cid, isWorkspaceJob := sandbox.WorkspaceJob(containerID)
+	id := ""
+	if isWorkspaceJob {
+		var err error
+		if id, err = r.ws.byContainer(ctx, cid); err == nil && id != "" {
+			// A frozen supervisor cannot be reattached to: a workspace
+			// paused with a session in it is thawed to adopt it (the idle
+			// loop pauses it again).
+			if err := r.ws.thawByID(ctx, id); err != nil {
+				return nil, err
+			}
+		}
+	}
 	inner, err := r.Runtime.Adopt(ctx, containerID, skipStdout, skipStderr, out)
 	if err != nil {
 		return nil, err
 	}
-	cid, ok := sandbox.WorkspaceJob(containerID)
-	if !ok {
-		return inner, nil
+	if id == "" {
+		return inner, nil // not a workspace's, or deleted meanwhile: the job ends with its container
 	}
-	id, err := r.ws.byContainer(ctx, cid)
-	if err != nil || id == "" {
-		return inner, nil // deleted meanwhile: the job ends with its container
-	}
-	return r.track(id, inner, r.ws.hold(id)), nil
+	h := &handle{Handle: inner, ws: r.ws, id: id}
+	h.touch()
+	return r.track(id, h, r.ws.hold(id)), nil
 }
 
 // List leaves workspace containers out: they are no job's, and restart
@@ -129,11 +152,87 @@ func (r *Runtime) Close() error {
 	return r.Runtime.Close()
 }
 
-// handle is a job in a workspace; the runtime may stop it on its own (disk quota).
+// handle is a job in a workspace; the runtime may stop it on its own (disk
+// quota). Anything sent to its process thaws a paused workspace first.
 type handle struct {
 	sandbox.Handle
+	ws                  *Manager
+	id                  string // the workspace's
+	session             bool   // an interactive session: frozen with the workspace when idle
+	active              atomic.Int64
 	mu                  sync.Mutex
 	stopReason, stopWhy string
+}
+
+// touch records activity now (input, output, a signal).
+func (h *handle) touch() { h.active.Store(time.Now().UnixNano()) }
+
+// idleFor is how long the job has had no input or output.
+func (h *handle) idleFor() time.Duration { return time.Since(time.Unix(0, h.active.Load())) }
+
+// awake thaws the workspace before something reaches the job's process.
+func (h *handle) awake(ctx context.Context) error {
+	h.touch()
+	if err := h.ws.thaw(ctx, h.id); err != nil {
+		return fmt.Errorf("workspace paused and not thawed: %w", err)
+	}
+	return nil
+}
+
+func (h *handle) WriteStdin(ctx context.Context, p []byte) (int, error) {
+	if err := h.awake(ctx); err != nil {
+		return 0, err
+	}
+	return h.Handle.WriteStdin(ctx, p)
+}
+
+func (h *handle) CloseStdin() error {
+	if err := h.awake(context.Background()); err != nil {
+		return err
+	}
+	return h.Handle.CloseStdin()
+}
+
+func (h *handle) Signal(ctx context.Context, signal string) error {
+	if err := h.awake(ctx); err != nil {
+		return err
+	}
+	return h.Handle.Signal(ctx, signal)
+}
+
+func (h *handle) Resize(ctx context.Context, rows, cols uint16) error {
+	if err := h.awake(ctx); err != nil {
+		return err
+	}
+	return h.Handle.Resize(ctx, rows, cols)
+}
+
+// Destroy thaws first: a frozen supervisor could not end its job.
+func (h *handle) Destroy(ctx context.Context) error {
+	_ = h.awake(ctx)
+	return h.Handle.Destroy(ctx)
+}
+
+// activity is a session's output, counted as activity of its handle.
+type activity struct {
+	sandbox.Output
+	h *handle
+}
+
+func (a activity) Write(s sandbox.Stream, p []byte) {
+	a.h.touch()
+	a.Output.Write(s, p)
+}
+
+// fileActivity keeps a session's figures going to an Output that takes them.
+type fileActivity struct {
+	activity
+	fo sandbox.FileOutput
+}
+
+func (a fileActivity) File(f proto.ReturnedFile) {
+	a.h.touch()
+	a.fo.File(f)
 }
 
 func (h *handle) stopFor(ctx context.Context, reason, why string) {

@@ -42,6 +42,10 @@ const (
 	StateCreating = "creating"
 	StateRunning  = "running"
 	StateStopped  = "stopped"
+	// StatePaused is a workspace frozen after workspaces.pause_after_s
+	// with nothing running: its processes and memory are kept, and the
+	// next call that touches it thaws it first.
+	StatePaused = "paused"
 )
 
 // ReasonDiskQuota is why a job was stopped when its workspace filled past its quota.
@@ -87,6 +91,7 @@ type Manager struct {
 	Options
 	rt     sandbox.WorkspaceRuntime
 	tunnel sandbox.TunnelInstaller // nil: installers have a network of their own
+	frozen sandbox.WorkspaceFreezer // nil: the engine cannot freeze (no pause)
 	st     *store.Store
 	pol    *policy.Policy
 	server string
@@ -109,6 +114,9 @@ type wsState struct {
 	// touched is when this server last wrote the workspace's last use (under
 	// Manager.mu): a burst of short jobs writes it once a touchEvery.
 	touched time.Time
+	// paused mirrors the record's state paused (under Manager.mu): a
+	// session's input thaws the workspace without a store read.
+	paused bool
 }
 
 // touchEvery is how often a workspace's last use is written while jobs come
@@ -146,7 +154,7 @@ func New(e sandbox.Engine, st *store.Store, pol *policy.Policy, server string, l
 		return nil
 	}
 	o.Observer = observe.Or(o.Observer)
-	m := &Manager{Options: o, rt: caps.Workspaces, tunnel: caps.TunnelInstalls, st: st, pol: pol, server: server, log: log,
+	m := &Manager{Options: o, rt: caps.Workspaces, tunnel: caps.TunnelInstalls, frozen: caps.Freezer, st: st, pol: pol, server: server, log: log,
 		state: map[string]*wsState{}, ports: map[string]map[int]*exposure{}, stop: make(chan struct{})}
 	m.diskUsage = m.du
 	return m
@@ -434,6 +442,10 @@ func (m *Manager) Acquire(ctx context.Context, name string) (w *record.Workspace
 			return nil, nil, fmt.Errorf("start workspace %q: %w", name, err)
 		}
 		m.log.Info().Str("workspace", name).Msg("workspace started")
+	} else if w.State == StatePaused {
+		if err := m.thawLocked(ctx, w); err != nil {
+			return nil, nil, err
+		}
 	}
 	now := time.Now()
 	if w.State != StateRunning {
@@ -524,21 +536,122 @@ func (m *Manager) poll() {
 		return
 	}
 	idle := time.Duration(m.pol.Workspaces.IdleStopS) * time.Second
+	pauseAfter := time.Duration(m.pol.Workspaces.PauseAfterS) * time.Second
+	if m.frozen == nil {
+		pauseAfter = 0
+	}
 	for _, w := range list {
 		s := m.ws(w.ID)
 		m.mu.Lock()
 		busy, jobs := s.busy, len(s.jobs)
+		s.paused = w.State == StatePaused // a record another run of the server left paused
 		m.mu.Unlock()
+		sessionsIdle := pauseAfter > 0 && m.onlyIdleSessions(s, pauseAfter)
 		switch {
-		case busy > 0:
+		case busy > 0 && !sessionsIdle:
 			_ = m.st.TouchWorkspace(ctx, w.ID, time.Now())
 			if jobs > 0 {
 				m.checkQuota(ctx, w, s)
 			}
-		case w.State == StateRunning && idle > 0 && time.Since(w.LastUsedAt) >= idle:
+		case w.State == StateRunning && pauseAfter > 0 && (sessionsIdle || time.Since(w.LastUsedAt) >= pauseAfter):
+			m.pauseIdle(ctx, w.ID, pauseAfter)
+		case (w.State == StateRunning || w.State == StatePaused) && idle > 0 && busy == 0 && time.Since(w.LastUsedAt) >= idle:
 			m.stopIdle(ctx, w.ID, idle)
 		}
 	}
+}
+
+// onlyIdleSessions says whether everything holding workspace s is an
+// interactive session that had no input or output for at least idle: a
+// workspace whose sessions wait for a person may be frozen with them.
+func (m *Manager) onlyIdleSessions(s *wsState, idle time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.busy == 0 || s.busy != len(s.jobs) {
+		return false
+	}
+	for h := range s.jobs {
+		if !h.session || h.idleFor() < idle {
+			return false
+		}
+	}
+	return true
+}
+
+// pauseIdle freezes workspace id when it is still idle for pauseAfter,
+// re-checking under its lock.
+func (m *Manager) pauseIdle(ctx context.Context, id string, pauseAfter time.Duration) {
+	s := m.ws(id)
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	w, err := m.st.GetWorkspaceByID(ctx, id)
+	if err != nil || w.State != StateRunning {
+		return
+	}
+	m.mu.Lock()
+	busy := s.busy
+	m.mu.Unlock()
+	if busy > 0 && !m.onlyIdleSessions(s, pauseAfter) || busy == 0 && time.Since(w.LastUsedAt) < pauseAfter {
+		return
+	}
+	if err := m.frozen.FreezeWorkspace(ctx, w.ContainerID); err != nil {
+		m.log.Warn().Err(err).Str("workspace", w.Name).Msg("pause idle workspace")
+		return
+	}
+	w.State = StatePaused
+	if err := m.st.UpdateWorkspace(ctx, w); err != nil {
+		m.log.Warn().Err(err).Str("workspace", w.Name).Msg("record paused workspace")
+	}
+	m.mu.Lock()
+	s.paused = true
+	m.mu.Unlock()
+	m.log.Info().Str("workspace", w.Name).Dur("idle", pauseAfter).Int("sessions", busy).Msg("idle workspace paused")
+}
+
+// thawLocked thaws a paused workspace and records it running (its lock
+// held).
+func (m *Manager) thawLocked(ctx context.Context, w *record.Workspace) error {
+	if m.frozen != nil {
+		if err := m.frozen.ThawWorkspace(ctx, w.ContainerID); err != nil {
+			return fmt.Errorf("thaw workspace %q: %w", w.Name, err)
+		}
+	}
+	w.State = StateRunning
+	if err := m.st.UpdateWorkspace(ctx, w); err != nil {
+		return err
+	}
+	s := m.ws(w.ID)
+	m.mu.Lock()
+	s.paused = false
+	m.mu.Unlock()
+	m.log.Info().Str("workspace", w.Name).Msg("workspace thawed")
+	return nil
+}
+
+// thawByID thaws workspace id if its record says paused (a server that
+// has not polled yet knows it from the record only).
+func (m *Manager) thawByID(ctx context.Context, id string) error {
+	s := m.ws(id)
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	w, err := m.st.GetWorkspaceByID(ctx, id)
+	if err != nil || w.State != StatePaused {
+		return err
+	}
+	return m.thawLocked(ctx, w)
+}
+
+// thaw thaws workspace id if it is paused: before anything reaches a
+// process of it that is not a new call (a session's input, a signal).
+func (m *Manager) thaw(ctx context.Context, id string) error {
+	s := m.ws(id)
+	m.mu.Lock()
+	paused := s.paused
+	m.mu.Unlock()
+	if !paused {
+		return nil
+	}
+	return m.thawByID(ctx, id)
 }
 
 // stopIdle stops workspace id when nobody used it for idle, re-checking
@@ -551,7 +664,7 @@ func (m *Manager) stopIdle(ctx context.Context, id string, idle time.Duration) {
 	busy := s.busy
 	m.mu.Unlock()
 	w, err := m.st.GetWorkspaceByID(ctx, id)
-	if err != nil || busy > 0 || w.State != StateRunning || time.Since(w.LastUsedAt) < idle {
+	if err != nil || busy > 0 || (w.State != StateRunning && w.State != StatePaused) || time.Since(w.LastUsedAt) < idle {
 		return
 	}
 	name := w.Name
@@ -563,6 +676,9 @@ func (m *Manager) stopIdle(ctx context.Context, id string, idle time.Duration) {
 	if err := m.st.UpdateWorkspace(ctx, w); err != nil {
 		m.log.Warn().Err(err).Str("workspace", name).Msg("record stopped workspace")
 	}
+	m.mu.Lock()
+	s.paused = false
+	m.mu.Unlock()
 	m.log.Info().Str("workspace", name).Dur("idle", idle).Msg("idle workspace stopped")
 }
 
@@ -574,6 +690,20 @@ func (m *Manager) StopNow(ctx context.Context, name string) error {
 		return err
 	}
 	m.stopIdle(ctx, w.ID, 0)
+	return nil
+}
+
+// PauseNow freezes a workspace if nothing but idle sessions holds it (tests
+// and operators; the idle loop does the same after pause_after_s).
+func (m *Manager) PauseNow(ctx context.Context, name string) error {
+	if m.frozen == nil {
+		return errors.New("pause: the engine cannot freeze a workspace (policy workspaces.pause_after_s needs docker or podman)")
+	}
+	w, err := m.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	m.pauseIdle(ctx, w.ID, 0)
 	return nil
 }
 
@@ -669,5 +799,8 @@ func (m *Manager) fillSeed(ctx context.Context, w *record.Workspace) error {
 // Files streams a workspace's /workspace as a tar ("./" names), running or
 // stopped; the caller closes it.
 func (m *Manager) Files(ctx context.Context, w *record.Workspace) (io.ReadCloser, error) {
+	if err := m.thaw(ctx, w.ID); err != nil {
+		return nil, err
+	}
 	return m.rt.CopyFrom(ctx, w.ContainerID, Root+"/.")
 }

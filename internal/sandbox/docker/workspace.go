@@ -144,20 +144,63 @@ func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
 	return nil
 }
 
+// FreezeWorkspace pauses the container (the cgroup freezer).
+func (r *Runtime) FreezeWorkspace(ctx context.Context, id string) error {
+	return r.setPaused(ctx, id, true)
+}
+
+// ThawWorkspace unpauses the container.
+func (r *Runtime) ThawWorkspace(ctx context.Context, id string) error {
+	return r.setPaused(ctx, id, false)
+}
+
+// setPaused pauses or unpauses the container unless it already is so.
+func (r *Runtime) setPaused(ctx context.Context, id string, pause bool) error {
+	if paused, err := r.WorkspaceFrozen(ctx, id); err != nil || paused == pause {
+		return err
+	}
+	var err error
+	what := "unpause"
+	if pause {
+		what = "pause"
+		_, err = r.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{})
+	} else {
+		_, err = r.cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
+	}
+	if cerrdefs.IsNotFound(err) {
+		return sandbox.ErrNotFound
+	}
+	if err != nil {
+		return r.engineErr(fmt.Errorf("%s workspace container: %w", what, err))
+	}
+	return nil
+}
+
+// WorkspaceFrozen says whether the container is paused.
+func (r *Runtime) WorkspaceFrozen(ctx context.Context, id string) (bool, error) {
+	st, err := r.workspaceState(ctx, id)
+	return st != nil && st.Paused, err
+}
+
+// workspaceState is the container's state as the engine reports it.
+func (r *Runtime) workspaceState(ctx context.Context, id string) (*container.State, error) {
+	info, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, sandbox.ErrNotFound
+		}
+		return nil, r.engineErr(err)
+	}
+	return info.Container.State, nil
+}
+
 // WorkspaceRunning says whether the container runs; ErrNotFound when gone.
 func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error) {
 	if r.daemons.Live(id) != nil {
 		return true, nil // its daemon's stream ends when it stops
 	}
-	info, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-	if err != nil {
-		if cerrdefs.IsNotFound(err) {
-			return false, sandbox.ErrNotFound
-		}
-		return false, r.engineErr(err)
-	}
-	st := info.Container.State
-	return st != nil && st.Running && !st.Restarting, nil
+	st, err := r.workspaceState(ctx, id)
+	return st != nil && st.Running && !st.Restarting, err
 }
 
 // RemoveWorkspace removes the container, then the volume; idempotent.

@@ -45,6 +45,10 @@ type container struct {
 	startedAt  time.Time
 	finishedAt time.Time
 
+	// thawed is nil, or while the container is frozen a channel closed
+	// when it thaws: its script runs no further statement until then.
+	thawed chan struct{}
+
 	exited   chan struct{} // closed when the process has ended (or was removed before it ran)
 	killCh   chan struct{}
 	killOnce sync.Once
@@ -207,6 +211,45 @@ func (c *container) run() {
 	c.end(code, oom)
 }
 
+// freeze stops the script before its next statement, until thaw.
+func (c *container) freeze() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.thawed == nil {
+		c.thawed = make(chan struct{})
+	}
+}
+
+func (c *container) thaw() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.thawed != nil {
+		close(c.thawed)
+		c.thawed = nil
+	}
+}
+
+func (c *container) frozen() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.thawed != nil
+}
+
+// waitThawed blocks while the container is frozen (a kill still ends it:
+// the engines thaw a container to remove it).
+func (c *container) waitThawed() {
+	c.mu.Lock()
+	ch := c.thawed
+	c.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-c.killCh:
+	}
+}
+
 func (c *container) interpret() (code int, oom bool) {
 	if c.prog.syntaxErr != "" {
 		c.write(sandbox.Stderr, c.prog.syntaxErr+"\n")
@@ -215,6 +258,7 @@ func (c *container) interpret() (code int, oom bool) {
 	ignored := map[int]bool{}
 	status := 0
 	for _, o := range c.prog.ops {
+		c.waitThawed()
 		if code, ok := c.interrupted(ignored); ok {
 			return code, false
 		}

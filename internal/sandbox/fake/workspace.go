@@ -100,6 +100,57 @@ func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
 	return nil
 }
 
+// FreezeWorkspace freezes the workspace's container and its jobs: their
+// scripts stop before their next statement, and nothing new runs in it.
+func (r *Runtime) FreezeWorkspace(ctx context.Context, id string) error {
+	return r.setFrozen(id, true)
+}
+
+// ThawWorkspace lets them go on.
+func (r *Runtime) ThawWorkspace(ctx context.Context, id string) error {
+	return r.setFrozen(id, false)
+}
+
+func (r *Runtime) WorkspaceFrozen(ctx context.Context, id string) (bool, error) {
+	c, err := r.existing(id)
+	if err != nil {
+		return false, err
+	}
+	return c.frozen(), nil
+}
+
+func (r *Runtime) setFrozen(id string, frozen bool) error {
+	r.mu.Lock()
+	c := r.containers[id]
+	var all []*container
+	if c != nil {
+		all = append(all, c)
+	}
+	for jid, j := range r.containers {
+		if strings.HasPrefix(jid, id+"/") {
+			all = append(all, j)
+		}
+	}
+	down := r.down
+	r.mu.Unlock()
+	switch {
+	case down:
+		return engineDown()
+	case c == nil:
+		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, id)
+	case frozen && !c.isRunning():
+		return fmt.Errorf("container %.12s is not running: it cannot be paused", id)
+	}
+	for _, x := range all {
+		if frozen {
+			x.freeze()
+		} else {
+			x.thaw()
+		}
+	}
+	return nil
+}
+
 func (r *Runtime) WorkspaceRunning(ctx context.Context, id string) (bool, error) {
 	c, err := r.existing(id)
 	if err != nil {
@@ -188,6 +239,9 @@ func (r *Runtime) StartIn(ctx context.Context, id string, spec sandbox.Spec, out
 	case ws == nil || !ws.isRunning():
 		r.mu.Unlock()
 		return nil, fmt.Errorf("workspace container %.12s is not running", id)
+	case ws.frozen():
+		r.mu.Unlock()
+		return nil, fmt.Errorf("container %.12s is paused, unpause the container before exec", id)
 	}
 	r.seq++
 	c := newContainer(r.Engine, sandbox.Container{ID: fmt.Sprintf("%s/%d", id, jobKeys.Add(1)), JobID: spec.JobID, Kind: spec.Kind,
@@ -212,6 +266,8 @@ func (r *Runtime) Exec(ctx context.Context, id string, o sandbox.ExecOptions) (i
 		return -1, sandbox.ErrNotFound
 	case !host.isRunning():
 		return -1, fmt.Errorf("container %.12s is not running", id)
+	case host.frozen():
+		return -1, fmt.Errorf("container %.12s is paused, unpause the container before exec", id)
 	}
 	c := newContainer(r.Engine, sandbox.Container{ID: id + "/exec"}, sandbox.Spec{Cmd: o.Cmd, OpenStdin: o.Stdin != nil}, 0)
 	c.fs, c.reach = host.fs, host.reach

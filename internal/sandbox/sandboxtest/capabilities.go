@@ -35,6 +35,7 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 		{"VolumeFiller", func(c sandbox.Capabilities) bool { return c.VolumeFiller != nil }, runVolumeFiller},
 		{"Processes", func(c sandbox.Capabilities) bool { return c.Processes != nil }, runProcesses},
 		{"Workspaces", func(c sandbox.Capabilities) bool { return c.Workspaces != nil }, runWorkspaces},
+		{"Freezer", func(c sandbox.Capabilities) bool { return c.Freezer != nil && c.Workspaces != nil }, runFreezer},
 		{"Images", func(c sandbox.Capabilities) bool { return c.Images != nil }, runImages},
 		{"SandboxImages", func(c sandbox.Capabilities) bool { return c.SandboxImages != nil }, runSandboxImages},
 		{"EgressNetwork", func(c sandbox.Capabilities) bool { return c.EgressNetwork != nil }, runEgressNetwork},
@@ -230,16 +231,8 @@ func runProcesses(t *testing.T, e sandbox.Engine, image string) {
 func runWorkspaces(t *testing.T, e sandbox.Engine, image string) {
 	w := e.Capabilities().Workspaces
 	ctx := context.Background()
-	base := Spec(image, "")
-	refs, err := w.CreateWorkspace(ctx, sandbox.WorkspaceSpec{Name: "contract-" + randomHex(4), Image: image, Limits: base.Limits})
-	if err != nil {
-		t.Fatalf("CreateWorkspace: %v", err)
-	}
-	t.Cleanup(func() { _ = w.RemoveWorkspace(context.Background(), refs) })
+	refs := startWorkspace(t, w, image)
 	id := refs.ContainerID
-	if err := w.StartWorkspace(ctx, id); err != nil {
-		t.Fatalf("StartWorkspace: %v", err)
-	}
 	if running, err := w.WorkspaceRunning(ctx, id); err != nil || !running {
 		t.Fatalf("WorkspaceRunning after start: %v, %v", running, err)
 	}
@@ -298,6 +291,80 @@ func runWorkspaces(t *testing.T, e sandbox.Engine, image string) {
 	}
 	if err := w.RemoveWorkspace(ctx, refs); err != nil {
 		t.Fatalf("second RemoveWorkspace: %v, want none", err)
+	}
+}
+
+// startWorkspace creates and starts a workspace of image, removed when the
+// test ends.
+func startWorkspace(t *testing.T, w sandbox.WorkspaceRuntime, image string) sandbox.WorkspaceRefs {
+	t.Helper()
+	ctx := context.Background()
+	refs, err := w.CreateWorkspace(ctx, sandbox.WorkspaceSpec{Name: "contract-" + randomHex(4), Image: image, Limits: Spec(image, "").Limits})
+	if err != nil {
+		t.Fatalf("CreateWorkspace: %v", err)
+	}
+	t.Cleanup(func() { _ = w.RemoveWorkspace(context.Background(), refs) })
+	if err := w.StartWorkspace(ctx, refs.ContainerID); err != nil {
+		t.Fatalf("StartWorkspace: %v", err)
+	}
+	return refs
+}
+
+// runFreezer: a frozen workspace's job makes no progress and nothing new
+// runs in it; thawed, the job goes on where it stopped. Both are idempotent.
+func runFreezer(t *testing.T, e sandbox.Engine, image string) {
+	w, f := e.Capabilities().Workspaces, e.Capabilities().Freezer
+	ctx := context.Background()
+	refs := startWorkspace(t, w, image)
+	id := refs.ContainerID
+	out := newBuffer()
+	h, err := w.StartIn(ctx, id, Spec(image, "echo before; sleep 0.3; echo after; sleep 30"), out)
+	if err != nil {
+		t.Fatalf("StartIn: %v", err)
+	}
+	waitFor(t, "the job's first line", func() bool { return out.Stdout() == "before\n" })
+	if err := f.FreezeWorkspace(ctx, id); err != nil {
+		t.Fatalf("FreezeWorkspace: %v", err)
+	}
+	if err := f.FreezeWorkspace(ctx, id); err != nil {
+		t.Fatalf("a second FreezeWorkspace: %v, want none", err)
+	}
+	if frozen, err := f.WorkspaceFrozen(ctx, id); err != nil || !frozen {
+		t.Fatalf("WorkspaceFrozen after the freeze: %v, %v", frozen, err)
+	}
+	time.Sleep(time.Second)
+	if got := out.Stdout(); got != "before\n" {
+		t.Fatalf("a frozen job went on: %q", got)
+	}
+	if _, err := w.Exec(ctx, id, sandbox.ExecOptions{Cmd: []string{"true"}}); err == nil {
+		t.Fatal("an exec in a frozen workspace ran")
+	}
+	if err := f.ThawWorkspace(ctx, id); err != nil {
+		t.Fatalf("ThawWorkspace: %v", err)
+	}
+	if err := f.ThawWorkspace(ctx, id); err != nil {
+		t.Fatalf("a second ThawWorkspace: %v, want none", err)
+	}
+	if frozen, err := f.WorkspaceFrozen(ctx, id); err != nil || frozen {
+		t.Fatalf("WorkspaceFrozen after the thaw: %v, %v", frozen, err)
+	}
+	waitFor(t, "the job going on after the thaw", func() bool { return out.Stdout() == "before\nafter\n" })
+	if code, err := w.Exec(ctx, id, sandbox.ExecOptions{Cmd: []string{"true"}}); err != nil || code != 0 {
+		t.Fatalf("an exec after the thaw: %d, %v", code, err)
+	}
+	if err := f.FreezeWorkspace(ctx, id); err != nil {
+		t.Fatalf("FreezeWorkspace again: %v", err)
+	}
+	// A frozen workspace still stops and is removed (its jobs end).
+	if err := w.StopWorkspace(ctx, id); err != nil {
+		t.Fatalf("StopWorkspace of a frozen workspace: %v", err)
+	}
+	waitDone(t, h, "the job of a stopped workspace")
+	if err := w.RemoveWorkspace(ctx, refs); err != nil {
+		t.Fatalf("RemoveWorkspace: %v", err)
+	}
+	if _, err := f.WorkspaceFrozen(ctx, id); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("WorkspaceFrozen after removal: %v, want ErrNotFound", err)
 	}
 }
 
