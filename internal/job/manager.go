@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -205,6 +206,10 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*record.Job, error) 
 	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{}), term: newTerm(req),
 		tl: observe.TimelineOf(ctx)}
 	j.tl.Note("job", id)
+	j.tl.Note("image", req.Image)
+	if req.Workspace != "" {
+		j.tl.Note("workspace", req.Workspace)
+	}
 	j.tl.Mark("capture_opened")
 	j.owner, _ = tenant.From(ctx)
 	if m.ext != nil {
@@ -535,6 +540,11 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 		m.log.Error().Err(err).Str("job", j.id).Msg("store finished job")
 	}
 	j.tl.Mark("end_recorded")
+	j.tl.Note("status", final.Status)
+	if final.ExitCode != nil {
+		j.tl.Note("exit_code", strconv.Itoa(*final.ExitCode))
+	}
+	j.tl.Note("output_bytes", strconv.FormatInt(final.StdoutBytes+final.StderrBytes, 10))
 	if st.CleanupErr != nil {
 		// The cleanup loop sweeps the container later; the job's end stands.
 		m.log.Warn().Err(st.CleanupErr).Str("job", j.id).Msg("sandbox not removed")

@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandboxer/sandboxer/internal/observe"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
@@ -567,16 +568,21 @@ func (w *wire) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFun
 			token, _ = req.Params.Meta.AdditionalFields[requestTokenKey].(string)
 			delete(req.Params.Meta.AdditionalFields, requestTokenKey)
 		}
-		if token == "" {
-			return next(ctx, req)
+		if token == "" { // over HTTP: the timeline starts and ends here
+			if w.trace == nil {
+				return next(ctx, req)
+			}
+			tl := observe.NewTimeline(time.Now())
+			res, err := next(w.timed(ctx, tl, req), req)
+			tl.Mark("handler_returned")
+			w.trace(tl)
+			return res, err
 		}
 		w.mu.Lock()
 		tl := w.timelines[token]
 		w.mu.Unlock()
 		if tl != nil {
-			tl.Mark("handler")
-			tl.Note("tool", req.Params.Name)
-			ctx = observe.WithTimeline(ctx, tl)
+			ctx = w.timed(ctx, tl, req)
 		}
 		inner, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 		defer cancel(nil)
@@ -594,6 +600,24 @@ func (w *wire) toolMiddleware(next server.ToolHandlerFunc) server.ToolHandlerFun
 		tl.Mark("handler_returned")
 		return res, err
 	}
+}
+
+// timed puts a call's timeline in its context: the handler's mark, the
+// tool, the tenant, and the W3C trace context the client sent in _meta.
+func (w *wire) timed(ctx context.Context, tl *observe.Timeline, req mcp.CallToolRequest) context.Context {
+	tl.Mark("handler")
+	tl.Note("tool", req.Params.Name)
+	if t, ok := tenant.From(ctx); ok && t.Name != "" {
+		tl.Note("tenant", t.Name)
+	}
+	if req.Params.Meta != nil {
+		for _, k := range []string{"traceparent", "tracestate"} {
+			if v, ok := req.Params.Meta.AdditionalFields[k].(string); ok && len(v) <= 512 {
+				tl.Note(k, v)
+			}
+		}
+	}
+	return observe.WithTimeline(ctx, tl)
 }
 
 func truncate(s string, n int) string {

@@ -54,16 +54,40 @@ func (t *Timeline) Note(key, value string) {
 	t.mu.Unlock()
 }
 
+// Start is when the call arrived.
+func (t *Timeline) Start() time.Time { return t.start }
+
+// Marks are the marks in time order.
+func (t *Timeline) Marks() []Mark {
+	t.mu.Lock()
+	marks := slices.Clone(t.marks)
+	t.mu.Unlock()
+	slices.SortStableFunc(marks, func(a, b Mark) int { return a.At.Compare(b.At) })
+	return marks
+}
+
+// Notes are the notes by key (a key noted twice keeps its last value).
+func (t *Timeline) Notes() map[string]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]string, len(t.notes))
+	for _, n := range t.notes {
+		k, v, _ := strings.Cut(n, "=")
+		out[k] = v
+	}
+	return out
+}
+
 // String is the notes, then the marks in time order, each as milliseconds since the start:
 // "handler=0.051 recorded=0.412 …".
 func (t *Timeline) String() string {
 	if t == nil {
 		return ""
 	}
+	marks := t.Marks()
 	t.mu.Lock()
-	marks, notes := slices.Clone(t.marks), slices.Clone(t.notes)
+	notes := slices.Clone(t.notes)
 	t.mu.Unlock()
-	slices.SortStableFunc(marks, func(a, b Mark) int { return a.At.Compare(b.At) })
 	var b strings.Builder
 	b.WriteString(strings.Join(notes, " "))
 	for _, m := range marks {

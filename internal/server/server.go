@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/serverlock"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/telemetry"
 	"github.com/sandboxer/sandboxer/internal/template"
 	"github.com/sandboxer/sandboxer/internal/tools"
 )
@@ -53,8 +54,9 @@ type Server struct {
 	log       zerolog.Logger
 	st        *store.Store
 	lock      *serverlock.Lock
-	tokens    *auth.Tokens     // nil: no token file
-	mt        *metrics.Metrics // nil: no metrics
+	tokens    *auth.Tokens      // nil: no token file
+	tracer    *telemetry.Tracer // nil: no OTLP endpoint in the environment
+	mt        *metrics.Metrics  // nil: no metrics
 	engine    sandbox.Engine
 	audit     *audit.Log
 	stack     *stack
@@ -143,23 +145,42 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 	// An idle server hands back what its calls left behind (heap, binary pages).
 	s.trim = memtrim.New(idleTrimAfter, nil)
 	s.onClose(s.trim.Close)
+	if s.tracer, err = telemetry.FromEnv(context.Background(), mcpserver.Version); err != nil {
+		return nil, err
+	}
+	if s.tracer != nil {
+		s.onClose(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := s.tracer.Shutdown(ctx); err != nil {
+				log.Warn().Err(err).Msg("traces: export at shutdown")
+			}
+		})
+		log.Info().Msg("traces: exporting call timelines as OpenTelemetry spans (OTEL_* variables)")
+	}
 	s.mcp, err = mcpserver.New(tools.Deps{
 		Jobs: s.jobs, Policy: cfg.Policy, Languages: languages, Runtime: s.stack.rt, Pool: s.stack.warm,
 		Workspaces: s.stack.workspaces, Dependencies: s.caches, Blocklist: s.blocked,
 		Processes: s.engine.Capabilities().Processes, Templates: s.templates,
 	}, cfg.Toolsets, mcpserver.WithAudit(s.audit, s.lock.ID()), mcpserver.WithObserver(obs), mcpserver.WithIdleTrim(s.trim),
-		callTimelines(log))
+		callTimelines(log, s.tracer))
 	return s, err
 }
 
-// callTimelines logs where each tool call's time went, at debug level only
-// ("call timeline": bench -trace reads it; docs/benchmark.md).
-func callTimelines(log zerolog.Logger) mcpserver.Option {
-	if log.GetLevel() > zerolog.DebugLevel {
+// callTimelines logs where each tool call's time went at debug level
+// ("call timeline": bench -trace reads it; docs/benchmark.md),
+// and exports it as OpenTelemetry spans when the OTEL_* variables name an
+// OTLP endpoint (internal/telemetry); with neither, no timeline is kept.
+func callTimelines(log zerolog.Logger, tracer *telemetry.Tracer) mcpserver.Option {
+	debug := log.GetLevel() <= zerolog.DebugLevel
+	if !debug && tracer == nil {
 		return func(*mcpserver.Server) {}
 	}
 	return mcpserver.WithCallTimelines(func(t *observe.Timeline) {
-		log.Debug().Str("timeline", t.String()).Msg("call timeline")
+		if debug {
+			log.Debug().Str("timeline", t.String()).Msg("call timeline")
+		}
+		tracer.Export(t)
 	})
 }
 
