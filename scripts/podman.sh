@@ -50,6 +50,23 @@ fi
 
 answers() { timeout 10 env DOCKER_HOST="$host" docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
+# The patched runc (scripts/runc.sh) as Podman's runtime "sandboxer-runc",
+# in a drop-in of its own: sandboxes run on it, Podman's other containers
+# keep its default. A service already running reads it when restarted.
+runc_conf=/etc/containers/containers.conf.d/50-sandboxer-runc.conf
+if [[ -x /usr/local/lib/sandboxer/runc ]]; then
+  want=$'[engine.runtimes]\nsandboxer-runc = ["/usr/local/lib/sandboxer/runc"]'
+  if [[ "$(cat "$runc_conf" 2>/dev/null)" != "$want" ]]; then
+    mkdir -p "$(dirname "$runc_conf")"
+    printf '%s\n' "$want" > "$runc_conf"
+    log "registered the patched runc as Podman's runtime sandboxer-runc ($runc_conf)"
+    if answers; then
+      pkill -f "podman system service --time=0 $host" 2>/dev/null || true
+      sleep 1
+    fi
+  fi
+fi
+
 if ! answers; then
   pidfile=$dir/service.pid
   if [[ -f $pidfile ]]; then

@@ -38,15 +38,8 @@ func TestGVisorJobRunsUnderRunsc(t *testing.T) {
 	bg := s.ok("run_command", map[string]any{"command": "sleep 30", "background": true})
 	id := str(bg, "job_id")
 	s.waitJob(id, "running", 30*time.Second)
-	var runtime string
-	for i := 0; i < 50 && runtime == ""; i++ {
-		out, _ := exec.Command("docker", "ps", "-q", "--filter", "name="+id).Output()
-		if cid := strings.TrimSpace(string(out)); cid != "" {
-			rt, _ := exec.Command("docker", "inspect", "--format", "{{.HostConfig.Runtime}}", cid).Output()
-			runtime = strings.TrimSpace(string(rt))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	// The engine's record of the job's container (get_job names it).
+	runtime := containerRuntime(t, "id="+jobContainer(t, s, id))
 	if runtime != "runsc" {
 		t.Errorf("the job's container runtime is %q, want runsc", runtime)
 	}
