@@ -79,7 +79,12 @@ if ! answers; then
   fi
   rm -f "$sock"
   log "starting podman system service on $sock (log: /var/log/sandboxer-podman.log)"
-  setsid nohup podman system service --time=0 "$host" \
+  # Podman's Docker-compatible API ignores a container's HostConfig.Runtime:
+  # this service (its own socket) runs everything on the patched runc when
+  # the setup built one; other uses of Podman keep its default.
+  runtime_flag=()
+  [[ -f $runc_conf ]] && runtime_flag=(--runtime sandboxer-runc)
+  setsid nohup podman "${runtime_flag[@]}" system service --time=0 "$host" \
     >>/var/log/sandboxer-podman.log 2>&1 </dev/null &
   echo $! > "$pidfile"
   for _ in $(seq 1 60); do answers && break; sleep 1; done

@@ -64,7 +64,8 @@ var all = []Backend{
 	},
 	{
 		Name: policy.BackendPodman, Networks: []string{policy.NetworkNone, policy.NetworkEgress, policy.NetworkBridge},
-		Images: true, Open: openDocker(docker.ProductPodman), Doctor: doctorDocker(docker.ProductPodman), Findings: dockerFindings,
+		NoRuntime: "its Docker-compatible API ignores a container's runtime: the service's own is every sandbox's (scripts/podman.sh starts it with --runtime sandboxer-runc)",
+		Images:    true, Open: openDocker(docker.ProductPodman), Doctor: doctorDocker(docker.ProductPodman), Findings: dockerFindings,
 	},
 	{
 		Name: policy.BackendKubernetes, Networks: []string{policy.NetworkNone, policy.NetworkEgress},

@@ -111,8 +111,8 @@ func dockerFindings(ctx context.Context, e sandbox.Engine, pol *policy.Policy) (
 	if name == "" && slices.Contains(info.Runtimes, docker.PatchedRuntime) {
 		name = docker.PatchedRuntime
 	}
-	if name == "" {
-		name = info.DefaultRT
+	if name == "" || info.Product == string(docker.ProductPodman) {
+		name = info.DefaultRT // Podman runs every container on its service's runtime
 	}
 	names := []string{name}
 	for _, rk := range pol.Runtimes() {

@@ -35,7 +35,7 @@ func (r *Runtime) StartHelper(ctx context.Context, image string, mounts []sandbo
 		},
 		HostConfig: &container.HostConfig{
 			Runtime:     d.runtime(""),
-			NetworkMode: "none", CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"},
+			NetworkMode: "none", CapDrop: []string{"ALL"}, SecurityOpt: d.securityOpts(),
 			ReadonlyRootfs: true, Mounts: engineMounts(mounts), Init: &init,
 			LogConfig: container.LogConfig{Type: "none"},
 			Resources: container.Resources{Memory: 256 << 20, MemorySwap: 256 << 20, PidsLimit: &pids,

@@ -44,6 +44,19 @@ type dialect struct {
 	// unenforced is why the engine cannot hold a sandbox's limits, if it
 	// cannot: then no sandbox starts there (limits are hard ceilings).
 	unenforced string
+	// seccomp is the profile's file for Podman, whose own default allows
+	// user namespaces and the keyring (seccomp.go); "" keeps the engine's
+	// default (Docker's is that profile).
+	seccomp string
+}
+
+// securityOpts are every sandbox's: no new privileges, and the seccomp
+// profile where the engine's own is not Docker's.
+func (d dialect) securityOpts() []string {
+	if d.seccomp != "" {
+		return []string{"no-new-privileges", "seccomp=" + d.seccomp}
+	}
+	return []string{"no-new-privileges"}
 }
 
 // Rlimits named for Podman where the sandbox names none (see nameRlimits).
@@ -70,6 +83,11 @@ func (r *Runtime) dialect(ctx context.Context) dialect {
 	d := dockerDialect
 	if r.product == ProductPodman {
 		d = podmanDialect
+		path, err := seccompProfileFile()
+		if err != nil {
+			d.unenforced = fmt.Sprintf("sandboxes on Podman need Docker's seccomp profile in a file, and it could not be written: %v", err)
+		}
+		d.seccomp = path
 	}
 	ver, err := r.cli.ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {

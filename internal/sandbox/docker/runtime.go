@@ -263,7 +263,7 @@ func (r *Runtime) containerConfig(d dialect, spec sandbox.Spec) (*container.Conf
 		NetworkMode:    container.NetworkMode(network),
 		DNS:            r.resolvers(spec.Network),
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    d.securityOpts(),
 		ReadonlyRootfs: true,
 		Tmpfs:          tmpfs,
 		ShmSize:        shmSize,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -315,7 +316,14 @@ func TestSandboxesRunOnThePatchedRuntime(t *testing.T) {
 		}
 		t.Skipf("the engine has no %s (runtimes %v)", docker.PatchedRuntime, engine.Runtimes)
 	}
-	for _, c := range []struct{ named, want string }{{"", docker.PatchedRuntime}, {"runc", "runc"}} {
+	cases := []struct{ named, want string }{{"", docker.PatchedRuntime}, {"runc", "runc"}}
+	if engine.Product == "Podman" {
+		// Its Docker-compatible API ignores a container's runtime: the
+		// service's own (scripts/podman.sh) is every sandbox's, and the
+		// policy's runtime key is refused with backend podman.
+		cases = cases[:1]
+	}
+	for _, c := range cases {
 		spec := testSpec("sleep 30")
 		spec.Runtime = c.named
 		h, err := rt.Start(ctx, spec, newBuffer())
@@ -323,11 +331,21 @@ func TestSandboxesRunOnThePatchedRuntime(t *testing.T) {
 			t.Fatal(err)
 		}
 		info, err := rt.Client().ContainerInspect(ctx, h.ContainerID(), client.ContainerInspectOptions{})
+		got := ""
+		if err == nil {
+			got = info.Container.HostConfig.Runtime
+			if engine.Product == "Podman" {
+				// Podman's Docker-compatible inspect says "oci"; its own
+				// names the runtime.
+				out, perr := exec.Command("podman", "inspect", "--format", "{{.OCIRuntime}}", h.ContainerID()).Output()
+				got, err = strings.TrimSpace(string(out)), perr
+			}
+		}
 		h.Destroy(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := info.Container.HostConfig.Runtime; got != c.want {
+		if got != c.want {
 			t.Errorf("a spec naming runtime %q ran on %q, want %q", c.named, got, c.want)
 		}
 	}

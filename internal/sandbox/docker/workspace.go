@@ -79,7 +79,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 		// an exec as root gets none either (seen on Engine 20.10), so
 		// installs run as a capability-less root (apt's sandbox user off).
 		CapDrop:     []string{"ALL"},
-		SecurityOpt: []string{"no-new-privileges"},
+		SecurityOpt: d.securityOpts(),
 		// Writable root (docs/architecture.md, "The hardening profile"): apt installs into it; it persists
 		// while the container exists (stopped included).
 		ReadonlyRootfs: false,
@@ -136,6 +136,9 @@ func (r *Runtime) StopWorkspace(ctx context.Context, id string) error {
 	r.wsTunnels.Drop(id)
 	r.dropExec(id)
 	r.daemons.Drop(id)
+	// Podman refuses to stop a paused container ("container state
+	// improper"); Docker stops it either way.
+	_ = r.setPaused(ctx, id, false)
 	timeout := 1
 	_, err := r.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout})
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -209,6 +212,7 @@ func (r *Runtime) RemoveWorkspace(ctx context.Context, refs sandbox.WorkspaceRef
 		r.wsTunnels.Drop(refs.ContainerID)
 		r.dropExec(refs.ContainerID)
 		r.daemons.Drop(refs.ContainerID)
+		_ = r.setPaused(ctx, refs.ContainerID, false) // as in StopWorkspace
 		if err := r.Remove(ctx, refs.ContainerID); err != nil {
 			return err
 		}
