@@ -52,10 +52,11 @@ run:
 	@if [ -n "$(BUILD_CA)" ]; then cat $(BUILD_CA) > bin/build-ca.pem; export SANDBOXER_BUILD_CA_FILE=$(CURDIR)/bin/build-ca.pem; fi; \
 	  exec ./$(BIN) serve --build-images
 
-# Opt-in: install gVisor (Debian's runsc) and register it with the running dockerd as
-# runtime runsc (merging /etc/docker/daemon.json, reloading with SIGHUP). Then
-# `runtime: runsc` in a policy runs jobs under it, and `make test` re-runs the
-# hardening and isolation tests under it (TestGVisor*).
+# Opt-in: build current gVisor (runsc) from the Go module proxy and register it with the
+# running dockerd as runtime runsc (KVM where it runs, else systrap; --oci-seccomp; merging
+# /etc/docker/daemon.json, reloading with SIGHUP). Then `runtime: runsc` in a policy runs
+# jobs under it, and `make test` re-runs the hardening and isolation tests under it
+# (TestGVisor*, TestHardeningFromInside/runsc).
 gvisor: engine
 	@bash scripts/gvisor.sh
 
@@ -90,7 +91,7 @@ test:
 # Engine API calls). Not part of `make test`: see docs/engines.md for what it takes and what differs.
 PODMAN_HOST := unix:///run/sandboxer-podman/podman.sock
 PODMAN_ROOTLESS_HOST := unix:///run/sandboxer-podman-rootless/podman.sock
-PODMAN_TESTS := TestContract|TestCapabilities|TestHardeningProfile|TestHardeningFromInside|TestExitStatusAndStreams|TestRemovedFromOutside|TestAdoptResumesOutput|TestVolumesAndMounts|TestPodman
+PODMAN_TESTS := TestContract|TestCapabilities|TestHardeningProfile|TestHardeningFromInside|TestSandboxesRunOnThePatchedRuntime|TestWorkspacePausesAndThaws|TestExitStatusAndStreams|TestRemovedFromOutside|TestAdoptResumesOutput|TestVolumesAndMounts|TestPodman
 test-podman: build base-image
 	@bash scripts/podman.sh >/dev/null
 	@bash scripts/podman.sh rootless >/dev/null

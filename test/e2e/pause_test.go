@@ -28,7 +28,7 @@ func TestWorkspacePausesAndThaws(t *testing.T) {
 		t.Fatalf("x = 41 answered %q", out)
 	}
 	engine := func() string {
-		out, _ := exec.Command("docker", "ps", "-q", "--filter", "label="+sandbox.LabelWorkspace+"="+ws).Output()
+		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+sandbox.LabelWorkspace+"="+ws).Output()
 		cid := strings.TrimSpace(string(out))
 		st, _ := exec.Command("docker", "inspect", "--format", "{{.State.Status}}", cid).Output()
 		return strings.TrimSpace(string(st))
