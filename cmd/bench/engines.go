@@ -95,7 +95,7 @@ func engines(ctx context.Context, o options) error {
 	list.Env = append(os.Environ(), podmanEnv)
 	if out, err := list.CombinedOutput(); err != nil || strings.Contains(string(out), "missing") {
 		rows = append(rows, row{name: "podman", note: "skipped: run `make test-podman` first (it starts Podman and builds the images there)"})
-	} else if err := measure("podman (rootful, compat API)", podmanEnv); err != nil {
+	} else if err := measure("podman (rootful, compat API)", podmanEnv, "SANDBOXER_BACKEND=podman"); err != nil {
 		return err
 	}
 
