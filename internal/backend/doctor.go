@@ -58,14 +58,9 @@ func checkDocker(ctx context.Context, rt *docker.Runtime, o Options, report Repo
 	report(info.StorageDriver != "", "storage driver", info.StorageDriver, "")
 	rts := strings.Join(info.Runtimes, ", ")
 	report(true, "runtimes", rts+" (default "+info.DefaultRT+")", "")
-	reportFindings(dockerFindings(ctx, rt, pol))(report)
-	if pol.Runtime != "" {
-		has := false
-		for _, r := range info.Runtimes {
-			has = has || r == pol.Runtime
-		}
-		report(has, "policy runtime", pol.Runtime, "install it and register it with dockerd, or clear `runtime` in the policy")
-	}
+	// A runtime the policy names and the engine lacks is a finding too.
+	findings, err := dockerFindings(ctx, rt, pol)
+	reportFindings(report, findings, err)
 	baseBuilt := reportImages(ctx, rt, report)
 	reportPool(ctx, pol, rt, report)
 	if !baseBuilt {
@@ -237,18 +232,16 @@ func runProbe(ctx context.Context, rt sandbox.Runtime, spec sandbox.Spec, fix st
 
 // reportFindings reports each finding of the engine's and its runtime's
 // versions against the known escapes: a FAIL names the CVE and the fix.
-func reportFindings(findings []Finding, err error) func(Report) {
-	return func(report Report) {
-		if err != nil {
-			report(false, "known escapes", err.Error(), "")
-			return
+func reportFindings(report Report, findings []Finding, err error) {
+	if err != nil {
+		report(false, "known escapes", err.Error(), "")
+		return
+	}
+	for _, f := range findings {
+		fix := FixCommand
+		if f.Missing != nil {
+			fix = "register the runtime with the engine (`make gvisor` for runsc), or change the policy's runtime key"
 		}
-		for _, f := range findings {
-			fix := FixCommand
-			if f.Missing != nil {
-				fix = "register the runtime with the engine (`make gvisor` for runsc), or change the policy's runtime key"
-			}
-			report(len(f.Open()) == 0 && f.Missing == nil, f.What+" "+f.Name, f.Sentence(), fix)
-		}
+		report(len(f.Open()) == 0 && f.Missing == nil, f.What+" "+f.Name, f.Sentence(), fix)
 	}
 }

@@ -58,7 +58,8 @@ func checkEngine(ctx context.Context, o Options, report Report, c engineCheck) e
 	}
 	report(true, c.name, rt.Host()+" answers", "")
 	if c.findings != nil {
-		reportFindings(c.findings(ctx, rt, o.Policy))(report)
+		findings, err := c.findings(ctx, rt, o.Policy)
+		reportFindings(report, findings, err)
 	}
 	baseBuilt := reportImages(ctx, rt, report)
 	reportPool(ctx, o.Policy, rt, report)

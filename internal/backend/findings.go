@@ -121,21 +121,27 @@ func dockerFindings(ctx context.Context, e sandbox.Engine, pol *policy.Policy) (
 		}
 	}
 	for _, name := range names {
-		f := Finding{What: "runtime", Name: name}
 		version, component, unread := runtimeVersion(ctx, name, info)
-		f.Version, f.Unread = version, unread
 		pkg := ""
 		if version == info.RuncVersion {
 			pkg = info.RuncPackage
 		}
-		if unread == "" && component != "" {
-			if f.Escapes, err = EscapesOf(component, version, pkg); err != nil {
-				f.Unread = err.Error()
-			}
-		}
-		out = append(out, f)
+		out = append(out, runtimeFinding(name, version, component, pkg, unread))
 	}
 	return out, nil
+}
+
+// runtimeFinding is a runtime's version checked against the known escapes
+// (pkg: the distribution's package version, for its backports).
+func runtimeFinding(name, version, component, pkg, unread string) Finding {
+	f := Finding{What: "runtime", Name: name, Version: version, Unread: unread}
+	if unread == "" && component != "" {
+		var err error
+		if f.Escapes, err = EscapesOf(component, version, pkg); err != nil {
+			f.Unread = err.Error()
+		}
+	}
+	return f
 }
 
 // runtimeVersion reads a runtime's version: the engine's own runc from the
@@ -197,14 +203,6 @@ func containerdFindings(ctx context.Context, e sandbox.Engine, _ *policy.Policy)
 	} else {
 		return []Finding{{What: "runtime", Name: name, Unread: "no runc on this host's PATH (the shim runs containerd's)"}}, nil
 	}
-	f := Finding{What: "runtime", Name: name}
 	version, component, commit, unread := binaryVersion(ctx, path)
-	f.Version, f.Unread = version, unread
-	if unread == "" && component != "" {
-		var err error
-		if f.Escapes, err = EscapesOf(component, version, commit); err != nil {
-			f.Unread = err.Error()
-		}
-	}
-	return []Finding{f}, nil
+	return []Finding{runtimeFinding(name, version, component, commit, unread)}, nil
 }

@@ -19,6 +19,7 @@ func (m mapSystem) ReadFile(p string) ([]byte, error) {
 	}
 	return nil, fs.ErrNotExist
 }
+func (m mapSystem) ReadDir(string) ([]string, error) { return nil, fs.ErrNotExist }
 func (m mapSystem) Readlink(p string) (string, error) {
 	return strings.TrimPrefix(p, "/proc/self/ns/") + ":[4026532000]", nil
 }

@@ -32,6 +32,8 @@ const ExitFlag = "--exit"
 // follow a link, look at a path, and try a call the profile should refuse.
 type System interface {
 	ReadFile(path string) ([]byte, error)
+	// ReadDir lists a directory's names.
+	ReadDir(path string) ([]string, error)
 	Readlink(path string) (string, error)
 	// Stat reports a path's owner and permission bits.
 	Stat(path string) (uid, gid int, mode fs.FileMode, err error)
@@ -120,7 +122,7 @@ func (m Mount) Option(name string) string {
 func Read(sys System, workdir string) View {
 	v := View{Refused: map[string]string{}, Mounts: map[string]Mount{}, Owners: map[string]string{},
 		Rlimits: map[string]string{}, Cgroup: map[string]string{}, Masked: map[string]string{}, Readonly: map[string]string{}, Namespaces: map[string]string{}}
-	status := fields(sys, "/proc/self/status", ":")
+	status := fields(sys, "/proc/self/status")
 	v.UID, v.GID = first(status["Uid"]), first(status["Gid"])
 	v.CapEff, v.CapBnd, v.CapAmb = status["CapEff"], status["CapBnd"], status["CapAmb"]
 	v.NoNewPrivs, v.Seccomp = status["NoNewPrivs"], status["Seccomp"]
@@ -216,16 +218,11 @@ func Read(sys System, workdir string) View {
 
 // masked reads a directory mounted over: "" when it is empty.
 func masked(sys System, dir string) string {
-	if m, ok := sys.(interface {
-		ReadDir(string) ([]string, error)
-	}); ok {
-		names, err := m.ReadDir(dir)
-		if err != nil {
-			return err.Error()
-		}
-		return strings.Join(names, " ")
+	names, err := sys.ReadDir(dir)
+	if err != nil {
+		return err.Error()
 	}
-	return "unreadable directory"
+	return strings.Join(names, " ")
 }
 
 // readCgroup reads the limits from cgroup v2's files, else v1's.
@@ -249,15 +246,15 @@ func readCgroup(sys System, v *View) {
 	}
 }
 
-// fields reads "Name<sep> value" lines.
-func fields(sys System, path, sep string) map[string]string {
+// fields reads "Name: value" lines.
+func fields(sys System, path string) map[string]string {
 	out := map[string]string{}
 	b, err := sys.ReadFile(path)
 	if err != nil {
 		return out
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if k, val, ok := strings.Cut(line, sep); ok {
+		if k, val, ok := strings.Cut(line, ":"); ok {
 			out[k] = strings.TrimSpace(val)
 		}
 	}

@@ -539,12 +539,14 @@ func (m *Manager) finish(j *liveJob, st sandbox.ExitStatus) {
 	if err := m.st.UpdateJob(context.Background(), &final); err != nil {
 		m.log.Error().Err(err).Str("job", j.id).Msg("store finished job")
 	}
-	j.tl.Mark("end_recorded")
-	j.tl.Note("status", final.Status)
-	if final.ExitCode != nil {
-		j.tl.Note("exit_code", strconv.Itoa(*final.ExitCode))
+	if j.tl != nil {
+		j.tl.Mark("end_recorded")
+		j.tl.Note("status", final.Status)
+		if final.ExitCode != nil {
+			j.tl.Note("exit_code", strconv.Itoa(*final.ExitCode))
+		}
+		j.tl.Note("output_bytes", strconv.FormatInt(final.StdoutBytes+final.StderrBytes, 10))
 	}
-	j.tl.Note("output_bytes", strconv.FormatInt(final.StdoutBytes+final.StderrBytes, 10))
 	if st.CleanupErr != nil {
 		// The cleanup loop sweeps the container later; the job's end stands.
 		m.log.Warn().Err(st.CleanupErr).Str("job", j.id).Msg("sandbox not removed")

@@ -130,14 +130,7 @@ func runTunnelInstalls(t *testing.T, e sandbox.Engine, image string) {
 		t.Fatal("TunnelInstalls is declared without Workspaces")
 	}
 	ctx := context.Background()
-	refs, err := w.CreateWorkspace(ctx, sandbox.WorkspaceSpec{Name: "contract-" + randomHex(4), Image: image, Limits: Spec(image, "").Limits})
-	if err != nil {
-		t.Fatalf("CreateWorkspace: %v", err)
-	}
-	t.Cleanup(func() { _ = w.RemoveWorkspace(context.Background(), refs) })
-	if err := w.StartWorkspace(ctx, refs.ContainerID); err != nil {
-		t.Fatalf("StartWorkspace: %v", err)
-	}
+	refs := startWorkspace(t, w, image)
 	network := ""
 	for _, n := range []string{"egress", "bridge"} {
 		if caps.TunnelInstalls.InstallsThroughTunnel(n) {
