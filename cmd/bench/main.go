@@ -530,7 +530,7 @@ func (s *server) throughput(ctx context.Context, n, callers int) (float64, error
 
 type report struct {
 	// timelines are the warm calls' server-side timelines by job (-trace).
-	timelines map[string]map[string]float64
+	timelines                            map[string]map[string]float64
 	host, dockerRun, dockerExec          stats
 	dockerRunJPS                         float64
 	warmTrue, warmEcho, warmPy           *warmCase

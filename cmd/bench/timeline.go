@@ -136,4 +136,3 @@ func printTimelines(timelines map[string]map[string]float64, cases []warmCol) {
 		fmt.Printf("  %s:\n%s", c.name, b.String())
 	}
 }
-

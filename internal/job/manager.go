@@ -56,14 +56,14 @@ type Manager struct {
 	server string
 	peers  Peers
 
-	mu        sync.Mutex
-	live      map[string]*liveJob // queued and running jobs
+	mu   sync.Mutex
+	live map[string]*liveJob // queued and running jobs
 	// ended are jobs this server finished lately, kept endedKeep so the
 	// call that waited for one builds its answer from memory (its record
 	// and capture) instead of the store: endedJob.
-	ended map[string]endedJob
-	slots     *slots              // jobs.max_concurrent, shared by tenants
-	weights   map[string]int      // tenants' weights (WithShares); nil: one pool
+	ended     map[string]endedJob
+	slots     *slots         // jobs.max_concurrent, shared by tenants
+	weights   map[string]int // tenants' weights (WithShares); nil: one pool
 	queue     []*liveJob
 	closed    bool
 	recovered bool // restart recovery has run against a reachable engine

@@ -90,7 +90,7 @@ var CacheEnv = []string{
 type Manager struct {
 	Options
 	rt     sandbox.WorkspaceRuntime
-	tunnel sandbox.TunnelInstaller // nil: installers have a network of their own
+	tunnel sandbox.TunnelInstaller  // nil: installers have a network of their own
 	frozen sandbox.WorkspaceFreezer // nil: the engine cannot freeze (no pause)
 	st     *store.Store
 	pol    *policy.Policy
