@@ -26,6 +26,10 @@ type Capabilities struct {
 	// Freezer freezes an idle workspace's container with its processes and
 	// memory, and thaws it (workspaces.pause_after_s).
 	Freezer WorkspaceFreezer
+	// Checkpointer saves a workspace's processes and memory to an image and
+	// restores them, into the same container or a copy
+	// (workspaces.hibernate_after_s, forks with_processes).
+	Checkpointer WorkspaceCheckpointer
 	// Volumes keeps named volumes (dependency caches, the Go build cache).
 	Volumes VolumeRuntime
 	// VolumeFiller fills volumes from a sandbox with no network, through

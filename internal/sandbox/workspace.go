@@ -125,6 +125,28 @@ type WorkspaceFreezer interface {
 	WorkspaceFrozen(ctx context.Context, containerID string) (bool, error)
 }
 
+// WorkspaceCheckpointer saves a running workspace's processes, memory and
+// open files to an image in a directory, and starts a stopped workspace
+// container from such an image: its processes go on where they were
+// (gVisor's checkpoint and restore; no CRIU). The image may be restored
+// into the container it came from (hibernation) or into another made the
+// same way, from the same image and runtime (a fork).
+type WorkspaceCheckpointer interface {
+	// CheckpointRefusal says why workspaces on OCI runtime runtime ("" =
+	// the engine's default) cannot be checkpointed here, in a sentence, or
+	// "" when they can.
+	CheckpointRefusal(ctx context.Context, runtime string) string
+	// CheckpointWorkspace writes the running container's image into dir
+	// (made mode 0700, its files 0600) and stops the container, or leaves
+	// it running (a fork's source). The jobs of a container stopped so are
+	// held, not ended: RestoreWorkspace into the same container re-attaches
+	// them, and StartWorkspace or RemoveWorkspace ends them.
+	CheckpointWorkspace(ctx context.Context, containerID, dir string, leaveRunning bool) error
+	// RestoreWorkspace starts a stopped (or created) workspace container
+	// from the image in dir, which stays.
+	RestoreWorkspace(ctx context.Context, containerID, dir string) error
+}
+
 // WorkspaceExec runs things in a workspace: its jobs, plain commands, and
 // its installer beside it.
 type WorkspaceExec interface {

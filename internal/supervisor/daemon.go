@@ -66,6 +66,69 @@ type Daemons struct {
 	mu     sync.Mutex
 	conns  map[string]*Daemon
 	dialMu sync.Mutex // one stream made at a time
+	// held are the jobs of checkpointed workspaces, by id: nil entries
+	// mark a workspace whose stream is being cut for a checkpoint.
+	held map[string]map[string]*Channel
+}
+
+// Hold cuts workspace id's stream for a checkpoint, keeping its jobs: they
+// wait, attached to nothing, until Resume re-attaches them to the restored
+// daemon (which kept them in its memory) or Release ends them.
+func (ds *Daemons) Hold(id string) {
+	ds.mu.Lock()
+	if ds.held == nil {
+		ds.held = map[string]map[string]*Channel{}
+	}
+	if ds.held[id] == nil {
+		ds.held[id] = map[string]*Channel{}
+	}
+	c := ds.conns[id]
+	ds.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.conn.Close()
+	// resume (the read loop's end) moves the channels into held.
+	select {
+	case <-c.ended:
+	case <-time.After(resumeTimeout):
+	}
+}
+
+// Resume re-attaches the jobs Hold kept to a new stream of the restored
+// workspace; a job its daemon does not know ends.
+func (ds *Daemons) Resume(ctx context.Context, id string) error {
+	ds.mu.Lock()
+	chans := ds.held[id]
+	delete(ds.held, id)
+	ds.mu.Unlock()
+	if len(chans) == 0 {
+		return nil
+	}
+	c, err := ds.Conn(ctx, id)
+	if err != nil {
+		for _, ch := range chans {
+			ch.w.Close()
+		}
+		return err
+	}
+	for _, ch := range chans {
+		if known, err := c.Attach(ctx, ch); err != nil || !known {
+			ch.w.Close()
+		}
+	}
+	return nil
+}
+
+// Release ends the jobs Hold kept (the workspace starts afresh or goes).
+func (ds *Daemons) Release(id string) {
+	ds.mu.Lock()
+	chans := ds.held[id]
+	delete(ds.held, id)
+	ds.mu.Unlock()
+	for _, ch := range chans {
+		ch.w.Close()
+	}
 }
 
 // Live is the workspace's stream if it is up.
@@ -85,6 +148,7 @@ func (ds *Daemons) Drop(id string) {
 	ds.mu.Lock()
 	delete(ds.conns, id)
 	ds.mu.Unlock()
+	ds.Release(id)
 }
 
 // Close closes every stream; the daemons keep the jobs for the next server.
@@ -312,6 +376,13 @@ func (ds *Daemons) resume(old *Daemon, chans map[string]*Channel) {
 	current := ds.conns[old.id] == old
 	if current {
 		delete(ds.conns, old.id)
+	}
+	if held, ok := ds.held[old.id]; ok && current {
+		for k, ch := range chans {
+			held[k] = ch
+		}
+		ds.mu.Unlock()
+		return
 	}
 	ds.mu.Unlock()
 	if len(chans) == 0 {

@@ -760,9 +760,10 @@ var _ sandbox.Engine = (*Runtime)(nil)
 // TunnelInstalls; tunnel.go). The product is the backend's (WithProduct),
 // never asked of the engine, so it holds whether or not the engine answers.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	caps := sandbox.Capabilities{Warm: r, Workspaces: r, Freezer: r, Volumes: r, Processes: r, EgressNetwork: r, Images: r, SandboxImages: r}
+	caps := sandbox.Capabilities{Warm: r, Workspaces: r, Freezer: r, Checkpointer: r, Volumes: r, Processes: r, EgressNetwork: r, Images: r, SandboxImages: r}
 	if r.product == ProductPodman {
 		caps.EgressNetwork, caps.EgressTunnel, caps.TunnelInstalls = nil, r, r
+		caps.Checkpointer = nil // Podman's checkpoints are CRIU's, which fails on this kernel
 	}
 	return caps
 }

@@ -121,6 +121,7 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 
 // StartWorkspace starts the container; a running one is left alone.
 func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
+	r.daemons.Release(id) // jobs held by a checkpoint it does not restore
 	_, err := r.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {

@@ -25,6 +25,7 @@ type container struct {
 	info      sandbox.Container // Running is filled in by List
 	seq       int
 	prog      program
+	script    string // what prog was parsed from (a checkpoint's image keeps it)
 	command   string // its command line, as Processes shows it
 	fs        *files // its files (a workspace's volume is shared)
 	engineLog bool
@@ -44,6 +45,10 @@ type container struct {
 	oom        bool
 	startedAt  time.Time
 	finishedAt time.Time
+
+	// pc is the statement the script is at; resumeAt where a restored
+	// copy starts (a checkpoint's image keeps pc).
+	pc, resumeAt int
 
 	// thawed is nil, or while the container is frozen a channel closed
 	// when it thaws: its script runs no further statement until then.
@@ -66,7 +71,7 @@ type container struct {
 
 func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int) *container {
 	c := &container{
-		eng: e, info: info, seq: seq, prog: parse(scriptOf(spec.Cmd)), command: strings.Join(spec.Cmd, " "), fs: newFiles(),
+		eng: e, info: info, seq: seq, prog: parse(scriptOf(spec.Cmd)), script: scriptOf(spec.Cmd), command: strings.Join(spec.Cmd, " "), fs: newFiles(),
 		engineLog: spec.EngineLog != "none",
 		wake:      make(chan struct{}),
 		exited:    make(chan struct{}),
@@ -257,7 +262,11 @@ func (c *container) interpret() (code int, oom bool) {
 	}
 	ignored := map[int]bool{}
 	status := 0
-	for _, o := range c.prog.ops {
+	for i := c.resumeAt; i < len(c.prog.ops); i++ {
+		o := c.prog.ops[i]
+		c.mu.Lock()
+		c.pc = i
+		c.mu.Unlock()
 		c.waitThawed()
 		if code, ok := c.interrupted(ignored); ok {
 			return code, false

@@ -146,7 +146,7 @@ func (r *Runtime) Host() string { return Host }
 // Capabilities: every part an engine may have; the egress parts are those
 // of the engine shape WithEgress chose.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	c := sandbox.Capabilities{Warm: r, Workspaces: r, Freezer: r, Volumes: r, Processes: r, Images: r, SandboxImages: r}
+	c := sandbox.Capabilities{Warm: r, Workspaces: r, Freezer: r, Checkpointer: r, Volumes: r, Processes: r, Images: r, SandboxImages: r}
 	switch r.egress {
 	case EgressGateway:
 		c.EgressNetwork = r

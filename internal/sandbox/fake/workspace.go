@@ -47,8 +47,19 @@ func (r *Runtime) CreateWorkspace(ctx context.Context, ws sandbox.WorkspaceSpec)
 }
 
 // StartWorkspace starts a stopped workspace's container again: a new
-// process in the same container, with the same files.
+// process in the same container, with the same files. Jobs a checkpoint
+// held end: they are not restored.
 func (r *Runtime) StartWorkspace(ctx context.Context, id string) error {
+	if c, err := r.existing(id); err == nil && !c.isRunning() {
+		for _, j := range r.jobsOf(id) {
+			j.kill()
+		}
+	}
+	return r.startMain(id)
+}
+
+// startMain starts a workspace's main process unless it runs.
+func (r *Runtime) startMain(id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.down {

@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -36,6 +38,7 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 		{"Processes", func(c sandbox.Capabilities) bool { return c.Processes != nil }, runProcesses},
 		{"Workspaces", func(c sandbox.Capabilities) bool { return c.Workspaces != nil }, runWorkspaces},
 		{"Freezer", func(c sandbox.Capabilities) bool { return c.Freezer != nil && c.Workspaces != nil }, runFreezer},
+		{"Checkpointer", func(c sandbox.Capabilities) bool { return c.Checkpointer != nil && c.Workspaces != nil }, runCheckpointer},
 		{"Images", func(c sandbox.Capabilities) bool { return c.Images != nil }, runImages},
 		{"SandboxImages", func(c sandbox.Capabilities) bool { return c.SandboxImages != nil }, runSandboxImages},
 		{"EgressNetwork", func(c sandbox.Capabilities) bool { return c.EgressNetwork != nil }, runEgressNetwork},
@@ -298,16 +301,160 @@ func runWorkspaces(t *testing.T, e sandbox.Engine, image string) {
 // test ends.
 func startWorkspace(t *testing.T, w sandbox.WorkspaceRuntime, image string) sandbox.WorkspaceRefs {
 	t.Helper()
-	ctx := context.Background()
-	refs, err := w.CreateWorkspace(ctx, sandbox.WorkspaceSpec{Name: "contract-" + randomHex(4), Image: image, Limits: Spec(image, "").Limits})
+	refs := createWorkspace(t, w, image, "")
+	if err := w.StartWorkspace(context.Background(), refs.ContainerID); err != nil {
+		t.Fatalf("StartWorkspace: %v", err)
+	}
+	return refs
+}
+
+// createWorkspace makes (not starts) a workspace on an OCI runtime ("" =
+// the engine's default), removed at the test's end.
+func createWorkspace(t *testing.T, w sandbox.WorkspaceRuntime, image, runtime string) sandbox.WorkspaceRefs {
+	t.Helper()
+	limits := Spec(image, "").Limits
+	if runtime != "" {
+		// gVisor's own threads count against the pids limit, and a restored
+		// sandbox makes more of them (at 64, its execs fail).
+		limits.Pids = 128
+	}
+	refs, err := w.CreateWorkspace(context.Background(), sandbox.WorkspaceSpec{Name: "contract-" + randomHex(4), Image: image, Runtime: runtime, Limits: limits})
 	if err != nil {
 		t.Fatalf("CreateWorkspace: %v", err)
 	}
 	t.Cleanup(func() { _ = w.RemoveWorkspace(context.Background(), refs) })
-	if err := w.StartWorkspace(ctx, refs.ContainerID); err != nil {
+	return refs
+}
+
+// runCheckpointer: a checkpoint stops the workspace with its job held, and
+// a restore lets the job go on where it was (its output not repeated); an
+// image restored into another workspace made the same way is a copy whose
+// job goes on there, with its output so far, while the source runs on. A
+// workspace started afresh instead ends the held job. Images are the
+// owner's only (0700, 0600).
+func runCheckpointer(t *testing.T, e sandbox.Engine, image string) {
+	w, cp := e.Capabilities().Workspaces, e.Capabilities().Checkpointer
+	ctx := context.Background()
+	runtime, why := "", []string{}
+	for _, rt := range []string{"", "runsc"} {
+		if r := cp.CheckpointRefusal(ctx, rt); r != "" {
+			why = append(why, r)
+			continue
+		}
+		runtime, why = rt, nil
+		break
+	}
+	if why != nil {
+		t.Skipf("no runtime of this engine can be checkpointed: %s", strings.Join(why, "; "))
+	}
+	refs := createWorkspace(t, w, image, runtime)
+	id := refs.ContainerID
+	if err := w.StartWorkspace(ctx, id); err != nil {
 		t.Fatalf("StartWorkspace: %v", err)
 	}
-	return refs
+	out := newBuffer()
+	h, err := w.StartIn(ctx, id, Spec(image, "echo before; sleep 2; echo after; sleep 60"), out)
+	if err != nil {
+		t.Fatalf("StartIn: %v", err)
+	}
+	waitFor(t, "the job's first line", func() bool { return out.Stdout() == "before\n" })
+	dir := filepath.Join(t.TempDir(), "image")
+	if err := cp.CheckpointWorkspace(ctx, id, dir, false); err != nil {
+		t.Fatalf("CheckpointWorkspace: %v", err)
+	}
+	if running, err := w.WorkspaceRunning(ctx, id); err != nil || running {
+		t.Fatalf("WorkspaceRunning after a checkpoint: %v, %v; want stopped", running, err)
+	}
+	checkOwnerOnly(t, dir)
+	time.Sleep(2500 * time.Millisecond)
+	select {
+	case <-h.Done():
+		t.Fatalf("the job of a checkpointed workspace ended: %+v", h.Status())
+	default:
+	}
+	if got := out.Stdout(); got != "before\n" {
+		t.Fatalf("a checkpointed job went on: %q", got)
+	}
+	if err := cp.RestoreWorkspace(ctx, id, dir); err != nil {
+		t.Fatalf("RestoreWorkspace: %v", err)
+	}
+	waitFor(t, "the job going on after the restore", func() bool { return out.Stdout() == "before\nafter\n" })
+	var stderr strings.Builder
+	if code, err := w.Exec(ctx, id, sandbox.ExecOptions{Cmd: []string{"true"}, Stderr: &stderr, Stdout: &stderr}); err != nil || code != 0 {
+		t.Fatalf("an exec after the restore: %d, %v (%s)", code, err, stderr.String())
+	}
+
+	// A copy: the source runs on; the copy's job has the source's output
+	// and goes on in the copy.
+	out2 := newBuffer()
+	h2, err := w.StartIn(ctx, id, Spec(image, "echo one; sleep 1; echo two; sleep 60"), out2)
+	if err != nil {
+		t.Fatalf("StartIn: %v", err)
+	}
+	waitFor(t, "the second job's first line", func() bool { return out2.Stdout() == "one\n" })
+	forkDir := filepath.Join(t.TempDir(), "fork")
+	if err := cp.CheckpointWorkspace(ctx, id, forkDir, true); err != nil {
+		t.Fatalf("CheckpointWorkspace leaving it running: %v", err)
+	}
+	if running, err := w.WorkspaceRunning(ctx, id); err != nil || !running {
+		t.Fatalf("WorkspaceRunning after a checkpoint that leaves it running: %v, %v", running, err)
+	}
+	copyRefs := createWorkspace(t, w, image, runtime)
+	if err := cp.RestoreWorkspace(ctx, copyRefs.ContainerID, forkDir); err != nil {
+		t.Fatalf("RestoreWorkspace into a copy: %v", err)
+	}
+	_, key, _ := strings.Cut(h2.ContainerID(), "/")
+	copied := newBuffer()
+	hc, err := e.Adopt(ctx, copyRefs.ContainerID+"/"+key, 0, 0, copied)
+	if err != nil {
+		t.Fatalf("Adopt the copy's job: %v", err)
+	}
+	waitFor(t, "the copy's job going on", func() bool { return copied.Stdout() == "one\ntwo\n" })
+	waitFor(t, "the source's job going on", func() bool { return out2.Stdout() == "one\ntwo\n" })
+	if err := hc.Signal(ctx, "KILL"); err != nil {
+		t.Fatalf("kill the copy's job: %v", err)
+	}
+	waitDone(t, hc, "the copy's killed job")
+	select {
+	case <-h2.Done():
+		t.Fatal("killing the copy's job ended the source's")
+	default:
+	}
+
+	// Started afresh, not restored: the held jobs end.
+	if err := cp.CheckpointWorkspace(ctx, id, dir, false); err != nil {
+		t.Fatalf("CheckpointWorkspace again: %v", err)
+	}
+	if err := w.StartWorkspace(ctx, id); err != nil {
+		t.Fatalf("StartWorkspace after a checkpoint: %v", err)
+	}
+	waitDone(t, h, "a held job of a workspace started afresh")
+	waitDone(t, h2, "a held job of a workspace started afresh")
+	if err := cp.RestoreWorkspace(ctx, id, filepath.Join(t.TempDir(), "none")); err == nil {
+		t.Fatal("a restore from no image succeeded")
+	}
+}
+
+// checkOwnerOnly fails unless dir is 0700 and holds files, each 0600.
+func checkOwnerOnly(t *testing.T, dir string) {
+	t.Helper()
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatalf("the checkpoint's image: %v", err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the image's directory is %v, want 0700", fi.Mode().Perm())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("the image's directory holds %d files (%v)", len(entries), err)
+	}
+	for _, en := range entries {
+		info, err := en.Info()
+		if err != nil || info.Mode().Perm() != 0o600 {
+			t.Fatalf("image file %s: %v, %v; want 0600", en.Name(), info.Mode().Perm(), err)
+		}
+	}
 }
 
 // runFreezer: a frozen workspace's job makes no progress and nothing new
