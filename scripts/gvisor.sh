@@ -7,7 +7,9 @@
 # use the keyring inside gVisor) and the KVM platform where /dev/kvm works (systrap elsewhere; it says
 # which). Merges into /etc/docker/daemon.json (never clobbers other keys or
 # runtimes) and reloads the daemon with SIGHUP (runtimes are
-# live-reloadable): the engine is never restarted and no second dockerd is
+# live-reloadable). It also turns on the engine's experimental mode, which
+# serves checkpoints (hibernation and forks with processes): that needs one
+# restart of dockerd, the first time only; no second dockerd is ever
 # started. Then runs a tiny container under runsc to prove it works.
 # Policy: `runtime: runsc` (a policy naming a runtime the engine lacks stops
 # the server at load: it never falls back to another).
@@ -75,9 +77,12 @@ if os.path.exists(conf) and os.path.getsize(conf) > 0:
         data = json.load(f)  # a broken file stops here, untouched
 want = {"path": runsc, "runtimeArgs": ["--network=none", "--oci-seccomp", "--platform=" + platform]}
 runtimes = data.setdefault("runtimes", {})
-if runtimes.get("runsc") == want:
+if runtimes.get("runsc") == want and data.get("experimental") is True:
     sys.exit(0)
 runtimes["runsc"] = want
+# Checkpoints (workspaces.hibernate_after_s, forks with processes) are served
+# by the Engine API in experimental mode only.
+data["experimental"] = True
 tmp = conf + ".sandboxer-tmp"
 with open(tmp, "w") as f:
     json.dump(data, f, indent=2)
@@ -107,6 +112,16 @@ if ! registered; then
   registered || { log "dockerd did not pick up the runtime; see /var/log/dockerd.log"; exit 1; }
 fi
 log "dockerd lists runtime runsc ($RUNSC, platform $platform)"
+
+# A reload does not change experimental mode: restart dockerd once for it
+# (its containers stop; sandboxer's are made again on demand).
+if [[ $(docker version --format '{{.Server.Experimental}}' 2>/dev/null) != true ]]; then
+  log "restarting dockerd: gVisor's checkpoints need its experimental mode, which a reload does not turn on"
+  pkill -TERM -x dockerd || true
+  for _ in $(seq 1 30); do pgrep -x dockerd >/dev/null || break; sleep 1; done
+  bash "$(dirname "$0")/engine.sh"
+  [[ $(docker version --format '{{.Server.Experimental}}' 2>/dev/null) == true ]] || { log "dockerd runs without experimental mode; see /var/log/dockerd.log"; exit 1; }
+fi
 
 # Prove it: a container under runsc sees gVisor's kernel.
 img=$(docker images --format '{{.Repository}}:{{.Tag}}' 'sandboxer/base' | head -1)
