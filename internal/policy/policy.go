@@ -224,6 +224,12 @@ type Workspaces struct {
 	// idle sessions; the next call that touches it thaws it. 0 = never.
 	// Engines with a freezer only (not kubernetes).
 	PauseAfterS int64 `yaml:"pause_after_s"`
+	// HibernateAfterS checkpoints a workspace's processes and memory to an
+	// image under the state directory and stops its container after this
+	// many seconds with nothing running but idle sessions; the next call
+	// restores it. Where its runtime cannot be checkpointed (runc here),
+	// the workspace is stopped instead, as idle_stop_s does. 0 = never.
+	HibernateAfterS int64 `yaml:"hibernate_after_s"`
 	// DiskMB is the most a workspace's files (under /workspace) may take,
 	// enforced by polling while jobs run: a job that fills past it is killed.
 	DiskMB int64 `yaml:"disk_mb"`

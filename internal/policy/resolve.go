@@ -123,8 +123,8 @@ func (p *Policy) Resolve(r Request) (Resolved, error) {
 	if r.Pids != nil {
 		// Any runsc the policy names (its own, a template's, snapshots'):
 		// the request's language is not known here.
-		if p.namesRuntime(RuntimeRunsc) && *r.Pids > 0 && *r.Pids < MinPidsRunsc {
-			return Resolved{}, limitErr("pids", "pids must be at least %d under runtime runsc (gVisor's own threads count against the pids limit), got %d", MinPidsRunsc, *r.Pids)
+		if min := p.minPidsRunsc(); p.namesRuntime(RuntimeRunsc) && *r.Pids > 0 && *r.Pids < min {
+			return Resolved{}, limitErr("pids", "pids must be at least %d under runtime runsc (gVisor's own threads count against the pids limit), got %d", min, *r.Pids)
 		}
 		if err := checkInt("pids", *r.Pids, minPids, l.Pids.Max, "limits.pids.max"); err != nil {
 			return Resolved{}, err

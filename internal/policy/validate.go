@@ -71,6 +71,20 @@ const RuntimeRunsc = "runsc"
 // exits with status 2, or hangs in create with --init; 64 works).
 const MinPidsRunsc = 64
 
+// MinPidsRunscRestore is the least pids limit under runsc with
+// workspaces.hibernate_after_s: a restored sandbox makes more of gVisor's
+// own threads (seen: at 64 every exec after a restore fails, ENOMEM from
+// systrap's stub clone; 128 works).
+const MinPidsRunscRestore = 128
+
+// minPidsRunsc is the least pids limit of a sandbox under runsc.
+func (p *Policy) minPidsRunsc() int64 {
+	if p.Workspaces.HibernateAfterS > 0 {
+		return MinPidsRunscRestore
+	}
+	return MinPidsRunsc
+}
+
 // problems collects validation errors, each prefixed "policy: <key>: ".
 type problems []error
 
@@ -178,8 +192,9 @@ func (p *Policy) Validate() error {
 	}
 	p.validateSecrets(&ps)
 	for _, rk := range p.Runtimes() {
-		if rk.Runtime == RuntimeRunsc && l.Pids.Default < MinPidsRunsc {
-			ps.add("limits.pids.default", "must be at least %d with %s runsc: gVisor's own threads count against the pids limit, and below that containers fail to start or hang; got %d", MinPidsRunsc, rk.Key, l.Pids.Default)
+		if min := p.minPidsRunsc(); rk.Runtime == RuntimeRunsc && l.Pids.Default < min {
+			ps.add("limits.pids.default", "must be at least %d with %s runsc%s: gVisor's own threads count against the pids limit, and below that containers fail to start or hang; got %d", min, rk.Key,
+				map[bool]string{true: " and workspaces.hibernate_after_s (a restored sandbox makes more of them)"}[min == MinPidsRunscRestore], l.Pids.Default)
 			break
 		}
 	}
@@ -227,6 +242,10 @@ func (p *Policy) Validate() error {
 	ps.intIn("workspaces.max", int64(p.Workspaces.Max), 0, maxWorkspaces)
 	ps.intIn("workspaces.idle_stop_s", p.Workspaces.IdleStopS, 0, maxSeconds)
 	ps.intIn("workspaces.pause_after_s", p.Workspaces.PauseAfterS, 0, maxSeconds)
+	ps.intIn("workspaces.hibernate_after_s", p.Workspaces.HibernateAfterS, 0, maxSeconds)
+	if h, idle := p.Workspaces.HibernateAfterS, p.Workspaces.IdleStopS; h > 0 && idle > 0 && h >= idle {
+		ps.add("workspaces.hibernate_after_s", "must be less than workspaces.idle_stop_s (%d), or an idle workspace is stopped before it is hibernated; got %d", idle, h)
+	}
 	ps.intIn("workspaces.disk_mb", p.Workspaces.DiskMB, 1, maxMB)
 	ps.intIn("workspaces.max_ports", int64(p.Workspaces.MaxPorts), 0, 64)
 	if f := p.HTTP.TokenFile; f != "" && (!filepath.IsAbs(f) || strings.ContainsAny(f, "\x00\n")) {

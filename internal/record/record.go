@@ -243,6 +243,9 @@ type WorkspaceDetails struct {
 	// Runtime is the OCI runtime its container was made with when its
 	// template or snapshot named one ("" = the policy's runtime).
 	Runtime string `json:"runtime,omitempty"`
+	// LostProcesses says why its last restore from hibernation failed, and
+	// that it started afresh with its files ("" when it did not).
+	LostProcesses string `json:"lost_processes,omitempty"`
 }
 
 // SecretUse is a secret as a workspace's jobs hold it: its name and the

@@ -84,7 +84,8 @@ func newStack(cfg *config.Config, engine sandbox.Engine, languages *lang.Registr
 	}
 	// Workspaces sit in front: a job naming one runs in its container. A
 	// runtime without workspaces leaves them nil, and their tools refuse.
-	opts := workspace.Options{Observer: obs, TunnelProxy: s.tunnelProxy, Baselines: baseline.New(filepath.Join(cfg.StateDir, "baselines"))}
+	opts := workspace.Options{Observer: obs, TunnelProxy: s.tunnelProxy, Baselines: baseline.New(filepath.Join(cfg.StateDir, "baselines")),
+		CheckpointDir: filepath.Join(cfg.StateDir, "checkpoints")}
 	if s.egress != nil {
 		opts.Egress, opts.Through = s.egress.Grant, s.egress.Through
 	}

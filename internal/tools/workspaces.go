@@ -25,7 +25,7 @@ type WorkspaceInfo struct {
 	Name       string               `json:"name" jsonschema:"the workspace's name"`
 	Language   string               `json:"language" jsonschema:"the language whose image it runs"`
 	Image      string               `json:"image" jsonschema:"the image its container was made from"`
-	State      string               `json:"state" jsonschema:"running, paused (idle: frozen with its processes; the next call thaws it), stopped (idle: the next job starts it again, files and packages intact) or creating"`
+	State      string               `json:"state" jsonschema:"running, paused (idle: frozen with its processes; the next call thaws it), hibernated (idle: its processes and memory saved to disk; the next call restores them), stopped (idle: the next job starts it again, files and packages intact) or creating"`
 	CreatedAt  string               `json:"created_at" jsonschema:"when it was made (RFC 3339, UTC)"`
 	LastUsedAt string               `json:"last_used_at,omitempty" jsonschema:"when a job last ran in it (RFC 3339, UTC)"`
 	MemoryMB   int64                `json:"memory_mb" jsonschema:"memory limit of its container in MiB, shared by its jobs"`
@@ -35,6 +35,7 @@ type WorkspaceInfo struct {
 	Ports      []workspace.PortInfo `json:"ports,omitempty" jsonschema:"ports open with expose_port"`
 	Egress     []string             `json:"egress,omitempty" jsonschema:"hosts its jobs reach through the proxy (create_workspace's egress); none: no network"`
 	Secrets    []string             `json:"secrets,omitempty" jsonschema:"secrets its jobs use"`
+	Lost       string               `json:"lost_processes,omitempty" jsonschema:"why its last restore failed: it started afresh with its files"`
 }
 
 // workspaceInfo shows w to ctx's caller: another tenant's workspace (only
@@ -44,7 +45,7 @@ func workspaceInfo(ctx context.Context, ws *workspace.Manager, w *record.Workspa
 		Name: workspaceRef(ctx, w), Language: w.Language, Image: w.Image, State: w.State,
 		CreatedAt: stamp(w.CreatedAt), LastUsedAt: stamp(w.LastUsedAt),
 		MemoryMB: w.Limits.MemoryBytes >> 20, CPUs: float64(w.Limits.NanoCPUs) / 1e9, Pids: w.Limits.Pids,
-		DiskMB: w.Limits.DiskBytes >> 20, Egress: w.Details.Egress,
+		DiskMB: w.Limits.DiskBytes >> 20, Egress: w.Details.Egress, Lost: w.Details.LostProcesses,
 	}
 	for _, u := range w.Details.Secrets {
 		info.Secrets = append(info.Secrets, u.Name)

@@ -3,6 +3,8 @@ package workspace
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -264,5 +266,121 @@ func TestPauseWhenIdleThawOnUse(t *testing.T) {
 	}
 	if got := out.Stdout(); got != "ready\ntyped\nafter\n" || paused() {
 		t.Fatalf("after the thaw: %q (paused %v)", got, paused())
+	}
+}
+
+// TestHibernateWhenIdleRestoreOnUse: a workspace idle for
+// hibernate_after_s, an idle session in it, is checkpointed into its
+// tenant's directory and stopped; the session's input restores it and the
+// session goes on. A restore that fails starts it afresh with its files and
+// the next job says so. Without checkpoints it is stopped instead.
+func TestHibernateWhenIdleRestoreOnUse(t *testing.T) {
+	pol := policy.Default()
+	pol.Workspaces.HibernateAfterS = 1
+	m, e := newFakeManager(t, pol)
+	m.CheckpointDir = t.TempDir()
+	m.diskUsage = func(context.Context, string) (int64, error) { return 1 << 20, nil }
+	ctx := as("alice")
+	w, _, err := m.Create(ctx, CreateRequest{Name: "proj", Language: "bash", Image: "fake/base", Limits: limits(t, pol)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := NewRuntime(e, m)
+	spec := sandboxtest.Spec("fake/base", "echo ready; cat; echo after")
+	spec.Workspace, spec.Kind, spec.OpenStdin = "proj", sandbox.KindSession, true
+	out := &sandbox.Buffer{Max: 1 << 20}
+	h, err := rt.Start(ctx, spec, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Destroy(context.Background())
+	for deadline := time.Now().Add(10 * time.Second); out.Stdout() != "ready\n"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("session output %q", out.Stdout())
+		}
+	}
+	image := filepath.Join(m.CheckpointDir, "alice", w.ID)
+	hibernated := func() bool {
+		got, _ := m.Get(ctx, "proj")
+		running, _ := e.WorkspaceRunning(ctx, w.ContainerID)
+		return got.State == StateHibernated && !running
+	}
+	waitHibernated := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for m.poll(); !hibernated(); m.poll() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was not hibernated after hibernate_after_s", what)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitHibernated("a workspace with only an idle session")
+	if fi, err := os.Stat(filepath.Join(image, "checkpoint.json")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the image under the tenant's directory: %v %v", fi, err)
+	}
+	if _, err := h.WriteStdin(ctx, []byte("typed\n")); err != nil {
+		t.Fatalf("input to a hibernated session: %v", err)
+	}
+	if err := h.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the session did not go on after its input restored it: %q", out.Stdout())
+	}
+	if got := out.Stdout(); got != "ready\ntyped\nafter\n" || hibernated() {
+		t.Fatalf("after the restore: %q (hibernated %v)", got, hibernated())
+	}
+	if _, err := os.Stat(image); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the image outlived its restore: %v", err)
+	}
+
+	// A restore that fails: started afresh, files kept, the next job says so.
+	idle(t, m, w.ID)
+	if code, _ := run(t, ctx, rt, "proj", "echo kept > f"); code != 0 {
+		t.Fatal("writing a file failed")
+	}
+	idle(t, m, w.ID)
+	waitHibernated("an idle workspace")
+	if err := os.WriteFile(filepath.Join(image, "checkpoint.json"), []byte("torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, got := run(t, ctx, rt, "proj", "cat f")
+	if code != 0 || !strings.Contains(got, "kept\n") || !strings.Contains(got, "could not be restored") || !strings.Contains(got, "processes it had are gone") {
+		t.Fatalf("a job after a failed restore: %d %q", code, got)
+	}
+	if rec, _ := m.Get(ctx, "proj"); rec.State != StateRunning || rec.Details.LostProcesses == "" {
+		t.Fatalf("after a failed restore: %s, lost %q", rec.State, rec.Details.LostProcesses)
+	}
+	if _, got := run(t, ctx, rt, "proj", "echo again"); got != "again\n" {
+		t.Fatalf("the loss was said twice: %q", got)
+	}
+
+	// Deleted while hibernated: its image goes with it.
+	idle(t, m, w.ID)
+	waitHibernated("an idle workspace")
+	if err := m.Delete(ctx, "proj"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(image); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the image outlived its workspace: %v", err)
+	}
+
+	// No checkpoints: stopped instead.
+	m.CheckpointDir = ""
+	if _, _, err := m.Create(ctx, CreateRequest{Name: "plain", Language: "bash", Image: "fake/base", Limits: limits(t, pol)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.poll(); ; m.poll() {
+		if got, _ := m.Get(ctx, "plain"); got.State == StateStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a workspace that cannot be hibernated was not stopped")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -36,6 +36,10 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err != nil {
 		return nil, err
 	}
+	if lost := r.ws.takeLost(w.ID); lost != "" {
+		// Said once, before the job's own output, by the job that woke it.
+		out.Write(sandbox.Stderr, []byte("sandboxer: "+lost+"\n"))
+	}
 	h := &handle{ws: r.ws, id: w.ID, session: spec.Kind == sandbox.KindSession}
 	h.touch()
 	if h.session { // its output is activity: never frozen mid-answer

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -46,6 +47,11 @@ const (
 	// with nothing running: its processes and memory are kept, and the
 	// next call that touches it thaws it first.
 	StatePaused = "paused"
+	// StateHibernated is a workspace checkpointed after
+	// workspaces.hibernate_after_s: its processes and memory are in an
+	// image under the state directory, its container stopped; the next
+	// call restores it.
+	StateHibernated = "hibernated"
 )
 
 // ReasonDiskQuota is why a job was stopped when its workspace filled past its quota.
@@ -92,6 +98,7 @@ type Manager struct {
 	rt     sandbox.WorkspaceRuntime
 	tunnel sandbox.TunnelInstaller  // nil: installers have a network of their own
 	frozen sandbox.WorkspaceFreezer // nil: the engine cannot freeze (no pause)
+	cp     sandbox.WorkspaceCheckpointer // nil: the engine cannot checkpoint (no hibernation)
 	st     *store.Store
 	pol    *policy.Policy
 	server string
@@ -114,9 +121,13 @@ type wsState struct {
 	// touched is when this server last wrote the workspace's last use (under
 	// Manager.mu): a burst of short jobs writes it once a touchEvery.
 	touched time.Time
-	// paused mirrors the record's state paused (under Manager.mu): a
-	// session's input thaws the workspace without a store read.
-	paused bool
+	// asleep mirrors the record's state paused or hibernated (under
+	// Manager.mu): a session's input wakes the workspace without a store
+	// read.
+	asleep bool
+	// lost says, once, why a restore failed and the workspace started
+	// afresh (under Manager.mu): the next job's output says so.
+	lost string
 }
 
 // touchEvery is how often a workspace's last use is written while jobs come
@@ -144,6 +155,9 @@ type Options struct {
 	// Baselines keeps imports' baselines (nil: imports and forks'
 	// baselines are not available).
 	Baselines *baseline.Store
+	// CheckpointDir keeps hibernated workspaces' images, by tenant ("":
+	// no hibernation; workspaces.hibernate_after_s stops them instead).
+	CheckpointDir string
 }
 
 // New makes a manager, or returns nil when the engine keeps no workspaces;
@@ -154,7 +168,7 @@ func New(e sandbox.Engine, st *store.Store, pol *policy.Policy, server string, l
 		return nil
 	}
 	o.Observer = observe.Or(o.Observer)
-	m := &Manager{Options: o, rt: caps.Workspaces, tunnel: caps.TunnelInstalls, frozen: caps.Freezer, st: st, pol: pol, server: server, log: log,
+	m := &Manager{Options: o, rt: caps.Workspaces, tunnel: caps.TunnelInstalls, frozen: caps.Freezer, cp: caps.Checkpointer, st: st, pol: pol, server: server, log: log,
 		state: map[string]*wsState{}, ports: map[string]map[int]*exposure{}, stop: make(chan struct{})}
 	m.diskUsage = m.du
 	return m
@@ -410,6 +424,11 @@ func (m *Manager) delete(ctx context.Context, w *record.Workspace) error {
 			m.log.Warn().Err(err).Str("workspace", w.Name).Msg("remove the workspace's baseline")
 		}
 	}
+	if m.CheckpointDir != "" {
+		if err := os.RemoveAll(m.imageDir(w)); err != nil {
+			m.log.Warn().Err(err).Str("workspace", w.Name).Msg("remove the workspace's checkpoint image")
+		}
+	}
 	m.mu.Lock()
 	delete(m.state, w.ID)
 	m.mu.Unlock()
@@ -437,7 +456,11 @@ func (m *Manager) Acquire(ctx context.Context, name string) (w *record.Workspace
 	if err != nil {
 		return nil, nil, err
 	}
-	if !running {
+	if !running && w.State == StateHibernated {
+		if err := m.restoreLocked(ctx, w); err != nil {
+			return nil, nil, err
+		}
+	} else if !running {
 		if err := m.rt.StartWorkspace(ctx, w.ContainerID); err != nil {
 			return nil, nil, fmt.Errorf("start workspace %q: %w", name, err)
 		}
@@ -540,20 +563,27 @@ func (m *Manager) poll() {
 	if m.frozen == nil {
 		pauseAfter = 0
 	}
+	hibernateAfter := time.Duration(m.pol.Workspaces.HibernateAfterS) * time.Second
 	for _, w := range list {
 		s := m.ws(w.ID)
 		m.mu.Lock()
 		busy, jobs := s.busy, len(s.jobs)
-		s.paused = w.State == StatePaused // a record another run of the server left paused
+		s.asleep = w.State == StatePaused || w.State == StateHibernated // as another run of the server left it
 		m.mu.Unlock()
-		sessionsIdle := pauseAfter > 0 && m.onlyIdleSessions(s, pauseAfter)
+		sleepAfter := pauseAfter
+		if hibernateAfter > 0 && (sleepAfter == 0 || hibernateAfter < sleepAfter) {
+			sleepAfter = hibernateAfter
+		}
+		sessionsIdle := sleepAfter > 0 && m.onlyIdleSessions(s, sleepAfter)
 		switch {
 		case busy > 0 && !sessionsIdle:
 			_ = m.st.TouchWorkspace(ctx, w.ID, time.Now())
 			if jobs > 0 {
 				m.checkQuota(ctx, w, s)
 			}
-		case w.State == StateRunning && pauseAfter > 0 && (sessionsIdle || time.Since(w.LastUsedAt) >= pauseAfter):
+		case (w.State == StateRunning || w.State == StatePaused) && hibernateAfter > 0 && m.idleFor(s, w, hibernateAfter):
+			m.hibernateIdle(ctx, w.ID, hibernateAfter)
+		case w.State == StateRunning && pauseAfter > 0 && m.idleFor(s, w, pauseAfter):
 			m.pauseIdle(ctx, w.ID, pauseAfter)
 		case (w.State == StateRunning || w.State == StatePaused) && idle > 0 && busy == 0 && time.Since(w.LastUsedAt) >= idle:
 			m.stopIdle(ctx, w.ID, idle)
@@ -578,6 +608,18 @@ func (m *Manager) onlyIdleSessions(s *wsState, idle time.Duration) bool {
 	return true
 }
 
+// idleFor says whether workspace w had nothing but idle sessions for d:
+// no job, no call for d, and every session without input or output for d.
+func (m *Manager) idleFor(s *wsState, w *record.Workspace, d time.Duration) bool {
+	m.mu.Lock()
+	busy := s.busy
+	m.mu.Unlock()
+	if busy == 0 {
+		return time.Since(w.LastUsedAt) >= d
+	}
+	return m.onlyIdleSessions(s, d)
+}
+
 // pauseIdle freezes workspace id when it is still idle for pauseAfter,
 // re-checking under its lock.
 func (m *Manager) pauseIdle(ctx context.Context, id string, pauseAfter time.Duration) {
@@ -588,12 +630,12 @@ func (m *Manager) pauseIdle(ctx context.Context, id string, pauseAfter time.Dura
 	if err != nil || w.State != StateRunning {
 		return
 	}
+	if !m.idleFor(s, w, pauseAfter) {
+		return
+	}
 	m.mu.Lock()
 	busy := s.busy
 	m.mu.Unlock()
-	if busy > 0 && !m.onlyIdleSessions(s, pauseAfter) || busy == 0 && time.Since(w.LastUsedAt) < pauseAfter {
-		return
-	}
 	if err := m.frozen.FreezeWorkspace(ctx, w.ContainerID); err != nil {
 		m.log.Warn().Err(err).Str("workspace", w.Name).Msg("pause idle workspace")
 		return
@@ -603,7 +645,7 @@ func (m *Manager) pauseIdle(ctx context.Context, id string, pauseAfter time.Dura
 		m.log.Warn().Err(err).Str("workspace", w.Name).Msg("record paused workspace")
 	}
 	m.mu.Lock()
-	s.paused = true
+	s.asleep = true
 	m.mu.Unlock()
 	m.log.Info().Str("workspace", w.Name).Dur("idle", pauseAfter).Int("sessions", busy).Msg("idle workspace paused")
 }
@@ -622,33 +664,40 @@ func (m *Manager) thawLocked(ctx context.Context, w *record.Workspace) error {
 	}
 	s := m.ws(w.ID)
 	m.mu.Lock()
-	s.paused = false
+	s.asleep = false
 	m.mu.Unlock()
 	m.log.Info().Str("workspace", w.Name).Msg("workspace thawed")
 	return nil
 }
 
-// thawByID thaws workspace id if its record says paused (a server that
-// has not polled yet knows it from the record only).
+// thawByID thaws workspace id if its record says paused, and restores it
+// if hibernated (a server that has not polled yet knows it from the record
+// only).
 func (m *Manager) thawByID(ctx context.Context, id string) error {
 	s := m.ws(id)
 	s.lock.Lock()
 	defer s.lock.Unlock()
 	w, err := m.st.GetWorkspaceByID(ctx, id)
-	if err != nil || w.State != StatePaused {
+	switch {
+	case err != nil:
 		return err
+	case w.State == StatePaused:
+		return m.thawLocked(ctx, w)
+	case w.State == StateHibernated:
+		return m.restoreLocked(ctx, w)
 	}
-	return m.thawLocked(ctx, w)
+	return nil
 }
 
-// thaw thaws workspace id if it is paused: before anything reaches a
-// process of it that is not a new call (a session's input, a signal).
+// thaw thaws (or restores) workspace id if it is asleep: before anything
+// reaches a process of it that is not a new call (a session's input, a
+// signal).
 func (m *Manager) thaw(ctx context.Context, id string) error {
 	s := m.ws(id)
 	m.mu.Lock()
-	paused := s.paused
+	asleep := s.asleep
 	m.mu.Unlock()
-	if !paused {
+	if !asleep {
 		return nil
 	}
 	return m.thawByID(ctx, id)
@@ -677,7 +726,7 @@ func (m *Manager) stopIdle(ctx context.Context, id string, idle time.Duration) {
 		m.log.Warn().Err(err).Str("workspace", name).Msg("record stopped workspace")
 	}
 	m.mu.Lock()
-	s.paused = false
+	s.asleep = false
 	m.mu.Unlock()
 	m.log.Info().Str("workspace", name).Dur("idle", idle).Msg("idle workspace stopped")
 }

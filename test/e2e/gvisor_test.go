@@ -51,6 +51,24 @@ func TestGVisorJobRunsUnderRunsc(t *testing.T) {
 	}
 }
 
+// TestGVisorThreadsStart: under runsc, whose seccomp answers EPERM where
+// the engine's profile says ENOSYS, threads still start (clone3 answers
+// ENOSYS, and glibc falls back to clone): Python's threading, node, and a
+// workspace's plain execs.
+func TestGVisorThreadsStart(t *testing.T) {
+	requireRunsc(t)
+	t.Parallel()
+	s := startServer(t, policyEnv(t, runscPolicy))
+	r := s.ok("run_command", map[string]any{"language": "python", "command": `python3 -c "import threading; t = threading.Thread(target=print, args=('thread ok',)); t.start(); t.join()"`})
+	if str(r, "stdout") != "thread ok\n" {
+		t.Fatalf("a Python thread under runsc: %v", r)
+	}
+	r = s.ok("run_script", map[string]any{"language": "javascript", "code": "console.log('node ok')"})
+	if str(r, "stdout") != "node ok\n" {
+		t.Fatalf("node under runsc: %v", r)
+	}
+}
+
 func TestGVisorSandboxHardening(t *testing.T) {
 	requireRunsc(t)
 	s := startServer(t, policyEnv(t, runscPolicy), "SANDBOXER_E2E_CANARY=leak")

@@ -172,3 +172,33 @@ func copyFile(from, to string) error {
 	}
 	return dst.Close()
 }
+
+// underGVisor says whether a container runs on a runtime whose binary is
+// runsc (kept per container: a container's runtime never changes).
+func (r *Runtime) underGVisor(ctx context.Context, containerID string) bool {
+	r.execMu.Lock()
+	v, ok := r.gvisor[containerID]
+	r.execMu.Unlock()
+	if ok {
+		return v
+	}
+	info, err := r.cli.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+	if err != nil || info.Container.HostConfig == nil {
+		return false
+	}
+	name := info.Container.HostConfig.Runtime
+	if name == "" || name == "runc" || name == PatchedRuntime {
+		v = false
+	} else if ei, err := r.cli.Info(ctx, client.InfoOptions{}); err == nil {
+		v = filepath.Base(ei.Info.Runtimes[name].Path) == "runsc"
+	} else {
+		return false
+	}
+	r.execMu.Lock()
+	if r.gvisor == nil {
+		r.gvisor = map[string]bool{}
+	}
+	r.gvisor[containerID] = v
+	r.execMu.Unlock()
+	return v
+}

@@ -68,6 +68,7 @@ type Runtime struct {
 	// daemonMode says which workspace containers run one.
 	daemons    *supervisor.Daemons
 	daemonMode map[string]bool
+	gvisor     map[string]bool // workspace containers on runsc (underGVisor)
 
 	onError func(operation string) // WithErrorHook
 

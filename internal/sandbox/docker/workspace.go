@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
 )
 
 var _ sandbox.WorkspaceRuntime = (*Runtime)(nil)
@@ -374,6 +375,11 @@ func (r *Runtime) Exec(ctx context.Context, containerID string, o sandbox.ExecOp
 	user := o.User
 	if user == "" {
 		user = sandboxUser
+	}
+	if len(o.Cmd) > 0 && o.Cmd[0] != supervisorPath && r.underGVisor(ctx, containerID) {
+		// Under gVisor's seccomp, clone3 must answer ENOSYS for threads to
+		// start; the supervisor's processes have that already.
+		o.Cmd = append([]string{supervisorPath, proto.ExecCommand}, o.Cmd...)
 	}
 	ex, err := r.cli.ExecCreate(ctx, containerID, client.ExecCreateOptions{
 		User: user, AttachStdin: o.Stdin != nil, AttachStdout: true, AttachStderr: true,

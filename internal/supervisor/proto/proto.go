@@ -367,6 +367,11 @@ const SeedDir = "/usr/local/share/sandboxer/workspace"
 // SeedCommand copies SeedDir into the directory named by its argument.
 const SeedCommand = "seed"
 
+// ExecCommand runs its arguments as a command, with clone3 answering ENOSYS
+// (see the supervisor's clone3.go): the engine's plain execs in a gVisor
+// sandbox go through it.
+const ExecCommand = "exec"
+
 // LinkGoCacheSeedsCommand links the image's Go build cache seeds into GOCACHE
 // (a workspace's, SANDBOXER_GOCACHE_LINK_SEEDS=1), as the workspace's daemon
 // does at its start, and returns once every seed file is there. A go command
