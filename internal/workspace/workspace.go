@@ -96,8 +96,8 @@ var CacheEnv = []string{
 type Manager struct {
 	Options
 	rt     sandbox.WorkspaceRuntime
-	tunnel sandbox.TunnelInstaller  // nil: installers have a network of their own
-	frozen sandbox.WorkspaceFreezer // nil: the engine cannot freeze (no pause)
+	tunnel sandbox.TunnelInstaller       // nil: installers have a network of their own
+	frozen sandbox.WorkspaceFreezer      // nil: the engine cannot freeze (no pause)
 	cp     sandbox.WorkspaceCheckpointer // nil: the engine cannot checkpoint (no hibernation)
 	st     *store.Store
 	pol    *policy.Policy
