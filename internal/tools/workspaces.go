@@ -35,7 +35,7 @@ type WorkspaceInfo struct {
 	Ports      []workspace.PortInfo `json:"ports,omitempty" jsonschema:"ports open with expose_port"`
 	Egress     []string             `json:"egress,omitempty" jsonschema:"hosts its jobs reach through the proxy (create_workspace's egress); none: no network"`
 	Secrets    []string             `json:"secrets,omitempty" jsonschema:"secrets its jobs use"`
-	Lost       string               `json:"lost_processes,omitempty" jsonschema:"why its last restore failed: it started afresh with its files"`
+	Lost       string               `json:"lost_processes,omitempty" jsonschema:"why its last restore failed (it restarted with its files)"`
 }
 
 // workspaceInfo shows w to ctx's caller: another tenant's workspace (only
@@ -91,14 +91,18 @@ type CreateWorkspaceArgs struct {
 	Mounts   []string `json:"mounts,omitempty"`
 	Import   string   `json:"import,omitempty"`
 	From     string   `json:"from,omitempty"`
-	Egress   []string `json:"egress,omitempty"`
-	Secrets  []string `json:"secrets,omitempty"`
+	// WithProcesses and Count shape a fork (from).
+	WithProcesses bool     `json:"with_processes,omitempty"`
+	Count         *int     `json:"count,omitempty"`
+	Egress        []string `json:"egress,omitempty"`
+	Secrets       []string `json:"secrets,omitempty"`
 }
 
 // WorkspaceResult is create_workspace's result.
 type WorkspaceResult struct {
 	Workspace WorkspaceInfo     `json:"workspace" jsonschema:"the workspace"`
 	Origin    *workspace.Origin `json:"origin,omitempty" jsonschema:"what its files came from (import or from)"`
+	Copies    []WorkspaceInfo   `json:"copies,omitempty" jsonschema:"a fork's copies, with count"`
 }
 
 func CreateWorkspace(d Deps) Tool {
@@ -114,11 +118,13 @@ func CreateWorkspace(d Deps) Tool {
 			"CPU cores, shared; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
 			"process limit, shared; default %d", l.Pids.Default),
-		"mounts":  d.mountsParam(),
-		"import":  d.importParam(),
-		"from":    {desc: "workspace to fork: copy its files"},
-		"egress":  d.egressParam(),
-		"secrets": d.secretsParam(),
+		"mounts":         d.mountsParam(),
+		"import":         d.importParam(),
+		"from":           {desc: "workspace to fork: copy its files"},
+		"with_processes": {desc: "copy its processes and memory too (runsc)"},
+		"count":          between(1, workspace.MaxCopies).describe("copies, named NAME-1…; default 1"),
+		"egress":         d.egressParam(),
+		"secrets":        d.secretsParam(),
 	})
 	def := mcp.NewTool("create_workspace",
 		mcp.WithDescription("A named persistent sandbox with a volume at /workspace; jobs naming it share its files and packages. Docs: sandboxer://docs/create_workspace"),
@@ -141,6 +147,9 @@ func CreateWorkspace(d Deps) Tool {
 		}
 		if args.Import != "" && args.From != "" {
 			return errorResult("import and from: give one; a fork keeps its source's import baseline"), nil
+		}
+		if args.From == "" && (args.WithProcesses || args.Count != nil) {
+			return errorResult("with_processes and count: they shape a fork: give from"), nil
 		}
 		var src *record.Workspace
 		if args.From != "" {
@@ -192,11 +201,25 @@ func CreateWorkspace(d Deps) Tool {
 		if problem != nil {
 			return problem, nil
 		}
-		w, origin, err := ws.Create(ctx, workspace.CreateRequest{Name: args.Name, Language: language.Base, Template: template, Image: image, Runtime: runtime, Limits: limits,
-			Mounts: mounts, Import: imp, From: args.From, Egress: allow, Secrets: secretNames(secrets)})
+		cr := workspace.CreateRequest{Name: args.Name, Language: language.Base, Template: template, Image: image, Runtime: runtime, Limits: limits,
+			Mounts: mounts, Import: imp, From: args.From, WithProcesses: args.WithProcesses, Egress: allow, Secrets: secretNames(secrets)}
+		var copies []*record.Workspace
+		var origin *workspace.Origin
+		if args.From != "" {
+			count := 1
+			if args.Count != nil {
+				count = *args.Count
+			}
+			copies, origin, err = ws.Copies(ctx, cr, count)
+		} else {
+			var w *record.Workspace
+			w, origin, err = ws.Create(ctx, cr)
+			copies = []*record.Workspace{w}
+		}
 		if err != nil {
 			return workspaceFailure(err), nil
 		}
+		w := copies[0]
 		info := workspaceInfo(ctx, ws, w)
 		text := fmt.Sprintf("workspace %s created (%s, %s)", info.Name, info.Language, info.State)
 		switch {
@@ -207,8 +230,20 @@ func CreateWorkspace(d Deps) Tool {
 			}
 		case origin != nil:
 			text += "; forked from " + origin.From
+			if origin.Processes {
+				text += " with its processes"
+			} else if origin.ProcessesNote != "" {
+				text += " (" + origin.ProcessesNote + ")"
+			}
 		}
-		return structured(WorkspaceResult{Workspace: info, Origin: origin}, text), nil
+		result := WorkspaceResult{Workspace: info, Origin: origin}
+		if len(copies) > 1 {
+			for _, c := range copies {
+				result.Copies = append(result.Copies, workspaceInfo(ctx, ws, c))
+			}
+			text += fmt.Sprintf("; %d copies, %s to %s", len(copies), copies[0].Name, copies[len(copies)-1].Name)
+		}
+		return structured(result, text), nil
 	}}
 }
 

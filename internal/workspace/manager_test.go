@@ -384,3 +384,79 @@ func TestHibernateWhenIdleRestoreOnUse(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestForkWithProcesses: copies of a workspace with its processes get its
+// files and its jobs, which go on in each copy from where they were, while
+// the source's go on in it; a runtime that cannot be checkpointed gives
+// files only and says why.
+func TestForkWithProcesses(t *testing.T) {
+	pol := policy.Default()
+	m, e := newFakeManager(t, pol)
+	m.CheckpointDir = t.TempDir()
+	ctx := as("alice")
+	if _, _, err := m.Create(ctx, CreateRequest{Name: "src", Language: "bash", Image: "fake/base", Limits: limits(t, pol)}); err != nil {
+		t.Fatal(err)
+	}
+	rt := NewRuntime(e, m)
+	if code, _ := run(t, ctx, rt, "src", "echo file > f"); code != 0 {
+		t.Fatal("writing a file failed")
+	}
+	spec := sandboxtest.Spec("fake/base", "echo one; sleep 1; echo two; sleep 60")
+	spec.Workspace = "src"
+	out := &sandbox.Buffer{Max: 1 << 20}
+	h, err := rt.Start(ctx, spec, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Destroy(context.Background())
+	for deadline := time.Now().Add(10 * time.Second); out.Stdout() != "one\n"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("job output %q", out.Stdout())
+		}
+	}
+	copies, origin, err := m.Copies(ctx, CreateRequest{Name: "cp", Language: "bash", Image: "fake/base", Limits: limits(t, pol), From: "src", WithProcesses: true}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(copies) != 2 || copies[0].Name != "cp-1" || copies[1].Name != "cp-2" || !origin.Processes || origin.ProcessesNote != "" {
+		t.Fatalf("copies %v, origin %+v", copies, origin)
+	}
+	_, key, _ := strings.Cut(h.ContainerID(), "/")
+	for _, c := range copies {
+		if code, got := run(t, ctx, rt, c.Name, "cat f"); code != 0 || got != "file\n" {
+			t.Fatalf("%s's files: %d %q", c.Name, code, got)
+		}
+		copied := &sandbox.Buffer{Max: 1 << 20}
+		hc, err := e.Adopt(ctx, c.ContainerID+"/"+key, 0, 0, copied)
+		if err != nil {
+			t.Fatalf("%s's copy of the job: %v", c.Name, err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); copied.Stdout() != "one\ntwo\n"; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's copy of the job: %q", c.Name, copied.Stdout())
+			}
+		}
+		_ = hc.Signal(ctx, "KILL")
+	}
+	for deadline := time.Now().Add(10 * time.Second); out.Stdout() != "one\ntwo\n"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the source's job after the fork: %q", out.Stdout())
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Join(m.CheckpointDir, "alice")); len(entries) != 0 {
+		t.Fatalf("the fork's image outlived it: %v", entries)
+	}
+	if _, _, err := m.Copies(ctx, CreateRequest{Name: "cp", From: "src"}, MaxCopies+1); err == nil || !strings.Contains(err.Error(), "count") {
+		t.Fatalf("too many copies: %v", err)
+	}
+
+	// No checkpoints here: files only, and why.
+	m.CheckpointDir = ""
+	copies, origin, err = m.Copies(ctx, CreateRequest{Name: "plain", Language: "bash", Image: "fake/base", Limits: limits(t, pol), From: "src", WithProcesses: true}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(copies) != 1 || copies[0].Name != "plain" || origin.Processes || !strings.Contains(origin.ProcessesNote, "files only") {
+		t.Fatalf("a fork without checkpoints: %v %+v", copies, origin)
+	}
+}

@@ -42,6 +42,10 @@ type Origin struct {
 	// ones; SkippedCount counts them all).
 	Skipped      []proto.SpecialFile `json:"skipped,omitempty"`
 	SkippedCount int                 `json:"skipped_count,omitempty"`
+	// Processes says a fork copied its source's processes and memory too
+	// (with_processes); ProcessesNote why it copied files only.
+	Processes     bool   `json:"processes,omitempty"`
+	ProcessesNote string `json:"processes_note,omitempty"`
 }
 
 // importMountPoint is where a helper sees the mount being imported.

@@ -239,6 +239,9 @@ type CreateRequest struct {
 	// From, when set, names a workspace whose files (and baseline) the new
 	// one starts with; Image and Language must be that workspace's.
 	From string
+	// WithProcesses, with From, copies the source's processes and memory
+	// too where its runtime can be checkpointed (Copies).
+	WithProcesses bool
 	// Egress, when not empty, is the workspace's own allowlist (already
 	// checked against the policy's): its container joins the egress network
 	// and its jobs reach these hosts through the proxy, for its life.

@@ -115,3 +115,68 @@ func TestGVisorWorkspaceHibernates(t *testing.T) {
 	}
 	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL", "grace_s": 0})
 }
+
+// TestGVisorForkCarriesMemory: two copies of a runsc workspace with its
+// processes: a REPL's variable, served by a thread of that REPL, is in each
+// copy; set anew in the source, the copies keep the old value. Each copy has
+// its own hostname.
+func TestGVisorForkCarriesMemory(t *testing.T) {
+	requireCheckpoints(t)
+	t.Parallel()
+	ws := fmt.Sprintf("fk%d", time.Now().UnixNano()%1_000_000)
+	for _, name := range []string{ws, ws + "c-1", ws + "c-2"} {
+		cleanupWorkspace(t, name)
+	}
+	s := startServer(t, policyEnv(t, runscPolicy))
+	s.ok("create_workspace", map[string]any{"name": ws, "language": "python"})
+	r := s.startSession(map[string]any{"workspace": ws, "language": "python", "command": "python3", "until": ">>> $"})
+	id := str(r, "job_id")
+	for _, line := range []string{
+		"x = 41",
+		"import http.server, threading",
+		`H = type("H", (http.server.BaseHTTPRequestHandler,), {"do_GET": lambda self: (self.send_response(200), self.end_headers(), self.wfile.write(str(x).encode()))})`,
+		`srv = http.server.ThreadingHTTPServer(("127.0.0.1", 8000), H)`,
+		"t = threading.Thread(target=srv.serve_forever, daemon=True); t.start()",
+	} {
+		if out, _ := s.typeLine(id, line, "until", ">>> $"); !strings.HasSuffix(out, ">>> ") {
+			t.Fatalf("%s answered %q", line, out)
+		}
+	}
+	value := func(name string) string {
+		t.Helper()
+		url := str(s.ok("expose_port", map[string]any{"workspace": name, "port": 8000}), "url")
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s's server: %v", name, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if got := value(ws); got != "41" {
+		t.Fatalf("the source's server answered %q", got)
+	}
+	res := s.ok("create_workspace", map[string]any{"name": ws + "c", "from": ws, "with_processes": true, "count": 2})
+	origin, _ := res["origin"].(map[string]any)
+	if copies, _ := res["copies"].([]any); len(copies) != 2 || origin["processes"] != true {
+		t.Fatalf("a fork of two with processes: %v", res)
+	}
+	if out, _ := s.typeLine(id, "x = 100", "until", ">>> $"); !strings.HasSuffix(out, ">>> ") {
+		t.Fatalf("x = 100 answered %q", out)
+	}
+	if got := value(ws); got != "100" {
+		t.Fatalf("the source after x = 100 answered %q", got)
+	}
+	hosts := map[string]bool{}
+	for _, c := range []string{ws + "c-1", ws + "c-2"} {
+		if got := value(c); got != "41" {
+			t.Fatalf("copy %s answered %q, want the value at the fork, 41", c, got)
+		}
+		hosts[s.wsOut(c, "hostname")] = true
+	}
+	hosts[s.wsOut(ws, "hostname")] = true
+	if len(hosts) != 3 {
+		t.Fatalf("the source and its copies share hostnames: %v", hosts)
+	}
+	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL", "grace_s": 0})
+}

@@ -1,0 +1,129 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandboxer/sandboxer/internal/record"
+)
+
+// MaxCopies is the most workspaces one fork makes (create_workspace's
+// count).
+const MaxCopies = 8
+
+// Forks with processes: the source is checkpointed once, left running (it
+// stops only for the checkpoint's own time), and the image restored into
+// each copy after its files are copied. Each copy is its own container:
+// its own name, hostname, ports and egress grant. What memory holds is
+// copied as it is, a userspace random generator's state included
+// (docs/workspaces.md). Where the source's runtime cannot be checkpointed,
+// the copies get its files only, and Origin.ProcessesNote says why.
+
+// CopyNames are the names count copies of a fork named name get: name
+// itself for one, NAME-1 … NAME-count for more.
+func CopyNames(name string, count int) []string {
+	if count <= 1 {
+		return []string{name}
+	}
+	names := make([]string, count)
+	for i := range names {
+		names[i] = name + "-" + strconv.Itoa(i+1)
+	}
+	return names
+}
+
+// Copies makes count workspaces from req.From (named by CopyNames), with
+// the source's processes and memory when req.WithProcesses. A failure
+// removes the copies made before it.
+func (m *Manager) Copies(ctx context.Context, req CreateRequest, count int) ([]*record.Workspace, *Origin, error) {
+	if req.From == "" {
+		return nil, nil, fmt.Errorf("count: copies are of a workspace: give from")
+	}
+	if count < 1 || count > MaxCopies {
+		return nil, nil, fmt.Errorf("count: must be 1 to %d, got %d", MaxCopies, count)
+	}
+	names := CopyNames(req.Name, count)
+	for _, name := range names {
+		if err := CheckName(name); err != nil {
+			return nil, nil, err
+		}
+	}
+	image, note, done := "", "", func() {}
+	if req.WithProcesses {
+		image, note, done = m.checkpointSource(ctx, req.From)
+		defer done()
+	}
+	var made []*record.Workspace
+	var origin *Origin
+	for _, name := range names {
+		one := req
+		one.Name = name
+		w, o, err := m.Create(ctx, one)
+		if err == nil && image != "" {
+			err = m.restoreCopy(ctx, w, image)
+		}
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+			for _, w := range made {
+				_ = m.delete(cctx, w)
+			}
+			cancel()
+			return nil, nil, err
+		}
+		made, origin = append(made, w), o
+	}
+	if origin != nil && req.WithProcesses {
+		origin.Processes, origin.ProcessesNote = image != "", note
+	}
+	return made, origin, nil
+}
+
+// checkpointSource writes an image of workspace name's processes, leaving
+// it running: the image's directory, or "" and why not; done removes it.
+func (m *Manager) checkpointSource(ctx context.Context, name string) (image, note string, done func()) {
+	done = func() {}
+	src, err := m.Get(ctx, name)
+	if err != nil {
+		return "", err.Error(), done
+	}
+	if why := m.hibernateRefusal(ctx, src); why != "" {
+		return "", "files only: " + why, done
+	}
+	src, release, err := m.Acquire(ctx, name) // running, and kept so
+	if err != nil {
+		return "", "files only: " + err.Error(), done
+	}
+	dir := filepath.Join(m.CheckpointDir, tenantDir(src.Tenant), "fork-"+uuid.NewString())
+	s := m.ws(src.ID)
+	s.lock.Lock()
+	start := time.Now()
+	err = m.cp.CheckpointWorkspace(ctx, src.ContainerID, dir, true)
+	s.lock.Unlock()
+	release()
+	if err != nil {
+		return "", "files only: checkpoint: " + err.Error(), done
+	}
+	m.log.Info().Str("workspace", src.Name).Dur("took", time.Since(start)).Msg("workspace checkpointed for a fork")
+	return dir, "", func() { _ = os.RemoveAll(dir) }
+}
+
+// restoreCopy puts the source's processes into copy w, which has its
+// files: its container is stopped and started from the image.
+func (m *Manager) restoreCopy(ctx context.Context, w *record.Workspace, image string) error {
+	s := m.ws(w.ID)
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	if err := m.rt.StopWorkspace(ctx, w.ContainerID); err != nil {
+		return fmt.Errorf("fork %q with its processes: %w", w.Name, err)
+	}
+	if err := m.cp.RestoreWorkspace(ctx, w.ContainerID, image); err != nil {
+		return fmt.Errorf("fork %q with its processes: restore: %w", w.Name, err)
+	}
+	return nil
+}
