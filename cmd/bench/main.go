@@ -69,7 +69,7 @@ func main() {
 	flag.IntVar(&o.concOff, "conc-off", 50, "trivial jobs from concurrent callers, pool off (0 = skip)")
 	flag.IntVar(&o.maxJobs, "max-jobs", 8, "jobs.max_concurrent of both servers (SANDBOXER_MAX_JOBS), so 8 jobs can run at once")
 	flag.DurationVar(&o.settle, "settle", 50*time.Millisecond, "pause once the pool is full before a measured warm call")
-	flag.StringVar(&o.only, "only", "", "run one part alone: core (the baselines, the pool on and off), gosuites, project, http, engines, workspace, features, kubernetes, secrets, load, templates, pause or traces")
+	flag.StringVar(&o.only, "only", "", "run one part alone: core (the baselines, the pool on and off), gosuites, project, http, engines, workspace, features, kubernetes, secrets, load, templates, pause, hibernate (gVisor with checkpoints) or traces")
 	flag.BoolVar(&o.trace, "trace", false, "also print where the time of a warm call goes (from the job's timestamps)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -141,6 +141,9 @@ func startServer(ctx context.Context, o options, name string, policyYAML string,
 	}
 	s := &server{name: name, stateDir: filepath.Join(dir, "state")}
 	level := "warn"
+	if name == hibernateName {
+		level = "info" // its checkpoints' figures are the server's log lines
+	}
 	if o.trace {
 		level = "debug" // the server logs each call's timeline (docs/benchmark.md)
 	}
@@ -569,6 +572,8 @@ func run(ctx context.Context, o options) error {
 		return pauseBench(ctx, o)
 	case "traces":
 		return tracesBench(ctx, o)
+	case "hibernate":
+		return hibernateBench(ctx, o)
 	}
 	image := images.Tag("base")
 	r := &report{runs: o.runs, seqN: o.seq, concN: o.conc, callers: o.callers, seqOffN: o.seqOff, concOffN: o.concOff}

@@ -2,10 +2,13 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +19,9 @@ import (
 // MaxCopies is the most workspaces one fork makes (create_workspace's
 // count).
 const MaxCopies = 8
+
+// copyParallel is how many copies of a fork are made at once.
+const copyParallel = 4
 
 // Forks with processes: the source is checkpointed once, left running (it
 // stops only for the checkpoint's own time), and the image restored into
@@ -59,25 +65,35 @@ func (m *Manager) Copies(ctx context.Context, req CreateRequest, count int) ([]*
 		image, note, done = m.checkpointSource(ctx, req.From)
 		defer done()
 	}
-	var made []*record.Workspace
-	var origin *Origin
-	for _, name := range names {
+	// The copies are made side by side, at most copyParallel at once.
+	made := make([]*record.Workspace, len(names))
+	origins := make([]*Origin, len(names))
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, copyParallel)
+	var wg sync.WaitGroup
+	for i, name := range names {
 		one := req
-		one.Name = name
-		w, o, err := m.Create(ctx, one)
-		if err == nil && image != "" {
-			err = m.restoreCopy(ctx, w, image)
-		}
-		if err != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-			for _, w := range made {
+		one.Name, one.restoreFrom = name, image
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			made[i], origins[i], errs[i] = m.Create(ctx, one)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer cancel()
+		for _, w := range made {
+			if w != nil {
 				_ = m.delete(cctx, w)
 			}
-			cancel()
-			return nil, nil, err
 		}
-		made, origin = append(made, w), o
+		return nil, nil, errs[slices.IndexFunc(errs, func(e error) bool { return e != nil })]
 	}
+	origin := origins[0]
 	if origin != nil && req.WithProcesses {
 		origin.Processes, origin.ProcessesNote = image != "", note
 	}
@@ -111,19 +127,4 @@ func (m *Manager) checkpointSource(ctx context.Context, name string) (image, not
 	}
 	m.log.Info().Str("workspace", src.Name).Dur("took", time.Since(start)).Msg("workspace checkpointed for a fork")
 	return dir, "", func() { _ = os.RemoveAll(dir) }
-}
-
-// restoreCopy puts the source's processes into copy w, which has its
-// files: its container is stopped and started from the image.
-func (m *Manager) restoreCopy(ctx context.Context, w *record.Workspace, image string) error {
-	s := m.ws(w.ID)
-	s.lock.Lock()
-	defer s.lock.Unlock()
-	if err := m.rt.StopWorkspace(ctx, w.ContainerID); err != nil {
-		return fmt.Errorf("fork %q with its processes: %w", w.Name, err)
-	}
-	if err := m.cp.RestoreWorkspace(ctx, w.ContainerID, image); err != nil {
-		return fmt.Errorf("fork %q with its processes: restore: %w", w.Name, err)
-	}
-	return nil
 }

@@ -242,6 +242,9 @@ type CreateRequest struct {
 	// WithProcesses, with From, copies the source's processes and memory
 	// too where its runtime can be checkpointed (Copies).
 	WithProcesses bool
+	// restoreFrom is a checkpoint's image (Copies): the new container is
+	// started from it once its files are in, not started empty.
+	restoreFrom string
 	// Egress, when not empty, is the workspace's own allowlist (already
 	// checked against the policy's): its container joins the egress network
 	// and its jobs reach these hosts through the proxy, for its life.
@@ -312,6 +315,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*record.Worksp
 	case req.Template != "":
 		err = m.fillSeed(ctx, w)
 	}
+	if err == nil && req.restoreFrom != "" {
+		if err = m.cp.RestoreWorkspace(ctx, w.ContainerID, req.restoreFrom); err != nil {
+			err = fmt.Errorf("fork %q with its processes: restore: %w", w.Name, err)
+		}
+	}
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
@@ -364,7 +372,9 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (*record.Worksp
 	})
 	if err == nil {
 		rec.ContainerID, rec.Volume = refs.ContainerID, refs.Volume
-		err = m.rt.StartWorkspace(ctx, refs.ContainerID)
+		if req.restoreFrom == "" {
+			err = m.rt.StartWorkspace(ctx, refs.ContainerID)
+		}
 	}
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -458,6 +468,12 @@ func (m *Manager) Acquire(ctx context.Context, name string) (w *record.Workspace
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if !running || w.State != StateRunning {
+		// Read before the lock: an idle hibernation may have ended since.
+		if w, err = m.st.GetWorkspaceByID(ctx, w.ID); err != nil {
+			return nil, nil, err
+		}
 	}
 	if !running && w.State == StateHibernated {
 		if err := m.restoreLocked(ctx, w); err != nil {

@@ -106,6 +106,14 @@ func (r *Runtime) RestoreWorkspace(ctx context.Context, id, dir string) error {
 		_ = os.RemoveAll(target)
 		return fmt.Errorf("restore: copy the image: %w", err)
 	}
+	// The engine uploads the directory to containerd's content store by its
+	// digest: two restores of one image at once (a fork's copies) would
+	// commit the same content and collide. A file naming the container
+	// makes each upload its own; runsc reads only its image's files.
+	if err := os.WriteFile(filepath.Join(target, "sandboxer-container"), []byte(id), 0o600); err != nil {
+		_ = os.RemoveAll(target)
+		return fmt.Errorf("restore: %w", err)
+	}
 	defer os.RemoveAll(target)
 	r.dropExec(id)
 	if _, err := r.cli.ContainerStart(ctx, id, client.ContainerStartOptions{CheckpointID: restoreCheckpoint}); err != nil {
