@@ -60,6 +60,7 @@ func (m *Manager) Copies(ctx context.Context, req CreateRequest, count int) ([]*
 			return nil, nil, err
 		}
 	}
+	start := time.Now()
 	image, note, done := "", "", func() {}
 	if req.WithProcesses {
 		image, note, done = m.checkpointSource(ctx, req.From)
@@ -94,6 +95,7 @@ func (m *Manager) Copies(ctx context.Context, req CreateRequest, count int) ([]*
 		return nil, nil, errs[slices.IndexFunc(errs, func(e error) bool { return e != nil })]
 	}
 	origin := origins[0]
+	m.log.Info().Str("from", req.From).Int("copies", count).Bool("processes", image != "").Dur("took", time.Since(start)).Msg("workspace forked")
 	if origin != nil && req.WithProcesses {
 		origin.Processes, origin.ProcessesNote = image != "", note
 	}
