@@ -63,6 +63,7 @@ func checkDocker(ctx context.Context, rt *docker.Runtime, o Options, report Repo
 	reportFindings(report, findings, err)
 	baseBuilt := reportImages(ctx, rt, report)
 	reportPool(ctx, pol, rt, report)
+	reportHibernation(ctx, pol, rt.Capabilities().Checkpointer, report)
 	if !baseBuilt {
 		return nil
 	}
@@ -99,6 +100,33 @@ func checkDocker(ctx context.Context, rt *docker.Runtime, o Options, report Repo
 	}
 	reportMounts(ctx, pol, rt, job.SandboxLimits(limits, 1<<20), report)
 	return nil
+}
+
+// reportHibernation says, with workspaces.hibernate_after_s, which of the
+// policy's runtimes are checkpointed and which are stopped instead, and why.
+func reportHibernation(ctx context.Context, pol *policy.Policy, cp sandbox.WorkspaceCheckpointer, report Report) {
+	if pol.Workspaces.HibernateAfterS <= 0 {
+		return
+	}
+	keys := pol.Runtimes()
+	if pol.Runtime == "" {
+		keys = append([]policy.RuntimeKey{{Key: "runtime", Runtime: ""}}, keys...)
+	}
+	for _, k := range keys {
+		name := k.Runtime
+		if name == "" {
+			name = "the default runtime"
+		}
+		why := "the engine has no checkpoints"
+		if cp != nil {
+			why = cp.CheckpointRefusal(ctx, k.Runtime)
+		}
+		if why == "" {
+			report(true, "hibernation", fmt.Sprintf("workspaces on %s (%s) are checkpointed after workspaces.hibernate_after_s", name, k.Key), "")
+			continue
+		}
+		report(true, "hibernation", fmt.Sprintf("workspaces on %s (%s) are stopped instead of hibernated after workspaces.hibernate_after_s: %s", name, k.Key, why), "")
+	}
 }
 
 // reportPool says what the policy asks of the warm pool and how many warm
