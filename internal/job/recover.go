@@ -167,8 +167,6 @@ func (m *Manager) adopt(ctx context.Context, rec *record.Job, c sandbox.Containe
 	j.req = Request{Kind: rec.Kind, Command: rec.Command, Language: rec.Language, Image: rec.Image,
 		Workspace: rec.Workspace, Cwd: rec.Cwd, Limits: policy.Resolved{Timeout: time.Duration(rec.Limits.TimeoutMS) * time.Millisecond}}
 	j.readCursors = readCursorsOf(rec)
-	// Stdin does not survive a restart: the engine closed it when our attach dropped.
-	j.rec.StdinOpen = false
 	if s := rec.Details.Session; rec.Kind == KindSession && s != nil && s.Mode == ModePTY {
 		// The screen so far, from what was captured before the restart.
 		j.term = terminal.New(s.Rows, s.Cols)
@@ -186,6 +184,9 @@ func (m *Manager) adopt(ctx context.Context, rec *record.Job, c sandbox.Containe
 	}
 	j.handle = h
 	j.rec.ContainerID = c.ID
+	// Stdin survives a restart only where something held it meanwhile (a
+	// workspace's daemon); elsewhere the engine closed it with our attach.
+	j.rec.StdinOpen = rec.StdinOpen && h.KeepsStdin()
 	if j.rec.StartedAt.IsZero() {
 		// Crashed between the sandbox's start and storing it: the timeout counts from now.
 		j.rec.StartedAt = time.Now()
@@ -200,7 +201,7 @@ func (m *Manager) adopt(ctx context.Context, rec *record.Job, c sandbox.Containe
 	m.mu.Unlock()
 	j.mu.Lock()
 	j.timer = time.AfterFunc(remaining, func() { m.end(j, record.StatusTimedOut, record.ReasonTimeout) })
-	// An adopted session has no stdin: it ends at its idle timeout, counted from now.
+	// An adopted session's idle timeout counts from now.
 	m.startIdle(j)
 	j.mu.Unlock()
 	m.log.Info().Str("job", rec.ID).Dur("timeout_left", remaining).Msg("adopted running job")

@@ -53,6 +53,7 @@ func (r *fakeRuntime) ImageExists(context.Context, string) (bool, error) { retur
 func (r *fakeRuntime) Close() error                                      { return nil }
 
 func (h *fakeHandle) ContainerID() string { return h.id }
+func (h *fakeHandle) KeepsStdin() bool    { return false }
 func (h *fakeHandle) WriteStdin(context.Context, []byte) (int, error) {
 	return 0, sandbox.ErrNoStdin
 }

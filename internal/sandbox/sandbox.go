@@ -202,6 +202,11 @@ type Handle interface {
 	Resize(ctx context.Context, rows, cols uint16) error
 	// Destroy kills everything in the sandbox and removes it; idempotent.
 	Destroy(ctx context.Context) error
+	// KeepsStdin says whether an adopted job's stdin (and terminal) still
+	// reach it: a workspace daemon's job, whose daemon held them while no
+	// server was attached. False for a job of a sandbox of its own, whose
+	// stdin went with the attach of the server that started it.
+	KeepsStdin() bool
 }
 
 // Container is a labelled container found on the engine.

@@ -27,6 +27,9 @@ func (a Attached) WriteStdin(ctx context.Context, p []byte) (int, error) {
 	return a.C.WriteStdin(ctx, p)
 }
 
+// KeepsStdin: the job was adopted with its stdin (sandbox.Handle).
+func (a Attached) KeepsStdin() bool { return a.C.Kept }
+
 // CloseStdin sends end-of-file to the job, after writes in progress.
 func (a Attached) CloseStdin() error { return a.C.CloseStdin(closeStdinTimeout) }
 

@@ -117,6 +117,9 @@ type Client struct {
 	// HasStdin: the job reads frames' Data (stdin "pipe"). TTY: it runs on
 	// a terminal (Resize works). Set before the spec frame goes.
 	HasStdin, TTY bool
+	// Kept: adopted with its stdin and terminal (a workspace daemon's
+	// job); the job's manager knows whether it has either.
+	Kept bool
 	// JoinMidStream: the stream was joined while running, so frames are
 	// found by proto.Resync. Set before ReadUntilEnd.
 	JoinMidStream bool
@@ -334,6 +337,9 @@ func (c *Client) Parse(src io.Reader) {
 			if n, err := proto.DecodeAck(p); err == nil {
 				c.ackMu.Lock()
 				c.acked = max(c.acked, n)
+				// Adopted (Kept): the count includes input an earlier
+				// server sent, which this one never counted.
+				c.sent = max(c.sent, c.acked)
 				c.ackCond.Broadcast()
 				c.ackMu.Unlock()
 			}

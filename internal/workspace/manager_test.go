@@ -214,13 +214,7 @@ func TestPauseWhenIdleThawOnUse(t *testing.T) {
 		frozen, _ := e.WorkspaceFrozen(ctx, w.ContainerID)
 		return got.State == StatePaused && frozen
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for m.poll(); !paused(); m.poll() {
-		if time.Now().After(deadline) {
-			t.Fatal("an idle workspace was not paused after pause_after_s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	pollUntil(t, m, paused, "an idle workspace was not paused after pause_after_s")
 	if code, out := run(t, ctx, rt, "proj", "echo thawed"); code != 0 || out != "thawed\n" {
 		t.Fatalf("a job of the paused workspace: %d %q", code, out)
 	}
@@ -229,44 +223,13 @@ func TestPauseWhenIdleThawOnUse(t *testing.T) {
 	}
 
 	// A session idle for pause_after_s is frozen with its workspace.
-	spec := sandboxtest.Spec("fake/base", "echo ready; cat; echo after")
-	spec.Workspace, spec.Kind, spec.OpenStdin = "proj", sandbox.KindSession, true
-	out := &sandbox.Buffer{Max: 1 << 20}
-	h, err := rt.Start(ctx, spec, out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Destroy(context.Background())
-	for deadline := time.Now().Add(10 * time.Second); out.Stdout() != "ready\n"; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("session output %q", out.Stdout())
-		}
-	}
+	h, out := startIdleSession(t, ctx, rt, "proj")
 	m.poll()
 	if paused() {
 		t.Fatal("a workspace whose session just spoke was paused")
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for m.poll(); !paused(); m.poll() {
-		if time.Now().After(deadline) {
-			t.Fatal("a workspace with only an idle session was not paused")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if _, err := h.WriteStdin(ctx, []byte("typed\n")); err != nil {
-		t.Fatalf("input to a paused session: %v", err)
-	}
-	if err := h.CloseStdin(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-h.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the session did not go on after its input thawed it: %q", out.Stdout())
-	}
-	if got := out.Stdout(); got != "ready\ntyped\nafter\n" || paused() {
-		t.Fatalf("after the thaw: %q (paused %v)", got, paused())
-	}
+	pollUntil(t, m, paused, "a workspace with only an idle session was not paused")
+	finishSession(t, ctx, h, out, paused)
 }
 
 // TestHibernateWhenIdleRestoreOnUse: a workspace idle for
@@ -286,19 +249,7 @@ func TestHibernateWhenIdleRestoreOnUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := NewRuntime(e, m)
-	spec := sandboxtest.Spec("fake/base", "echo ready; cat; echo after")
-	spec.Workspace, spec.Kind, spec.OpenStdin = "proj", sandbox.KindSession, true
-	out := &sandbox.Buffer{Max: 1 << 20}
-	h, err := rt.Start(ctx, spec, out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Destroy(context.Background())
-	for deadline := time.Now().Add(10 * time.Second); out.Stdout() != "ready\n"; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("session output %q", out.Stdout())
-		}
-	}
+	h, out := startIdleSession(t, ctx, rt, "proj")
 	image := filepath.Join(m.CheckpointDir, "alice", w.ID)
 	hibernated := func() bool {
 		got, _ := m.Get(ctx, "proj")
@@ -307,32 +258,13 @@ func TestHibernateWhenIdleRestoreOnUse(t *testing.T) {
 	}
 	waitHibernated := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for m.poll(); !hibernated(); m.poll() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s was not hibernated after hibernate_after_s", what)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		pollUntil(t, m, hibernated, what+" was not hibernated after hibernate_after_s")
 	}
 	waitHibernated("a workspace with only an idle session")
 	if fi, err := os.Stat(filepath.Join(image, "checkpoint.json")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the image under the tenant's directory: %v %v", fi, err)
 	}
-	if _, err := h.WriteStdin(ctx, []byte("typed\n")); err != nil {
-		t.Fatalf("input to a hibernated session: %v", err)
-	}
-	if err := h.CloseStdin(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-h.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the session did not go on after its input restored it: %q", out.Stdout())
-	}
-	if got := out.Stdout(); got != "ready\ntyped\nafter\n" || hibernated() {
-		t.Fatalf("after the restore: %q (hibernated %v)", got, hibernated())
-	}
+	finishSession(t, ctx, h, out, hibernated)
 	if _, err := os.Stat(image); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the image outlived its restore: %v", err)
 	}
@@ -373,16 +305,10 @@ func TestHibernateWhenIdleRestoreOnUse(t *testing.T) {
 	if _, _, err := m.Create(ctx, CreateRequest{Name: "plain", Language: "bash", Image: "fake/base", Limits: limits(t, pol)}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for m.poll(); ; m.poll() {
-		if got, _ := m.Get(ctx, "plain"); got.State == StateStopped {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a workspace that cannot be hibernated was not stopped")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	pollUntil(t, m, func() bool {
+		got, _ := m.Get(ctx, "plain")
+		return got.State == StateStopped
+	}, "a workspace that cannot be hibernated was not stopped")
 }
 
 // TestForkWithProcesses: copies of a workspace with its processes get its
@@ -458,5 +384,57 @@ func TestForkWithProcesses(t *testing.T) {
 	}
 	if len(copies) != 1 || copies[0].Name != "plain" || origin.Processes || !strings.Contains(origin.ProcessesNote, "files only") {
 		t.Fatalf("a fork without checkpoints: %v %+v", copies, origin)
+	}
+}
+
+// startIdleSession starts `echo ready; cat; echo after` as a session of
+// workspace ws and waits for its first line.
+func startIdleSession(t *testing.T, ctx context.Context, rt sandbox.Runtime, ws string) (sandbox.Handle, *sandbox.Buffer) {
+	t.Helper()
+	spec := sandboxtest.Spec("fake/base", "echo ready; cat; echo after")
+	spec.Workspace, spec.Kind, spec.OpenStdin = ws, sandbox.KindSession, true
+	out := &sandbox.Buffer{Max: 1 << 20}
+	h, err := rt.Start(ctx, spec, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Destroy(context.Background()) })
+	for deadline := time.Now().Add(10 * time.Second); out.Stdout() != "ready\n"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("session output %q", out.Stdout())
+		}
+	}
+	return h, out
+}
+
+// finishSession types a line into a session asleep with its workspace and
+// ends its input: the input wakes the workspace, and the session goes on.
+func finishSession(t *testing.T, ctx context.Context, h sandbox.Handle, out *sandbox.Buffer, asleep func() bool) {
+	t.Helper()
+	if _, err := h.WriteStdin(ctx, []byte("typed\n")); err != nil {
+		t.Fatalf("input to a sleeping session: %v", err)
+	}
+	if err := h.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the session did not go on after its input woke it: %q", out.Stdout())
+	}
+	if got := out.Stdout(); got != "ready\ntyped\nafter\n" || asleep() {
+		t.Fatalf("after the input: %q (asleep %v)", got, asleep())
+	}
+}
+
+// pollUntil runs the idle loop until cond holds.
+func pollUntil(t *testing.T, m *Manager, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for m.poll(); !cond(); m.poll() {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

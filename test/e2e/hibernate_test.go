@@ -28,9 +28,10 @@ func requireCheckpoints(t *testing.T) {
 
 // TestGVisorWorkspaceHibernates: on runsc, a workspace whose only process
 // is an idle Python REPL (serving HTTP from a thread) is checkpointed and
-// stopped after hibernate_after_s; a server restart finds it hibernated and
-// restores it to take the REPL over: the REPL keeps its variables, and its
-// server answers through expose_port again.
+// stopped after hibernate_after_s; the next call restores it, and so does a
+// server that died meanwhile, to take the REPL over: the REPL keeps its
+// variables and takes input, and its server answers through expose_port
+// again.
 func TestGVisorWorkspaceHibernates(t *testing.T) {
 	requireCheckpoints(t)
 	t.Parallel()
@@ -38,19 +39,7 @@ func TestGVisorWorkspaceHibernates(t *testing.T) {
 	cleanupWorkspace(t, ws)
 	pol := policyEnv(t, runscPolicy+"workspaces:\n  hibernate_after_s: 2\n")
 	s := startServer(t, pol)
-	s.ok("create_workspace", map[string]any{"name": ws, "language": "python"})
-	r := s.startSession(map[string]any{"workspace": ws, "language": "python", "command": "python3", "until": ">>> $"})
-	id := str(r, "job_id")
-	for _, line := range []string{
-		"x = 41",
-		"import http.server, threading",
-		`srv = http.server.ThreadingHTTPServer(("127.0.0.1", 8000), http.server.SimpleHTTPRequestHandler)`,
-		"t = threading.Thread(target=srv.serve_forever, daemon=True); t.start()",
-	} {
-		if out, _ := s.typeLine(id, line, "until", ">>> $"); !strings.HasSuffix(out, ">>> ") {
-			t.Fatalf("%s answered %q", line, out)
-		}
-	}
+	id := s.replServing(ws, "http.server.SimpleHTTPRequestHandler")
 	s.ok("write_file", map[string]any{"workspace": ws, "path": "hello.txt", "content": "from the workspace\n"})
 	url := str(s.ok("expose_port", map[string]any{"workspace": ws, "port": 8000}), "url")
 	get := func() string {
@@ -91,7 +80,7 @@ func TestGVisorWorkspaceHibernates(t *testing.T) {
 	}
 	waitHibernated(s)
 	// Restored by the next call: the REPL's variable and its server.
-	out, _ := s.typeLine(id, "print(x + 1)", "until", `42\s*\n>>> $`)
+	out, _ := s.typeLine(id, "print(x + 1)", "until", `42\s*\n>>> $`, "wait_s", 45) // the restore first
 	if !strings.Contains(out, "42") {
 		t.Fatalf("after the restore the REPL answered %q (its variable lost?)", out)
 	}
@@ -100,12 +89,15 @@ func TestGVisorWorkspaceHibernates(t *testing.T) {
 	}
 
 	// Hibernated again, then the server dies: the next one restores it to
-	// adopt the session (whose stdin a restart closes, as for any job), and
-	// the REPL's server, a thread of a process that lived through it all,
-	// answers again.
+	// adopt the session, whose input its daemon kept: the REPL's variable
+	// and its server, a thread of a process that lived through it all.
 	waitHibernated(s)
 	s.kill9() // as a crash would: a clean stop ends its sessions
 	s = startServerIn(t, s.stateDir, pol)
+	out, _ = s.typeLine(id, "x = x * 2; print(x)", "until", `82\s*\n>>> $`, "wait_s", 45)
+	if !strings.Contains(out, "82") {
+		t.Fatalf("after a restart and a restore the REPL answered %q", out)
+	}
 	url = str(s.ok("expose_port", map[string]any{"workspace": ws, "port": 8000}), "url")
 	if got := get(); got != "from the workspace\n" {
 		t.Fatalf("after a restart and a restore the REPL's server answered %q", got)
@@ -128,20 +120,8 @@ func TestGVisorForkCarriesMemory(t *testing.T) {
 		cleanupWorkspace(t, name)
 	}
 	s := startServer(t, policyEnv(t, runscPolicy))
-	s.ok("create_workspace", map[string]any{"name": ws, "language": "python"})
-	r := s.startSession(map[string]any{"workspace": ws, "language": "python", "command": "python3", "until": ">>> $"})
-	id := str(r, "job_id")
-	for _, line := range []string{
-		"x = 41",
-		"import http.server, threading",
-		`H = type("H", (http.server.BaseHTTPRequestHandler,), {"do_GET": lambda self: (self.send_response(200), self.end_headers(), self.wfile.write(str(x).encode()))})`,
-		`srv = http.server.ThreadingHTTPServer(("127.0.0.1", 8000), H)`,
-		"t = threading.Thread(target=srv.serve_forever, daemon=True); t.start()",
-	} {
-		if out, _ := s.typeLine(id, line, "until", ">>> $"); !strings.HasSuffix(out, ">>> ") {
-			t.Fatalf("%s answered %q", line, out)
-		}
-	}
+	// The handler answers with the REPL's x.
+	id := s.replServing(ws, `type("H", (http.server.BaseHTTPRequestHandler,), {"do_GET": lambda self: (self.send_response(200), self.end_headers(), self.wfile.write(str(x).encode()))})`)
 	value := func(name string) string {
 		t.Helper()
 		url := str(s.ok("expose_port", map[string]any{"workspace": name, "port": 8000}), "url")
@@ -161,9 +141,7 @@ func TestGVisorForkCarriesMemory(t *testing.T) {
 	if copies, _ := res["copies"].([]any); len(copies) != 2 || origin["processes"] != true {
 		t.Fatalf("a fork of two with processes: %v", res)
 	}
-	if out, _ := s.typeLine(id, "x = 100", "until", ">>> $"); !strings.HasSuffix(out, ">>> ") {
-		t.Fatalf("x = 100 answered %q", out)
-	}
+	s.typeLines(id, "x = 100")
 	if got := value(ws); got != "100" {
 		t.Fatalf("the source after x = 100 answered %q", got)
 	}
@@ -179,4 +157,33 @@ func TestGVisorForkCarriesMemory(t *testing.T) {
 		t.Fatalf("the source and its copies share hostnames: %v", hosts)
 	}
 	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL", "grace_s": 0})
+}
+
+// typeLines types each line into a Python REPL session, waiting for its
+// next prompt.
+func (s *server) typeLines(id string, lines ...string) {
+	s.t.Helper()
+	for _, line := range lines {
+		if out, _ := s.typeLine(id, line, "until", ">>> $", "wait_s", 30); !strings.HasSuffix(out, ">>> ") {
+			s.t.Fatalf("%s answered %q", line, out)
+		}
+	}
+}
+
+// replServing makes python workspace ws and starts a Python REPL session in
+// it that sets x = 41 and serves HTTP on 127.0.0.1:8000 from a thread, with
+// handler (a Python expression naming a handler class); it returns the
+// session's job id.
+func (s *server) replServing(ws, handler string) string {
+	s.t.Helper()
+	s.ok("create_workspace", map[string]any{"name": ws, "language": "python"})
+	r := s.startSession(map[string]any{"workspace": ws, "language": "python", "command": "python3", "until": ">>> $"})
+	id := str(r, "job_id")
+	s.typeLines(id,
+		"x = 41",
+		"import http.server, threading",
+		`srv = http.server.ThreadingHTTPServer(("127.0.0.1", 8000), `+handler+`)`,
+		"t = threading.Thread(target=srv.serve_forever, daemon=True); t.start()",
+	)
+	return id
 }

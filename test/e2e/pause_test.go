@@ -88,3 +88,27 @@ func TestWorkspacePausesAndThaws(t *testing.T) {
 		t.Fatalf("a job after the restart: %q", got)
 	}
 }
+
+// TestWorkspaceSessionTakesInputAfterRestart: a server that dies leaves a
+// workspace's REPL to its daemon, which keeps its input: the next server
+// adopts it and the REPL answers as before, its variable kept.
+func TestWorkspaceSessionTakesInputAfterRestart(t *testing.T) {
+	testutil.RequireDocker(t)
+	t.Parallel()
+	ws := fmt.Sprintf("rs%d", time.Now().UnixNano()%1_000_000)
+	cleanupWorkspace(t, ws)
+	s := startServer(t)
+	s.ok("create_workspace", map[string]any{"name": ws, "language": "python"})
+	id := str(s.startSession(map[string]any{"workspace": ws, "language": "python", "command": "python3", "until": ">>> $"}), "job_id")
+	s.typeLines(id, "x = 41")
+	s.kill9()
+	s = startServerIn(t, s.stateDir)
+	out, _ := s.typeLine(id, "print(x + 1)", "until", `42\s*\n>>> $`, "wait_s", 30)
+	if !strings.Contains(out, "42") {
+		t.Fatalf("after a restart the REPL answered %q", out)
+	}
+	if j := s.ok("get_job", map[string]any{"job_id": id}); str(j, "status") != "running" {
+		t.Fatalf("the adopted session: %v", j)
+	}
+	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL", "grace_s": 0})
+}

@@ -134,6 +134,8 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, containerID, key string, s
 	h := newHandle(r, containerID, func() {})
 	h.ws, h.key = c, key
 	h.setConn(ch)
+	// The daemon kept the job's input and terminal for the next server.
+	h.C.HasStdin, h.C.TTY, h.C.Kept = true, true, true
 	close(h.launched)
 	h.C.Out.Set(out, 0, 0) // the daemon sends only what was not captured
 	// Reading first: the replay comes before the daemon's answer.

@@ -440,8 +440,11 @@ func (r *Runtime) Adopt(ctx context.Context, containerID string, skipStdout, ski
 	if c.info.Instance != r.instance {
 		return nil, fmt.Errorf("container %s does not belong to this server", containerID)
 	}
-	// Stdin does not survive the attach of the process that started it.
-	h := newHandle(r.Engine, c, downCh, false)
+	// Stdin does not survive the attach of the process that started it,
+	// but for a workspace's job: its daemon keeps it for the next server.
+	_, kept := sandbox.WorkspaceJob(containerID)
+	h := newHandle(r.Engine, c, downCh, kept)
+	h.kept = kept
 	if c.engineLog {
 		go h.follow(out, 0, skipStdout, skipStderr)
 	} else {

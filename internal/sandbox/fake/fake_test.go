@@ -231,7 +231,9 @@ func TestStdinBlocksUntilRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Destroy(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	// Long enough that a busy machine still writes before the deadline (a
+	// deadline already past may win the writer's turn: nothing written).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	n, err := h.WriteStdin(ctx, make([]byte, 1<<20))
 	if !errors.Is(err, context.DeadlineExceeded) || n <= 0 || n >= 1<<20 {

@@ -18,6 +18,7 @@ type handle struct {
 	downCh <-chan struct{} // the engine connection this handle was made on
 
 	hasStdin  bool
+	kept      bool          // adopted with its stdin (a workspace's job)
 	stdinTurn chan struct{} // one writer (or closer) at a time
 	stdinOnce sync.Once
 	stdinDone bool // closed by CloseStdin or by the end (under stdinTurn)
@@ -40,6 +41,8 @@ func newHandle(e *Engine, c *container, downCh <-chan struct{}, stdin bool) *han
 }
 
 func (h *handle) ContainerID() string { return h.c.info.ID }
+
+func (h *handle) KeepsStdin() bool { return h.kept }
 
 func (h *handle) WriteStdin(ctx context.Context, p []byte) (int, error) {
 	if !h.hasStdin {

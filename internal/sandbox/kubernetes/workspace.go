@@ -422,6 +422,8 @@ func (r *Runtime) adoptDaemonJob(ctx context.Context, id, key string, skipStdout
 	h := newHandle(r, id)
 	h.ws, h.key, h.ch = c, key, ch
 	h.C.W = supervisor.ConnWriter(ch)
+	// The daemon kept the job's input and terminal for the next server.
+	h.C.HasStdin, h.C.TTY, h.C.Kept = true, true, true
 	h.C.Out.Set(out, 0, 0) // the daemon sends only what was not captured
 	// Reading first: the replay comes before the daemon's answer.
 	go h.C.ReadUntilEnd(pr, func() { pr.Close() })
