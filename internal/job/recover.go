@@ -3,7 +3,10 @@ package job
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/sandboxer/sandboxer/internal/output"
 	"github.com/sandboxer/sandboxer/internal/policy"
@@ -283,4 +286,45 @@ func (m *Manager) SweepOwn(ctx context.Context) {
 			m.log.Warn().Err(err).Str("container", shortID(c.ID)).Msg("final sweep: remove")
 		}
 	}
+}
+
+// AdoptCopies adopts, as jobs of workspace to (its container toCID), the
+// copies of the running jobs of ctx's tenant's workspace from (container
+// fromCID) that a fork with processes put there: each gets an id and a
+// record of its own, its output so far replayed by the copy's daemon, its
+// input kept. A job the copy lacks (started after the checkpoint) is left
+// out: its record says so, failed.
+func (m *Manager) AdoptCopies(ctx context.Context, from, fromCID, to, toCID string) ([]record.CopiedJob, error) {
+	running, _, err := m.List(ctx, record.ListFilter{Status: []string{record.StatusRunning}, Workspace: from, Limit: record.MaxListLimit})
+	if err != nil {
+		return nil, err
+	}
+	var copied []record.CopiedJob
+	for _, src := range running {
+		cid, key, ok := strings.Cut(src.ContainerID, "/")
+		if !ok || cid != fromCID {
+			continue
+		}
+		now := time.Now()
+		rec := &record.Job{
+			ID: uuid.NewString(), ServerID: m.server, Kind: src.Kind, Status: record.StatusRunning, Command: src.Command,
+			Language: src.Language, Image: src.Image, Workspace: to, Cwd: src.Cwd, Env: src.Env, StdinOpen: src.StdinOpen,
+			Limits: src.Limits, ContainerID: toCID + "/" + key, CreatedAt: now, StartedAt: now,
+			Details: record.Details{Session: src.Details.Session, Script: src.Details.Script},
+		}
+		if err := m.st.CreateJob(ctx, rec); err != nil {
+			return copied, err
+		}
+		if err := m.adopt(ctx, rec, sandbox.Container{ID: rec.ContainerID, JobID: rec.ID, Running: true}); err != nil {
+			m.log.Info().Err(err).Str("job", src.ID).Str("workspace", to).Msg("a fork's copy lacks the job")
+			rec.Status, rec.Reason, rec.EndedAt = record.StatusFailed, record.ReasonLost, time.Now()
+			rec.Error = "the fork's copy did not have this job's process (it started after the checkpoint): " + err.Error()
+			if err := m.st.UpdateJob(ctx, rec); err != nil {
+				return copied, err
+			}
+			continue
+		}
+		copied = append(copied, record.CopiedJob{Workspace: to, JobID: rec.ID, From: src.ID})
+	}
+	return copied, nil
 }

@@ -619,3 +619,76 @@ func TestMachineSharedStateDir(t *testing.T) {
 		_ = me.Remove(ctx, id)
 	}
 }
+
+// TestMachineAdoptCopies: the running jobs of a workspace a fork copied
+// with its processes become jobs of the copy: new ids and records, the
+// output so far replayed, input kept; the source's go on apart.
+func TestMachineAdoptCopies(t *testing.T) {
+	e := newFakeEnv(t, nil)
+	ctx := context.Background()
+	ws := func(name string, start bool) string {
+		refs, err := e.rt.CreateWorkspace(ctx, sandbox.WorkspaceSpec{Name: name, Image: fakeImage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.rt.RemoveWorkspace(context.Background(), refs) })
+		if start {
+			if err := e.rt.StartWorkspace(ctx, refs.ContainerID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return refs.ContainerID
+	}
+	src, dst := ws("src", true), ws("dst", false)
+	out := &sandbox.Buffer{Max: 1 << 20}
+	h, err := e.rt.StartIn(ctx, src, sandbox.Spec{JobID: "orig", Kind: sandbox.KindSession, Image: fakeImage, Cmd: []string{"bash", "-c", "echo ready; cat"}, OpenStdin: true}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Destroy(context.Background())
+	for deadline := time.Now().Add(10 * time.Second); out.Stdout() != "ready\n"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the source's session: %q", out.Stdout())
+		}
+	}
+	orig := &record.Job{ID: "orig", Kind: KindSession, Status: record.StatusRunning, Command: "cat", Image: fakeImage, Workspace: "src",
+		ContainerID: h.ContainerID(), StdinOpen: true, CreatedAt: time.Now(), StartedAt: time.Now(),
+		Limits: record.Limits{TimeoutMS: time.Hour.Milliseconds()}}
+	if err := e.st.CreateJob(ctx, orig); err != nil {
+		t.Fatal(err)
+	}
+	image := filepath.Join(t.TempDir(), "image")
+	if err := e.rt.CheckpointWorkspace(ctx, src, image, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.RestoreWorkspace(ctx, dst, image); err != nil {
+		t.Fatal(err)
+	}
+	copied, err := e.m.AdoptCopies(ctx, "src", src, "dst", dst)
+	if err != nil || len(copied) != 1 || copied[0].From != "orig" || copied[0].Workspace != "dst" {
+		t.Fatalf("AdoptCopies: %+v, %v", copied, err)
+	}
+	id := copied[0].JobID
+	if _, err := e.m.SendInput(ctx, id, []byte("typed in the copy\n"), false); err != nil {
+		t.Fatalf("input to the copy's session: %v", err)
+	}
+	want := "ready\ntyped in the copy\n"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r, err := e.m.Read(ctx, id, ReadRequest{Stream: output.StdoutOnly, Cursor: new(int64), MaxBytes: 1 << 20})
+		if err == nil && string(r.Data) == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the copy's session output: %+v %v", r, err)
+		}
+	}
+	if got := out.Stdout(); got != "ready\n" {
+		t.Fatalf("input to the copy reached the source: %q", got)
+	}
+	if j, err := e.m.Get(ctx, id); err != nil || j.Workspace != "dst" || !j.StdinOpen || j.ContainerID != dst+"/"+strings.SplitN(h.ContainerID(), "/", 2)[1] {
+		t.Fatalf("the copy's job record: %+v %v", j, err)
+	}
+	if _, err := e.m.Kill(ctx, id, "KILL", 0, record.ReasonRequested); err != nil {
+		t.Fatal(err)
+	}
+}

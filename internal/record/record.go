@@ -248,6 +248,14 @@ type WorkspaceDetails struct {
 	LostProcesses string `json:"lost_processes,omitempty"`
 }
 
+// CopiedJob is a job of a fork's source whose process a copy got (a fork
+// with processes), adopted there as a job of its own.
+type CopiedJob struct {
+	Workspace string `json:"workspace"` // the copy
+	JobID     string `json:"job_id"`    // the job in the copy
+	From      string `json:"from"`      // the source's job it was copied from
+}
+
 // SecretUse is a secret as a workspace's jobs hold it: its name and the
 // workspace's placeholder for it.
 type SecretUse struct {

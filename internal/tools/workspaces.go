@@ -219,6 +219,16 @@ func CreateWorkspace(d Deps) Tool {
 		if err != nil {
 			return workspaceFailure(err), nil
 		}
+		if origin != nil && origin.Processes && d.Jobs != nil {
+			// The source's jobs are in each copy: each becomes a job there.
+			for _, c := range copies {
+				jobs, err := d.Jobs.AdoptCopies(ctx, src.Name, src.ContainerID, c.Name, c.ContainerID)
+				if err != nil {
+					return failure(err), nil
+				}
+				origin.Jobs = append(origin.Jobs, jobs...)
+			}
+		}
 		w := copies[0]
 		info := workspaceInfo(ctx, ws, w)
 		text := fmt.Sprintf("workspace %s created (%s, %s)", info.Name, info.Language, info.State)

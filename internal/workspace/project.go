@@ -46,6 +46,9 @@ type Origin struct {
 	// (with_processes); ProcessesNote why it copied files only.
 	Processes     bool   `json:"processes,omitempty"`
 	ProcessesNote string `json:"processes_note,omitempty"`
+	// Jobs are the source's running jobs each copy got, adopted there as
+	// its own (the tool fills it: the job manager adopts them).
+	Jobs []record.CopiedJob `json:"jobs,omitempty"`
 }
 
 // importMountPoint is where a helper sees the mount being imported.

@@ -109,9 +109,10 @@ func TestGVisorWorkspaceHibernates(t *testing.T) {
 }
 
 // TestGVisorForkCarriesMemory: two copies of a runsc workspace with its
-// processes: a REPL's variable, served by a thread of that REPL, is in each
-// copy; set anew in the source, the copies keep the old value. Each copy has
-// its own hostname.
+// processes: the REPL is a session of each copy, with the source's
+// variable, and each goes its own way (its server thread answers with its
+// own x; the source's, set anew, with the source's). Each copy has its own
+// hostname.
 func TestGVisorForkCarriesMemory(t *testing.T) {
 	requireCheckpoints(t)
 	t.Parallel()
@@ -138,8 +139,21 @@ func TestGVisorForkCarriesMemory(t *testing.T) {
 	}
 	res := s.ok("create_workspace", map[string]any{"name": ws + "c", "from": ws, "with_processes": true, "count": 2})
 	origin, _ := res["origin"].(map[string]any)
-	if copies, _ := res["copies"].([]any); len(copies) != 2 || origin["processes"] != true {
+	jobs, _ := origin["jobs"].([]any)
+	if copies, _ := res["copies"].([]any); len(copies) != 2 || origin["processes"] != true || len(jobs) != 2 {
 		t.Fatalf("a fork of two with processes: %v", res)
+	}
+	// Each copy's REPL is a session of that copy: it has x, and its own.
+	for _, j := range jobs {
+		cj := j.(map[string]any)
+		if cj["from"] != id {
+			t.Fatalf("a copied job from %v, want the REPL %s", cj["from"], id)
+		}
+		copyID := str(cj, "job_id")
+		if out, _ := s.typeLine(copyID, "x = x + 1; print(x)", "until", `42\s*\n>>> $`, "wait_s", 30); !strings.Contains(out, "42") {
+			t.Fatalf("the copy %v's REPL answered %q", cj["workspace"], out)
+		}
+		defer s.ok("kill_job", map[string]any{"job_id": copyID, "signal": "KILL", "grace_s": 0})
 	}
 	s.typeLines(id, "x = 100")
 	if got := value(ws); got != "100" {
@@ -147,8 +161,8 @@ func TestGVisorForkCarriesMemory(t *testing.T) {
 	}
 	hosts := map[string]bool{}
 	for _, c := range []string{ws + "c-1", ws + "c-2"} {
-		if got := value(c); got != "41" {
-			t.Fatalf("copy %s answered %q, want the value at the fork, 41", c, got)
+		if got := value(c); got != "42" {
+			t.Fatalf("copy %s answered %q, want its own x, 42", c, got)
 		}
 		hosts[s.wsOut(c, "hostname")] = true
 	}

@@ -39,6 +39,7 @@ type imageJob struct {
 	Env    []string `json:"env"`
 	Stdout string   `json:"stdout"`
 	Stderr string   `json:"stderr"`
+	Stdin  bool     `json:"stdin"` // its stdin still open
 }
 
 // CheckpointRefusal: every fake runtime can be checkpointed.
@@ -66,6 +67,9 @@ func (r *Runtime) CheckpointWorkspace(ctx context.Context, id, dir string, leave
 			}
 		}
 		j.mu.Unlock()
+		j.stdin.mu.Lock()
+		job.Stdin = !j.stdin.eof
+		j.stdin.mu.Unlock()
 		if !ended {
 			img.Jobs = append(img.Jobs, job)
 		}
@@ -157,7 +161,7 @@ func (r *Runtime) copyJob(id string, job imageJob) error {
 	}
 	r.seq++
 	c := newContainer(r.Engine, sandbox.Container{ID: id + "/" + job.Key, Instance: r.instance, Server: r.server},
-		sandbox.Spec{Cmd: []string{"bash", "-c", job.Script}, Env: job.Env}, r.seq)
+		sandbox.Spec{Cmd: []string{"bash", "-c", job.Script}, Env: job.Env, OpenStdin: job.Stdin}, r.seq)
 	c.fs, c.image, c.network, c.reach = ws.fs, ws.image, ws.network, ws.reach
 	c.resumeAt = job.At
 	if job.Stdout != "" {
