@@ -71,6 +71,7 @@ func (m *Manager) hibernateIdle(ctx context.Context, id string, after time.Durat
 	}
 	m.mu.Lock()
 	busy := s.busy
+	s.unhibernated = time.Now()
 	m.mu.Unlock()
 	if busy > 0 {
 		m.log.Info().Str("workspace", w.Name).Str("why", why).Msg("idle workspace not hibernated: its sessions keep it running")
@@ -78,6 +79,15 @@ func (m *Manager) hibernateIdle(ctx context.Context, id string, after time.Durat
 	}
 	m.log.Info().Str("workspace", w.Name).Str("why", why).Msg("idle workspace stopped instead of hibernated: its processes end")
 	m.stopIdle(ctx, id, after)
+}
+
+// mayHibernate says whether a hibernation of s may be tried: not within
+// after of one that did not happen (no log line and no engine call every
+// poll for a workspace that cannot be hibernated and is kept running).
+func (m *Manager) mayHibernate(s *wsState, after time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return time.Since(s.unhibernated) >= after
 }
 
 // hibernateLocked checkpoints w (its lock held): "" when done, else why

@@ -128,6 +128,9 @@ type wsState struct {
 	// lost says, once, why a restore failed and the workspace started
 	// afresh (under Manager.mu): the next job's output says so.
 	lost string
+	// unhibernated is when a hibernation last did not happen (under
+	// Manager.mu): it is not tried again for hibernate_after_s.
+	unhibernated time.Time
 }
 
 // touchEvery is how often a workspace's last use is written while jobs come
@@ -600,7 +603,7 @@ func (m *Manager) poll() {
 			if jobs > 0 {
 				m.checkQuota(ctx, w, s)
 			}
-		case (w.State == StateRunning || w.State == StatePaused) && hibernateAfter > 0 && m.idleFor(s, w, hibernateAfter):
+		case (w.State == StateRunning || w.State == StatePaused) && hibernateAfter > 0 && m.idleFor(s, w, hibernateAfter) && m.mayHibernate(s, hibernateAfter):
 			m.hibernateIdle(ctx, w.ID, hibernateAfter)
 		case w.State == StateRunning && pauseAfter > 0 && m.idleFor(s, w, pauseAfter):
 			m.pauseIdle(ctx, w.ID, pauseAfter)
