@@ -1,10 +1,13 @@
 package backend
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
 // What a policy asks of its backend is checked against the backend's row,
@@ -85,5 +88,43 @@ func TestPodmanBeforeItsSocket(t *testing.T) {
 			t.Errorf("%s before its socket: egress network %v, tunnel %v, tunnel installs %v", c.backend, caps.EgressNetwork != nil, caps.EgressTunnel != nil, caps.TunnelInstalls != nil)
 		}
 		e.Close()
+	}
+}
+
+// refusingCheckpointer refuses every runtime but runsc.
+type refusingCheckpointer struct{ sandbox.WorkspaceCheckpointer }
+
+func (refusingCheckpointer) CheckpointRefusal(_ context.Context, runtime string) string {
+	if runtime == "runsc" {
+		return ""
+	}
+	return "runc needs CRIU"
+}
+
+// TestReportHibernation: doctor names, per runtime the policy names, whether
+// its workspaces hibernate or are stopped instead, and why; nothing without
+// hibernate_after_s.
+func TestReportHibernation(t *testing.T) {
+	pol := policy.Default()
+	pol.Templates = map[string]policy.Template{"gv": {Runtime: "runsc"}}
+	var lines []string
+	report := func(ok bool, what, detail, fix string) { lines = append(lines, what+": "+detail) }
+	reportHibernation(context.Background(), pol, refusingCheckpointer{}, report)
+	if len(lines) != 0 {
+		t.Fatalf("reported without hibernate_after_s: %q", lines)
+	}
+	pol.Workspaces.HibernateAfterS = 60
+	reportHibernation(context.Background(), pol, refusingCheckpointer{}, report)
+	want := []string{
+		"hibernation: workspaces on the default runtime (runtime) are stopped instead of hibernated after workspaces.hibernate_after_s: runc needs CRIU",
+		"hibernation: workspaces on runsc (templates.gv.runtime) are checkpointed after workspaces.hibernate_after_s",
+	}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("doctor said %q, want %q", lines, want)
+	}
+	lines = nil
+	reportHibernation(context.Background(), pol, nil, report)
+	if len(lines) != 2 || !strings.Contains(lines[1], "the engine has no checkpoints") {
+		t.Fatalf("an engine without checkpoints: %q", lines)
 	}
 }
