@@ -54,9 +54,10 @@ run:
 
 # Opt-in: build current gVisor (runsc) from the Go module proxy and register it with the
 # running dockerd as runtime runsc (KVM where it runs, else systrap; --oci-seccomp; merging
-# /etc/docker/daemon.json, reloading with SIGHUP). Then `runtime: runsc` in a policy runs
-# jobs under it, and `make test` re-runs the hardening and isolation tests under it
-# (TestGVisor*, TestHardeningFromInside/runsc).
+# /etc/docker/daemon.json, reloading with SIGHUP; the engine's experimental mode, which serves
+# checkpoints, takes one restart of dockerd the first time). Then `runtime: runsc` in a policy
+# runs jobs under it, workspaces on it hibernate and fork with their processes, and `make test`
+# re-runs the hardening and isolation tests under it (TestGVisor*, TestHardeningFromInside/runsc).
 gvisor: engine
 	@bash scripts/gvisor.sh
 
