@@ -99,6 +99,11 @@ var phases = []phase{
 	{"job.report", "sv_exited", "exit_seen"},
 	{"job.end", "exit_seen", "end_recorded"},
 	{"result", "waited", "result_built"},
+	// A workspace woken for the call, and a fork's steps.
+	{"workspace.thaw", "ws_thaw", "ws_thawed"},
+	{"workspace.restore", "ws_restore", "ws_restored"},
+	{"workspace.fork.checkpoint", "fork_checkpoint", "fork_checkpointed"},
+	{"workspace.fork.copies", "fork_checkpointed", "fork_copied"},
 }
 
 // attributeNotes are the timeline's notes that become span attributes,

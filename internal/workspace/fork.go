@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/record"
 )
 
@@ -84,6 +85,9 @@ func (m *Manager) Copies(ctx context.Context, req CreateRequest, count int) ([]*
 		}()
 	}
 	wg.Wait()
+	if image != "" {
+		observe.MarkCtx(ctx, "fork_copied")
+	}
 	if err := errors.Join(errs...); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		defer cancel()
@@ -121,7 +125,9 @@ func (m *Manager) checkpointSource(ctx context.Context, name string) (image, not
 	s := m.ws(src.ID)
 	s.lock.Lock()
 	start := time.Now()
+	observe.MarkCtx(ctx, "fork_checkpoint")
 	err = m.cp.CheckpointWorkspace(ctx, src.ContainerID, dir, true)
+	observe.MarkCtx(ctx, "fork_checkpointed")
 	s.lock.Unlock()
 	release()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sandboxer/sandboxer/internal/observe"
 	"github.com/sandboxer/sandboxer/internal/record"
 )
 
@@ -133,6 +134,8 @@ func (m *Manager) hibernateLocked(ctx context.Context, w *record.Workspace) stri
 // that fails starts it afresh with its files: that is not an error of the
 // call, which the next job's output tells.
 func (m *Manager) restoreLocked(ctx context.Context, w *record.Workspace) error {
+	observe.MarkCtx(ctx, "ws_restore")
+	defer observe.MarkCtx(ctx, "ws_restored")
 	dir := m.imageDir(w)
 	start := time.Now()
 	err := errors.New("the engine cannot restore a checkpoint")

@@ -675,6 +675,8 @@ func (m *Manager) pauseIdle(ctx context.Context, id string, pauseAfter time.Dura
 // thawLocked thaws a paused workspace and records it running (its lock
 // held).
 func (m *Manager) thawLocked(ctx context.Context, w *record.Workspace) error {
+	observe.MarkCtx(ctx, "ws_thaw")
+	defer observe.MarkCtx(ctx, "ws_thawed")
 	if m.frozen != nil {
 		if err := m.frozen.ThawWorkspace(ctx, w.ContainerID); err != nil {
 			return fmt.Errorf("thaw workspace %q: %w", w.Name, err)
