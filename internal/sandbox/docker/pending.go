@@ -101,7 +101,6 @@ func (r *Runtime) buildMissing(ctx context.Context, builds []images.Build, log i
 		return done, nil
 	}
 	go func() {
-		defer r.pending.clear()
 		built, err := ensureBuilds(ctx, r.cli, builds, false, log, func(tag string) {
 			beforeImageReady(tag)
 			r.pending.remove(tag)
@@ -111,6 +110,9 @@ func (r *Runtime) buildMissing(ctx context.Context, builds []images.Build, log i
 		} else {
 			fmt.Fprintf(log, "==> %d image builds done: every sandbox image is present\n", len(built))
 		}
+		// Cleared before the end is told: whoever hears it then finds no
+		// image still said to be building (a failed one is missing).
+		r.pending.clear()
 		done <- err
 	}()
 	return done, nil
