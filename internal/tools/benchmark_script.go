@@ -79,7 +79,7 @@ func BenchmarkScript(d Deps) Tool {
 			"process limit per run; default %d", l.Pids.Default),
 	})
 	def := mcp.NewTool("benchmark_script",
-		mcp.WithDescription("Run a script warmup + runs times, each in a fresh sandbox: per-run wall, CPU and peak memory, and min, median, max. Docs: sandboxer://docs/benchmark_script"),
+		mcp.WithDescription("Run a script warmup + runs times, each in a fresh sandbox: per-run wall, CPU and peak memory, and min, median, max."),
 		mcp.WithToolTitle("Benchmark a script"),
 		annotations("Benchmark a script", false, true, false, false),
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),

@@ -80,7 +80,7 @@ func blockListText(res BlockListResult, head string) string {
 func ListBlockedCommands(d Deps) Tool {
 	in := inputSchema[ListBlockedArgs](nil)
 	def := mcp.NewTool("list_blocked_commands",
-		mcp.WithDescription("Blocked commands, their reasons, and whether agents may edit them. Docs: sandboxer://docs/list_blocked_commands"),
+		mcp.WithDescription("Blocked commands, their reasons, and whether agents may edit them."),
 		mcp.WithToolTitle("List blocked commands"),
 		annotations("List blocked commands", true, false, true, false),
 		withInput(in),
@@ -99,7 +99,7 @@ func ListBlockedCommands(d Deps) Tool {
 func BlockCommand(d Deps) Tool {
 	in := inputSchema[BlockCommandArgs](nil)
 	def := mcp.NewTool("block_command",
-		mcp.WithDescription("Block a command on every entry point (where the operator lets agents). Docs: sandboxer://docs/block_command"),
+		mcp.WithDescription("Block a command on every entry point (where the operator lets agents)."),
 		mcp.WithToolTitle("Block a command"),
 		annotations("Block a command", false, false, true, false),
 		withInput(in),
@@ -126,7 +126,7 @@ func BlockCommand(d Deps) Tool {
 func UnblockCommand(d Deps) Tool {
 	in := inputSchema[UnblockCommandArgs](nil)
 	def := mcp.NewTool("unblock_command",
-		mcp.WithDescription("Unblock a command an agent blocked. Docs: sandboxer://docs/unblock_command"),
+		mcp.WithDescription("Unblock a command an agent blocked."),
 		mcp.WithToolTitle("Unblock a command"),
 		annotations("Unblock a command", false, true, true, false),
 		withInput(in),

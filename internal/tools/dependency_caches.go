@@ -53,7 +53,7 @@ func cacheOut(c deps.Cache) DependencyCache {
 func ListDependencyCaches(d Deps) Tool {
 	in := inputSchema[ListDependencyCachesArgs](nil)
 	def := mcp.NewTool("list_dependency_caches",
-		mcp.WithDescription("run_script's dependency caches and sizes. Docs: sandboxer://docs/list_dependency_caches"),
+		mcp.WithDescription("run_script's dependency caches and sizes."),
 		mcp.WithToolTitle("List dependency caches"),
 		annotations("List dependency caches", true, false, true, false),
 		withInput(in),
@@ -86,7 +86,7 @@ func ListDependencyCaches(d Deps) Tool {
 func PruneDependencyCaches(d Deps) Tool {
 	in := inputSchema[PruneDependencyCachesArgs](nil)
 	def := mcp.NewTool("prune_dependency_caches",
-		mcp.WithDescription("Remove run_script's dependency caches. Docs: sandboxer://docs/prune_dependency_caches"),
+		mcp.WithDescription("Remove run_script's dependency caches."),
 		mcp.WithToolTitle("Prune dependency caches"),
 		annotations("Prune dependency caches", false, true, true, false),
 		withInput(in),

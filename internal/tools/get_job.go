@@ -17,7 +17,7 @@ func GetJob(d Deps) Tool {
 		"wait_s": waitParam(d.policyOrDefault(), "seconds to wait", 0),
 	})
 	def := mcp.NewTool("get_job",
-		mcp.WithDescription("A job's record: status, reason, exit code, command, limits, timings, usage; wait_s waits for its end first. Docs: sandboxer://docs/get_job"),
+		mcp.WithDescription("A job's record: status, reason, exit code, command, limits, timings, usage; wait_s waits for its end first."),
 		mcp.WithToolTitle("Get a job"),
 		annotations("Get a job", true, false, true, false),
 		withInput(in),

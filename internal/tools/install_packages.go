@@ -57,13 +57,13 @@ func InstallPackages(d Deps) Tool {
 	managers := append([]string{workspace.ManagerAuto}, workspace.Managers...)
 	in := inputSchema[InstallPackagesArgs](map[string]param{
 		"workspace":  {desc: workspaceNameDesc},
-		"packages":   {desc: "packages, versioned as the manager writes it (jq=1.6-2.1, x@^2, requests==2.31.0)"},
+		"packages":   {desc: "packages, versioned as the manager writes it (jq=1.6-2, x@^2, x==2.31)"},
 		"manager":    oneOf(managers...).describe("manager of packages; default auto (the workspace language's)"),
 		"by_manager": {desc: "manager to packages, instead of packages and manager"},
 		"timeout_s":  between(1, maxTimeout).describe("seconds for the whole install; default %d", min(defaultInstallTimeoutS, int(maxTimeout))),
 	})
 	def := mcp.NewTool("install_packages",
-		mcp.WithDescription("Install packages into a workspace with apt, pip, npm, go or cargo, on a network its jobs never see. Docs: sandboxer://docs/install_packages"),
+		mcp.WithDescription("Install packages into a workspace with apt, pip, npm, go or cargo, on a network its jobs never see."),
 		mcp.WithToolTitle("Install packages"),
 		annotations("Install packages", false, false, true, true),
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),

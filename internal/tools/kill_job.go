@@ -35,7 +35,7 @@ func KillJob(d Deps) Tool {
 			"seconds before the sandbox is removed; default %d", defaultGraceS),
 	})
 	def := mcp.NewTool("kill_job",
-		mcp.WithDescription("Stop a job: a signal (TERM), then after grace_s its sandbox is removed with every process. Docs: sandboxer://docs/kill_job"),
+		mcp.WithDescription("Stop a job: a signal (TERM), then after grace_s its sandbox is removed with every process."),
 		mcp.WithToolTitle("Kill a job"),
 		annotations("Kill a job", false, true, true, false),
 		withInput(in),

@@ -75,7 +75,7 @@ func ListCommands(d Deps) Tool {
 		"workspace": {desc: "look in this workspace instead"},
 	})
 	def := mcp.NewTool("list_commands",
-		mcp.WithDescription("What an image or a workspace offers: commands, tool versions, installed packages. Docs: sandboxer://docs/list_commands"),
+		mcp.WithDescription("What an image or a workspace offers: commands, tool versions, installed packages."),
 		mcp.WithToolTitle("List commands and packages"),
 		annotations("List commands and packages", true, false, true, false),
 		withInput(in),

@@ -72,7 +72,7 @@ func ListJobs(d Deps) Tool {
 			"page size; default %d", record.DefaultListLimit),
 	})
 	def := mcp.NewTool("list_jobs",
-		mcp.WithDescription("Jobs, newest first, filtered by status, kind or workspace; paginated. Docs: sandboxer://docs/list_jobs"),
+		mcp.WithDescription("Jobs, newest first, filtered by status, kind or workspace; paginated."),
 		mcp.WithToolTitle("List jobs"),
 		annotations("List jobs", true, false, true, false),
 		withInput(in),

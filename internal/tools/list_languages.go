@@ -66,7 +66,7 @@ func ListLanguages(d Deps) Tool {
 	versions := &versionCache{v: map[string]string{}}
 	in := inputSchema[ListLanguagesArgs](nil)
 	def := mcp.NewTool("list_languages",
-		mcp.WithDescription("Languages, their images, whether each is built, and its version. Docs: sandboxer://docs/list_languages"),
+		mcp.WithDescription("Languages, their images, whether each is built, and its version."),
 		mcp.WithToolTitle("List languages"),
 		annotations("List languages", true, false, true, false),
 		withInput(in),

@@ -124,7 +124,7 @@ func (d Deps) processes(ctx context.Context, rec *record.Job) JobProcesses {
 func ListProcesses(d Deps) Tool {
 	in := inputSchema[ListProcessesArgs](nil)
 	def := mcp.NewTool("list_processes",
-		mcp.WithDescription("Processes in one running job's sandbox, or in all of this server's. Docs: sandboxer://docs/list_processes"),
+		mcp.WithDescription("Processes in one running job's sandbox, or in all of this server's."),
 		mcp.WithToolTitle("List processes in sandboxes"),
 		annotations("List processes in sandboxes", true, false, false, false),
 		withInput(in),
@@ -167,7 +167,7 @@ func KillProcess(d Deps) Tool {
 		"signal": oneOf(processSignalNames...).checkedByHandler().describe("default TERM"),
 	})
 	def := mcp.NewTool("kill_process",
-		mcp.WithDescription("Signal one process inside a running job's sandbox. Docs: sandboxer://docs/kill_process"),
+		mcp.WithDescription("Signal one process inside a running job's sandbox."),
 		mcp.WithToolTitle("Signal a process in a sandbox"),
 		annotations("Signal a process in a sandbox", false, true, false, false),
 		withInput(in),

@@ -75,7 +75,7 @@ func WorkspaceChanges(d Deps) Tool {
 		"max_bytes": between(1, maxReadBytes).describe("page size; default %d", defaultDiffPage),
 	})
 	def := mcp.NewTool("workspace_changes",
-		mcp.WithDescription("A workspace's changes since its import: paths and a patch for `git apply`. Docs: sandboxer://docs/workspace_changes"),
+		mcp.WithDescription("A workspace's changes since its import: paths and a patch for `git apply`."),
 		mcp.WithToolTitle("Workspace changes"),
 		annotations("Workspace changes", true, false, true, false),
 		withInput(in),
@@ -162,7 +162,7 @@ func ExposePort(d Deps) Tool {
 		"close":     {desc: "close the port instead"},
 	})
 	def := mcp.NewTool("expose_port",
-		mcp.WithDescription("A loopback URL relayed to a TCP port in a workspace, which gains no network. Docs: sandboxer://docs/expose_port"),
+		mcp.WithDescription("A loopback URL relayed to a TCP port in a workspace, which gains no network."),
 		mcp.WithToolTitle("Expose a workspace port"),
 		annotations("Expose a workspace port", false, false, true, false),
 		withInput(in),

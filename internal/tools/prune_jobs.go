@@ -39,7 +39,7 @@ func PruneJobs(d Deps) Tool {
 			"only these statuses"),
 	})
 	def := mcp.NewTool("prune_jobs",
-		mcp.WithDescription("Delete finished jobs' records and stored output. Docs: sandboxer://docs/prune_jobs"),
+		mcp.WithDescription("Delete finished jobs' records and stored output."),
 		mcp.WithToolTitle("Prune finished jobs"),
 		annotations("Prune finished jobs", false, true, true, false),
 		withInput(in),

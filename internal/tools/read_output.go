@@ -161,7 +161,7 @@ func ReadOutput(d Deps) Tool {
 	in := inputSchema[ReadOutputArgs](readParams(d.policyOrDefault(),
 		"seconds to wait for new output (or until)", 0))
 	def := mcp.NewTool("read_output",
-		mcp.WithDescription("Read a job's output: new since the last read, from a cursor, or the last lines; can wait for more or until a regex matches. Docs: sandboxer://docs/read_output"),
+		mcp.WithDescription("Read a job's output: new since the last read, from a cursor or the last lines; may wait for more or for a regex."),
 		mcp.WithToolTitle("Read a job's output"),
 		annotations("Read a job's output", true, false, false, false),
 		withInput(in),

@@ -30,7 +30,7 @@ func ResizeTerminal(d Deps) Tool {
 		"cols": between(terminal.MinCols, terminal.MaxCols).describe("terminal columns"),
 	})
 	def := mcp.NewTool("resize_terminal",
-		mcp.WithDescription("Change a pty session's terminal size. Docs: sandboxer://docs/resize_terminal"),
+		mcp.WithDescription("Change a pty session's terminal size."),
 		mcp.WithToolTitle("Resize a session's terminal"),
 		annotations("Resize a session's terminal", false, false, true, false),
 		withInput(in),

@@ -92,7 +92,7 @@ func RunCommand(d Deps) Tool {
 		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("run_command",
-		mcp.WithDescription("Run a shell command in a fresh sandbox (no network, non-root, capped). Waits up to wait_s, then returns a job_id with the output so far while the job goes on; a non-zero exit is a result. Docs: sandboxer://docs/run_command"),
+		mcp.WithDescription("Run a shell command in a fresh sandbox (no network, non-root, capped). Returns its output within wait_s, and a job_id while it still runs; a non-zero exit is a result."),
 		mcp.WithToolTitle("Run a command in a sandbox"),
 		annotations("Run a command in a sandbox", false, true, false, false),
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),

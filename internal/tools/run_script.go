@@ -359,7 +359,7 @@ func RunScript(d Deps) Tool {
 		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("run_script",
-		mcp.WithDescription("Run source code in a fresh sandbox; waits as run_command. Docs: sandboxer://docs/run_script"),
+		mcp.WithDescription("Run source code in a fresh sandbox; waits as run_command."),
 		mcp.WithToolTitle("Run a script in a sandbox"),
 		annotations("Run a script in a sandbox", false, true, false, false),
 		mcp.WithTaskSupport(mcp.TaskSupportOptional),

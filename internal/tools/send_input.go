@@ -44,7 +44,7 @@ func SendInput(d Deps) Tool {
 			"return once output is quiet this long; default %d for sessions, else 0", sessionSettle.Milliseconds()),
 	})
 	def := mcp.NewTool("send_input",
-		mcp.WithDescription("Type text and keys (ctrl_c, up, tab…) into a session or a job's stdin; returns the answer as read_output. Docs: sandboxer://docs/send_input"),
+		mcp.WithDescription("Type text and keys (ctrl_c, up, tab…) into a session or a job's stdin; returns the answer as read_output."),
 		mcp.WithToolTitle("Send input to a job"),
 		annotations("Send input to a job", false, false, false, false),
 		withInput(in),

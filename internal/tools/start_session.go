@@ -33,7 +33,7 @@ const (
 
 // StartSessionArgs are start_session's arguments.
 type StartSessionArgs struct {
-	Command      string            `json:"command,omitempty" jsonschema:"program on PATH (python3, node, top); default the language's shell or REPL"`
+	Command      string            `json:"command,omitempty" jsonschema:"program on PATH; default the language's shell or REPL"`
 	Args         []string          `json:"args,omitempty" jsonschema:"arguments of command"`
 	Language     string            `json:"language,omitempty"`
 	Mode         string            `json:"mode,omitempty"`
@@ -95,7 +95,7 @@ func StartSession(d Deps) Tool {
 		"secrets": d.secretsParam(),
 	})
 	def := mcp.NewTool("start_session",
-		mcp.WithDescription("Start an interactive program (shell, REPL, top) on a terminal or pipes in a fresh sandbox; drive it with send_input. Docs: sandboxer://docs/start_session"),
+		mcp.WithDescription("Start an interactive program (shell, REPL) on a terminal or pipes in a fresh sandbox; drive it with send_input."),
 		mcp.WithToolTitle("Start an interactive session"),
 		annotations("Start an interactive session", false, true, false, false),
 		withInput(in),

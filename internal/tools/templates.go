@@ -104,7 +104,7 @@ func SnapshotWorkspace(d Deps) Tool {
 		"template":  {desc: "its name; replaces yours of that name"},
 	})
 	def := mcp.NewTool("snapshot_workspace",
-		mcp.WithDescription("Template a workspace (its packages and /workspace files): fresh jobs and workspaces name it as language. Docs: sandboxer://docs/snapshot_workspace"),
+		mcp.WithDescription("Template a workspace (its packages and /workspace files): fresh jobs and workspaces name it as language."),
 		mcp.WithToolTitle("Snapshot a workspace"),
 		annotations("Snapshot a workspace", false, false, false, false),
 		withInput(in),

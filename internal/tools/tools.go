@@ -81,7 +81,7 @@ type Tool struct {
 
 // All returns every tool, in the order they are listed.
 func All(d Deps) []Tool {
-	return []Tool{
+	tools := []Tool{
 		RunCommand(d),
 		GetJob(d),
 		ListJobs(d),
@@ -113,6 +113,12 @@ func All(d Deps) []Tool {
 		ListCommands(d),
 		SnapshotWorkspace(d),
 	}
+	// Each description ends with its docs resource, the URI alone (it says
+	// what it is: a "Docs:" before it cost 30 tools 45 tokens).
+	for i := range tools {
+		tools[i].Def.Description += " " + DocURIPrefix + tools[i].Def.Name
+	}
+	return tools
 }
 
 // annotations sets all four hints explicitly, as the tool contract requires.

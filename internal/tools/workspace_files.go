@@ -79,7 +79,7 @@ func WriteFile(d Deps) Tool {
 		"content":   {desc: fmt.Sprintf("text, or base64 (≤ %d bytes decoded)", workspace.MaxWriteBytes)},
 	})
 	def := mcp.NewTool("write_file",
-		mcp.WithDescription("Write or append a workspace file, making missing directories. Docs: sandboxer://docs/write_file"),
+		mcp.WithDescription("Write or append a workspace file, making missing directories."),
 		mcp.WithToolTitle("Write a file"),
 		annotations("Write a file", false, true, false, false),
 		withInput(in),
@@ -161,7 +161,7 @@ func ReadFile(d Deps) Tool {
 			"default %d", defaultFileReadBytes),
 	})
 	def := mcp.NewTool("read_file",
-		mcp.WithDescription("Read a workspace file, whole or by lines; non-UTF-8 comes back as base64. Docs: sandboxer://docs/read_file"),
+		mcp.WithDescription("Read a workspace file, whole or by lines; non-UTF-8 comes back as base64."),
 		mcp.WithToolTitle("Read a file"),
 		annotations("Read a file", true, false, true, false),
 		withInput(in),
@@ -252,7 +252,7 @@ func ListFiles(d Deps) Tool {
 			"default %d", defaultListEntries),
 	})
 	def := mcp.NewTool("list_files",
-		mcp.WithDescription("List a workspace directory (links shown, never followed). Docs: sandboxer://docs/list_files"),
+		mcp.WithDescription("List a workspace directory (links shown, never followed)."),
 		mcp.WithToolTitle("List files"),
 		annotations("List files", true, false, true, false),
 		withInput(in),

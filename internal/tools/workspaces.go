@@ -113,7 +113,7 @@ func CreateWorkspace(d Deps) Tool {
 		"language": oneOf(d.languageNames()...).checkedByHandler().describe(
 			"default %s", lang.DefaultLanguage),
 		"memory_mb": between(minMemoryMB, float64(l.MemoryMB.Max)).checkedByHandler().describe(
-			"memory MiB, shared by its jobs; default %d", l.MemoryMB.Default),
+			"memory MiB, shared; default %d", l.MemoryMB.Default),
 		"cpus": between(minCPUs, l.CPUs.Max).checkedByHandler().describe(
 			"CPU cores, shared; default %s", num(l.CPUs.Default)),
 		"pids": between(minPids, float64(l.Pids.Max)).checkedByHandler().describe(
@@ -121,13 +121,13 @@ func CreateWorkspace(d Deps) Tool {
 		"mounts":         d.mountsParam(),
 		"import":         d.importParam(),
 		"from":           {desc: "workspace to fork: copy its files"},
-		"with_processes": {desc: "copy its processes and memory too (runsc)"},
-		"count":          between(1, workspace.MaxCopies).describe("copies, named NAME-1…; default 1"),
+		"with_processes": {desc: "also its processes and memory (runsc)"},
+		"count":          between(1, workspace.MaxCopies).describe("copies NAME-1…; default 1"),
 		"egress":         d.egressParam(),
 		"secrets":        d.secretsParam(),
 	})
 	def := mcp.NewTool("create_workspace",
-		mcp.WithDescription("A named persistent sandbox with a volume at /workspace; jobs naming it share its files and packages. Docs: sandboxer://docs/create_workspace"),
+		mcp.WithDescription("A named persistent sandbox: jobs naming it share its /workspace volume and packages."),
 		mcp.WithToolTitle("Create a workspace"),
 		annotations("Create a workspace", false, false, false, false),
 		withInput(in),
@@ -269,7 +269,7 @@ type ListWorkspacesResult struct {
 func ListWorkspaces(d Deps) Tool {
 	in := inputSchema[ListWorkspacesArgs](nil)
 	def := mcp.NewTool("list_workspaces",
-		mcp.WithDescription("List workspaces: state, language, last use, limits. Docs: sandboxer://docs/list_workspaces"),
+		mcp.WithDescription("List workspaces: state, language, last use, limits."),
 		mcp.WithToolTitle("List workspaces"),
 		annotations("List workspaces", true, false, true, false),
 		withInput(in),
@@ -313,7 +313,7 @@ type DeleteWorkspaceResult struct {
 func DeleteWorkspace(d Deps) Tool {
 	in := inputSchema[DeleteWorkspaceArgs](map[string]param{"name": {desc: workspaceNameDesc}})
 	def := mcp.NewTool("delete_workspace",
-		mcp.WithDescription("Delete a workspace, its files and packages; its jobs end. Docs: sandboxer://docs/delete_workspace"),
+		mcp.WithDescription("Delete a workspace, its files and packages; its jobs end."),
 		mcp.WithToolTitle("Delete a workspace"),
 		annotations("Delete a workspace", false, true, true, false),
 		withInput(in),

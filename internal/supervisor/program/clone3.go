@@ -10,6 +10,9 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxer/sandboxer/internal/supervisor/proto"
+	"github.com/sandboxer/sandboxer/internal/tunnel"
 )
 
 // clone3 answers ENOSYS, not EPERM, in every process the supervisor starts.
@@ -26,6 +29,26 @@ import (
 // sysClone3 is clone3's number on amd64 and arm64 alike.
 const sysClone3 = 435
 
+// clone3Env tells the daemon's job supervisors that the filter they
+// inherit is in place, so they add none again (spawn sets it for them
+// alone: no job or install sees it).
+const clone3Env = "SANDBOXER_CLONE3_NOSYS"
+
+// startsPrograms says whether a supervisor run with args starts programs
+// other than itself, which need the filter: a job's supervisor (no
+// arguments, or prestart), the workspace daemon and the install tunnel.
+// The helpers (fs, tar, relay, probe, …) start none; the shim inherits it.
+func startsPrograms(args []string) bool {
+	if len(args) == 0 {
+		return true
+	}
+	switch args[0] {
+	case proto.DaemonCommand, proto.PrestartCommand, tunnel.Command:
+		return true
+	}
+	return false
+}
+
 // auditArch is this architecture's AUDIT_ARCH_* value (0: unknown here,
 // no filter added).
 func auditArch() uint32 {
@@ -41,6 +64,9 @@ func auditArch() uint32 {
 // clone3NoSys adds the filter to every thread of this process (and so to
 // all it starts), when the process already runs under a seccomp filter.
 func clone3NoSys() error {
+	if os.Getenv(clone3Env) != "" {
+		return nil
+	}
 	status, err := os.ReadFile("/proc/self/status")
 	if err != nil || !strings.Contains(string(status), "\nSeccomp:\t2") {
 		return nil

@@ -123,6 +123,7 @@ type child struct {
 
 func (d *daemon) spawn() *child {
 	cmd := exec.Command(d.self)
+	cmd.Env = append(os.Environ(), clone3Env+"=1") // its filter is the daemon's
 	cmd.Stderr = os.Stderr
 	ch := &child{cmd: cmd}
 	if ch.stdin, ch.err = cmd.StdinPipe(); ch.err != nil {

@@ -71,8 +71,10 @@ func Main() {
 	if len(os.Args) > 1 && os.Args[1] == proto.ExecCommand {
 		os.Exit(execMain(os.Args[2:]))
 	}
-	if err := clone3NoSys(); err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxer-supervisor: clone3 stays EPERM, threads may not start: %v\n", err)
+	if startsPrograms(os.Args[1:]) {
+		if err := clone3NoSys(); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxer-supervisor: clone3 stays EPERM, threads may not start: %v\n", err)
+		}
 	}
 	if len(os.Args) > 1 && os.Args[1] == shimFlag {
 		os.Exit(shimMain(os.Args[2:]))
