@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
@@ -54,15 +53,11 @@ func hibernateBench(ctx context.Context, o options) error {
 		_, err := s.runJob(ctx, map[string]any{"command": "true", "workspace": ws})
 		return err
 	}
-	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+sandbox.LabelWorkspace+"="+ws).Output()
-	cid := strings.TrimSpace(string(out))
-	if err != nil || cid == "" {
-		return fmt.Errorf("the workspace's container: %q, %v", cid, err)
+	cid, err := workspaceContainer(ctx, ws)
+	if err != nil {
+		return err
 	}
-	state := func() string {
-		out, _ := exec.CommandContext(ctx, "docker", "inspect", "--format", "{{.State.Status}}", cid).Output()
-		return strings.TrimSpace(string(out))
-	}
+	state := func() string { return containerState(ctx, cid) }
 	progress("hibernate: run_command true in a running workspace x%d", o.runs)
 	running, err := sample(o.runs, true, job)
 	if err != nil {

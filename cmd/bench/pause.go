@@ -30,30 +30,22 @@ func pauseBench(ctx context.Context, o options) error {
 		_, err := s.runJob(ctx, map[string]any{"command": "true", "workspace": ws})
 		return err
 	}
-	container := func() (string, error) {
-		out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+sandbox.LabelWorkspace+"="+ws).Output()
-		return strings.TrimSpace(string(out)), err
-	}
-	state := func(cid string) string {
-		out, _ := exec.CommandContext(ctx, "docker", "inspect", "--format", "{{.State.Status}}", cid).Output()
-		return strings.TrimSpace(string(out))
-	}
 	progress("pause: run_command true in a running workspace x%d", o.runs)
 	running, err := sample(o.runs, true, job)
 	if err != nil {
 		return err
 	}
-	cid, err := container()
-	if err != nil || cid == "" {
-		return fmt.Errorf("the workspace's container: %q, %v", cid, err)
+	cid, err := workspaceContainer(ctx, ws)
+	if err != nil {
+		return err
 	}
 	progress("pause: run_command true in a paused workspace x%d (each after the idle loop paused it)", o.runs)
 	var thawed stats
 	for i := 0; i < o.runs; i++ {
 		deadline := time.Now().Add(30 * time.Second)
-		for state(cid) != "paused" {
+		for containerState(ctx, cid) != "paused" {
 			if time.Now().After(deadline) {
-				return fmt.Errorf("the workspace was not paused within 30 s (state %q)", state(cid))
+				return fmt.Errorf("the workspace was not paused within 30 s (state %q)", containerState(ctx, cid))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -82,4 +74,22 @@ func pauseBench(ctx context.Context, o options) error {
 	fmt.Printf("%-46s %9.2f %9.2f\n", "stopped (the call starts it: cold)", ms(cold.p50()), ms(cold.p95()))
 	fmt.Printf("  paused / cold (p50)  %.3f\n", float64(thawed.p50())/float64(cold.p50()))
 	return nil
+}
+
+// workspaceContainer is the id of workspace ws's container, as the engine
+// lists it.
+func workspaceContainer(ctx context.Context, ws string) (string, error) {
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+sandbox.LabelWorkspace+"="+ws).Output()
+	cid := strings.TrimSpace(string(out))
+	if err != nil || cid == "" {
+		return "", fmt.Errorf("the workspace's container: %q, %v", cid, err)
+	}
+	return cid, nil
+}
+
+// containerState is the engine's word for a container's state (running,
+// paused, exited).
+func containerState(ctx context.Context, cid string) string {
+	out, _ := exec.CommandContext(ctx, "docker", "inspect", "--format", "{{.State.Status}}", cid).Output()
+	return strings.TrimSpace(string(out))
 }

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sandboxer/sandboxer/internal/sandbox"
 )
 
 // requireCheckpoints skips unless the engine has runsc and serves
@@ -55,19 +53,8 @@ func TestGVisorWorkspaceHibernates(t *testing.T) {
 	if got := get(); got != "from the workspace\n" {
 		t.Fatalf("the REPL's server answered %q", got)
 	}
-	engine := func() string {
-		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+sandbox.LabelWorkspace+"="+ws).Output()
-		st, _ := exec.Command("docker", "inspect", "--format", "{{.State.Status}}", strings.TrimSpace(string(out))).Output()
-		return strings.TrimSpace(string(st))
-	}
-	listed := func(s *server) string {
-		for _, w := range s.ok("list_workspaces", map[string]any{})["workspaces"].([]any) {
-			if m := w.(map[string]any); m["name"] == ws {
-				return str(m, "state")
-			}
-		}
-		return ""
-	}
+	engine := func() string { return engineState(ws) }
+	listed := func(s *server) string { return s.listedState(ws) }
 	waitHibernated := func(s *server) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)

@@ -27,20 +27,8 @@ func TestWorkspacePausesAndThaws(t *testing.T) {
 	if out, _ := s.typeLine(id, "x = 41", "until", ">>> $"); !strings.HasSuffix(out, ">>> ") {
 		t.Fatalf("x = 41 answered %q", out)
 	}
-	engine := func() string {
-		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+sandbox.LabelWorkspace+"="+ws).Output()
-		cid := strings.TrimSpace(string(out))
-		st, _ := exec.Command("docker", "inspect", "--format", "{{.State.Status}}", cid).Output()
-		return strings.TrimSpace(string(st))
-	}
-	listed := func() string {
-		for _, w := range s.ok("list_workspaces", map[string]any{})["workspaces"].([]any) {
-			if m := w.(map[string]any); m["name"] == ws {
-				return str(m, "state")
-			}
-		}
-		return ""
-	}
+	engine := func() string { return engineState(ws) }
+	listed := func() string { return s.listedState(ws) }
 	deadline := time.Now().Add(30 * time.Second)
 	for engine() != "paused" || listed() != "paused" {
 		if time.Now().After(deadline) {
@@ -111,4 +99,23 @@ func TestWorkspaceSessionTakesInputAfterRestart(t *testing.T) {
 		t.Fatalf("the adopted session: %v", j)
 	}
 	s.ok("kill_job", map[string]any{"job_id": id, "signal": "KILL", "grace_s": 0})
+}
+
+// engineState is the engine's word for workspace ws's container's state
+// (running, paused, exited).
+func engineState(ws string) string {
+	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+sandbox.LabelWorkspace+"="+ws).Output()
+	st, _ := exec.Command("docker", "inspect", "--format", "{{.State.Status}}", strings.TrimSpace(string(out))).Output()
+	return strings.TrimSpace(string(st))
+}
+
+// listedState is workspace ws's state as list_workspaces shows it.
+func (s *server) listedState(ws string) string {
+	s.t.Helper()
+	for _, w := range s.ok("list_workspaces", map[string]any{})["workspaces"].([]any) {
+		if m := w.(map[string]any); m["name"] == ws {
+			return str(m, "state")
+		}
+	}
+	return ""
 }
