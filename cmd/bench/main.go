@@ -17,6 +17,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -53,6 +54,8 @@ type options struct {
 	concOff    int           // concurrent jobs, pool off
 	maxJobs    int           // jobs.max_concurrent of both servers
 	settle     time.Duration // pause after the pool is full, before a measured call
+	spacing    time.Duration // -only warm: pause between calls (the pool refills)
+	warmPolicy string        // -only warm: the server's policy file ("" = the default policy)
 	trace      bool
 	only       string // run one part alone: "gosuites", "project", "http", "engines" or "workspace"
 }
@@ -69,7 +72,9 @@ func main() {
 	flag.IntVar(&o.concOff, "conc-off", 50, "trivial jobs from concurrent callers, pool off (0 = skip)")
 	flag.IntVar(&o.maxJobs, "max-jobs", 8, "jobs.max_concurrent of both servers (SANDBOXER_MAX_JOBS), so 8 jobs can run at once")
 	flag.DurationVar(&o.settle, "settle", 50*time.Millisecond, "pause once the pool is full before a measured warm call")
-	flag.StringVar(&o.only, "only", "", "run one part alone: core (the baselines, the pool on and off), gosuites, project, http, engines, workspace, features, kubernetes, secrets, load, templates, pause, hibernate (gVisor with checkpoints) or traces")
+	flag.StringVar(&o.only, "only", "", "run one part alone: core (the baselines, the pool on and off), gosuites, project, http, engines, workspace, features, kubernetes, secrets, load, templates, pause, hibernate (gVisor with checkpoints), traces, or warm (warm true alone, for older binaries: git bisect)")
+	flag.DurationVar(&o.spacing, "spacing", 600*time.Millisecond, "-only warm: pause before each call, for the pool to refill")
+	flag.StringVar(&o.warmPolicy, "warm-policy", "", "-only warm: the server's policy file (default: none, the default policy)")
 	flag.BoolVar(&o.trace, "trace", false, "also print where the time of a warm call goes (from the job's timestamps)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -126,6 +131,7 @@ type server struct {
 	c        *client.Client
 	cmd      *exec.Cmd
 	stateDir string
+	instance string // its containers' dev.sandboxer.instance label
 	rt       *docker.Runtime
 	logPath  string
 	// closeExtra closes the server's log and removes its temporary directory.
@@ -188,7 +194,8 @@ func startServer(ctx context.Context, o options, name string, policyYAML string,
 		s.close()
 		return nil, fmt.Errorf("%s server: initialize: %w (log: %s)", name, err, tail(s.logPath))
 	}
-	s.rt, err = docker.New((&config.Config{StateDir: s.stateDir}).Instance())
+	s.instance = (&config.Config{StateDir: s.stateDir}).Instance()
+	s.rt, err = docker.New(s.instance)
 	if err != nil {
 		s.close()
 		return nil, err
@@ -338,22 +345,57 @@ func (s *server) poolFull(ctx context.Context, want int, image string, claimed m
 	}
 }
 
-// anyOfImage says whether one of the containers ids runs the sandbox image
-// named image (always true for "").
+// anyOfImage says whether one of the containers ids runs a sandbox image
+// named image (always true for ""), of any tag: an older binary's images
+// carry other tags (-only warm measures those too).
 func (s *server) anyOfImage(ctx context.Context, ids map[string]bool, image string) (bool, error) {
 	if image == "" {
 		return true, nil
 	}
-	out, err := exec.CommandContext(ctx, "docker", "ps", "-q", "--no-trunc", "--filter", "ancestor="+images.Tag(image)).Output()
+	repo, _, _ := strings.Cut(images.Tag(image), ":")
+	out, err := exec.CommandContext(ctx, "docker", "ps", "--no-trunc", "--format", "{{.ID}} {{.Image}}").Output()
 	if err != nil {
 		return false, fmt.Errorf("docker ps: %w", err)
 	}
-	for _, id := range strings.Fields(string(out)) {
-		if ids[id] {
+	for _, line := range strings.Split(string(out), "\n") {
+		id, img, _ := strings.Cut(line, " ")
+		if ids[id] && strings.HasPrefix(img, repo+":") {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// poolQuiet waits until the pool is done starting sandboxes: want of them
+// wait (one of image), none of the instance's containers is still being
+// created, and the waiting set stayed the same for settle. The pool keeps
+// more than its sizes of a shape whose jobs come fast (pool.max_total), so
+// want can be waiting while it still starts others; a call then shares the
+// two CPUs with their starts, which the "while the pool refills" row
+// measures on its own (docs/benchmark.md).
+func (s *server) poolQuiet(ctx context.Context, want int, image string, claimed map[string]bool, settle time.Duration) (map[string]bool, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		w, err := s.poolFull(ctx, want, image, claimed)
+		if err != nil {
+			return nil, err
+		}
+		time.Sleep(settle)
+		again, err := s.waiting(ctx, claimed)
+		if err != nil {
+			return nil, err
+		}
+		out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+sandbox.LabelInstance+"="+s.instance, "--filter", "status=created").Output()
+		if err != nil {
+			return nil, fmt.Errorf("docker ps: %w", err)
+		}
+		if maps.Equal(w, again) && strings.TrimSpace(string(out)) == "" {
+			return again, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the pool did not settle in 60 s (%d waiting)", len(again))
+		}
+	}
 }
 
 // warmCase is a latency case measured with the pool full before every call.
@@ -378,16 +420,25 @@ type phases struct {
 	haveDie, haveRen bool
 }
 
-// measureWarm times args' run_command with the pool full before each call,
+// measureWarm times args' run_command with the pool full before each call
+// (quiet: also done starting the sandboxes it keeps past its sizes),
 // a sandbox of image (a name of images.All) among those waiting.
-func (s *server) measureWarm(ctx context.Context, o options, poolSize int, image string, claimed map[string]bool, args map[string]any) (*warmCase, error) {
+func (s *server) measureWarm(ctx context.Context, o options, poolSize int, image string, quiet bool, claimed map[string]bool, args map[string]any) (*warmCase, error) {
 	wc := &warmCase{}
 	for i := -1; i < o.runs; i++ { // i == -1: warm-up
-		w, err := s.poolFull(ctx, poolSize, image, claimed)
+		wait := s.poolFull
+		if quiet {
+			wait = func(ctx context.Context, want int, image string, claimed map[string]bool) (map[string]bool, error) {
+				return s.poolQuiet(ctx, want, image, claimed, o.settle)
+			}
+		}
+		w, err := wait(ctx, poolSize, image, claimed)
 		if err != nil {
 			return nil, err
 		}
-		time.Sleep(o.settle)
+		if !quiet {
+			time.Sleep(o.settle)
+		}
 		sent := time.Now()
 		r, err := s.runJob(ctx, args)
 		if err != nil {
@@ -537,6 +588,7 @@ type report struct {
 	host, dockerRun, dockerExec          stats
 	dockerRunJPS                         float64
 	warmTrue, warmEcho, warmPy           *warmCase
+	warmTrueRefilling                    *warmCase // as warmTrue, but the call comes while the pool still starts sandboxes
 	coldTrue, coldEcho, dockerRunOff     stats
 	seqOn, concOn, seqOff, concOff       float64
 	rssIdle, rssIdleAnon, rssBusy        int64
@@ -574,6 +626,8 @@ func run(ctx context.Context, o options) error {
 		return tracesBench(ctx, o)
 	case "hibernate":
 		return hibernateBench(ctx, o)
+	case "warm":
+		return warmOnly(ctx, o)
 	}
 	image := images.Tag("base")
 	r := &report{runs: o.runs, seqN: o.seq, concN: o.conc, callers: o.callers, seqOffN: o.seqOff, concOffN: o.concOff}
@@ -679,16 +733,20 @@ func poolOn(ctx context.Context, o options, r *report) error {
 			}
 		}()
 	}
-	progress("warm: run_command true x%d (pool refilled before each)", o.runs)
-	if r.warmTrue, err = s.measureWarm(ctx, o, r.poolSize, "base", claimed, map[string]any{"command": "true"}); err != nil {
+	progress("warm: run_command true x%d (the pool full and quiet before each)", o.runs)
+	if r.warmTrue, err = s.measureWarm(ctx, o, r.poolSize, "base", true, claimed, map[string]any{"command": "true"}); err != nil {
 		return err
 	}
 	progress("warm: run_command echo hi x%d", o.runs)
-	if r.warmEcho, err = s.measureWarm(ctx, o, r.poolSize, "base", claimed, map[string]any{"command": "echo hi"}); err != nil {
+	if r.warmEcho, err = s.measureWarm(ctx, o, r.poolSize, "base", true, claimed, map[string]any{"command": "echo hi"}); err != nil {
+		return err
+	}
+	progress("warm: run_command true x%d while the pool refills", o.runs)
+	if r.warmTrueRefilling, err = s.measureWarm(ctx, o, r.poolSize, "base", false, claimed, map[string]any{"command": "true"}); err != nil {
 		return err
 	}
 	progress("warm: python3 -c 'print(1)' x%d", o.runs)
-	if r.warmPy, err = s.measureWarm(ctx, o, r.poolSize, "python", claimed, map[string]any{"command": "python3 -c 'print(1)'", "language": "python"}); err != nil {
+	if r.warmPy, err = s.measureWarm(ctx, o, r.poolSize, "python", true, claimed, map[string]any{"command": "python3 -c 'print(1)'", "language": "python"}); err != nil {
 		return err
 	}
 
@@ -863,6 +921,7 @@ func printReport(o options, r *report) {
 	line("docker exec true (running container)", r.dockerExec, "")
 	line("run_command true, warm pool", r.warmTrue.lat, "p50 <= 15, p95 <= 40")
 	line("run_command echo hi, warm pool", r.warmEcho.lat, "p50 <= 15, p95 <= 40")
+	line("run_command true, warm, the pool refilling", r.warmTrueRefilling.lat, "")
 	line("run_command python3 -c print(1), warm pool", r.warmPy.lat, "")
 	line("docker run --rm, interleaved with pool-off calls", r.dockerRunOff, "")
 	line("run_command true, pool off", r.coldTrue, "<= 1.1x docker run")
