@@ -24,14 +24,19 @@ func doctor(args []string) error {
 		return err
 	}
 	problems := 0
+	// A check that passes with a "warning: " detail is shown as one, with
+	// its fix, and fails nothing.
 	report := func(ok bool, what, detail, fix string) {
-		mark := "ok  "
+		mark, warn := "ok  ", false
+		if d, isWarning := strings.CutPrefix(detail, "warning: "); ok && isWarning {
+			mark, warn, detail = "warn", true, d
+		}
 		if !ok {
 			mark = "FAIL"
 			problems++
 		}
 		fmt.Printf("%s %-22s %s\n", mark, what, detail)
-		if !ok && fix != "" {
+		if (!ok || warn) && fix != "" {
 			fmt.Printf("     fix: %s\n", fix)
 		}
 	}

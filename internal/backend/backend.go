@@ -54,7 +54,8 @@ type Options struct {
 	OnError  func(operation string) // counts failed engine calls; may be nil
 }
 
-// Report is one check's outcome, as doctor prints it.
+// Report is one check's outcome, as doctor prints it. A check that passes
+// with a detail beginning "warning: " is printed as a warning with its fix.
 type Report func(ok bool, what, detail, fix string)
 
 var all = []Backend{

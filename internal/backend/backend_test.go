@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/sandbox/fake"
 )
 
 // What a policy asks of its backend is checked against the backend's row,
@@ -126,5 +127,30 @@ func TestReportHibernation(t *testing.T) {
 	reportHibernation(context.Background(), pol, nil, report)
 	if len(lines) != 2 || !strings.Contains(lines[1], "the engine has no checkpoints") {
 		t.Fatalf("an engine without checkpoints: %q", lines)
+	}
+}
+
+// doctor's room: the default policy's pool and concurrent jobs on a node
+// of two CPUs is a warning with the numbers; on one of 64 it fits.
+func TestReportRoom(t *testing.T) {
+	for _, c := range []struct {
+		cpus int64
+		want string
+	}{
+		{2, "warning: the pool's 3 warm sandboxes and 4 concurrent jobs at 1 CPU and 512 MiB each ask 7 CPUs and 3584 MiB; 1 node(s) hold 2 CPUs"},
+		{64, "the pool's 3 warm sandboxes and 4 concurrent jobs at 1 CPU and 512 MiB each ask 7 CPUs and 3584 MiB; 1 node(s) hold 64 CPUs"},
+	} {
+		eng := fake.NewEngine()
+		eng.SetCapacity(c.cpus * 1e9)
+		var got []string
+		reportRoom(context.Background(), policy.Default(), eng.Runtime("room", "").Capabilities().Capacity, func(ok bool, what, detail, fix string) {
+			if !ok {
+				t.Errorf("room on %d CPUs failed: %s", c.cpus, detail)
+			}
+			got = append(got, detail)
+		})
+		if len(got) != 1 || !strings.HasPrefix(got[0], c.want) {
+			t.Errorf("room on %d CPUs: %q, want it to begin %q", c.cpus, got, c.want)
+		}
 	}
 }

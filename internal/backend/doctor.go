@@ -129,6 +129,68 @@ func reportHibernation(ctx context.Context, pol *policy.Policy, cp sandbox.Works
 	}
 }
 
+// reportRoom compares what the policy may ask of an engine whose sandboxes
+// wait for room (the warm pool's sandboxes and jobs.max_concurrent jobs, at
+// the default limits) with the nodes' allocatable and the namespace's
+// quota. More than fits is a warning, not a failure: jobs beyond it wait
+// in the queue, saying why, and the pool gives its idle sandboxes back.
+func reportRoom(ctx context.Context, pol *policy.Policy, c sandbox.CapacityReporter, report Report) {
+	if c == nil {
+		return
+	}
+	room, err := c.Room(ctx)
+	if err != nil {
+		report(false, "room", err.Error(), "")
+		return
+	}
+	warm := 0
+	if pol.Pool.Enabled {
+		for _, n := range pol.Pool.Size {
+			warm += n
+		}
+	}
+	cpus, mem := pol.Limits.CPUs.Default, int64(pol.Limits.MemoryMB.Default)
+	sandboxes := warm + pol.Jobs.MaxConcurrent
+	needCPUs, needMem := float64(sandboxes)*cpus, int64(sandboxes)*mem
+	asked := fmt.Sprintf("the pool's %d warm sandboxes and %d concurrent jobs at %g CPU and %d MiB each ask %g CPUs and %d MiB",
+		warm, pol.Jobs.MaxConcurrent, cpus, mem, needCPUs, needMem)
+	var have []string
+	fitCPUs, fitMem := 0.0, int64(0)
+	least := func(cur, v float64) float64 {
+		if cur == 0 || v < cur {
+			return v
+		}
+		return cur
+	}
+	if room.Nodes > 0 {
+		have = append(have, fmt.Sprintf("%d node(s) hold %g CPUs and %d MiB", room.Nodes, float64(room.NanoCPUs)/1e9, room.MemoryBytes>>20))
+		fitCPUs, fitMem = float64(room.NanoCPUs)/1e9, room.MemoryBytes>>20
+	}
+	if room.QuotaNanoCPUs > 0 || room.QuotaMemory > 0 || room.QuotaPods > 0 {
+		have = append(have, fmt.Sprintf("the namespace's quota allows %g CPUs, %d MiB and %d pods (0: no limit)",
+			float64(room.QuotaNanoCPUs)/1e9, room.QuotaMemory>>20, room.QuotaPods))
+		if room.QuotaNanoCPUs > 0 {
+			fitCPUs = least(fitCPUs, float64(room.QuotaNanoCPUs)/1e9)
+		}
+		if room.QuotaMemory > 0 {
+			fitMem = int64(least(float64(fitMem), float64(room.QuotaMemory>>20)))
+		}
+	}
+	if len(have) == 0 {
+		report(true, "room", asked+"; the engine's room is not readable by this account (nodes, resourcequotas)", "")
+		return
+	}
+	short := (fitCPUs > 0 && needCPUs > fitCPUs) || (fitMem > 0 && needMem > fitMem) ||
+		(room.QuotaPods > 0 && int64(sandboxes) > room.QuotaPods)
+	detail := asked + "; " + strings.Join(have, "; ")
+	if !short {
+		report(true, "room", detail, "")
+		return
+	}
+	report(true, "room", "warning: "+detail+": jobs beyond what fits wait in the queue with the scheduler's reason, and the pool gives its idle sandboxes back while they wait",
+		"for jobs that start at once, lower pool.size, jobs.max_concurrent or limits.cpus.default / limits.memory_mb.default, or give the namespace more room")
+}
+
 // reportPool says what the policy asks of the warm pool and how many warm
 // sandboxes of this state directory's servers wait on the engine now.
 func reportPool(ctx context.Context, pol *policy.Policy, rt sandbox.Runtime, report Report) {

@@ -63,6 +63,7 @@ func checkEngine(ctx context.Context, o Options, report Report, c engineCheck) e
 	}
 	baseBuilt := reportImages(ctx, rt, report)
 	reportPool(ctx, o.Policy, rt, report)
+	reportRoom(ctx, o.Policy, rt.Capabilities().Capacity, report)
 	reportHibernation(ctx, o.Policy, rt.Capabilities().Checkpointer, report)
 	if !baseBuilt {
 		return nil

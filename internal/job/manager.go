@@ -71,7 +71,8 @@ type Manager struct {
 	bg        sync.WaitGroup
 
 	observer observe.Observer
-	ext      Extension // nil: none
+	ext      Extension                // nil: none
+	capacity sandbox.CapacityReporter // WithCapacity: the largest sandbox the engine can place
 }
 
 // Extension adds to a job's request what the server gives every job of its
@@ -105,7 +106,12 @@ type liveJob struct {
 	// workspace it names is that tenant's; its slot counts in its share.
 	owner tenant.Tenant
 	// queueWhy says why a queued job waits (under Manager.mu).
-	queueWhy    string
+	queueWhy string
+	// roomWhy says why a job that holds a slot still waits: its engine has
+	// no room for its sandbox yet (sandbox.WaitingForCapacity); "" when it
+	// does not wait. cancelStart ends that wait (a kill).
+	roomWhy     string
+	cancelStart context.CancelCauseFunc
 	readCursors [3]int64 // "new since last read", per stream selector
 	// Sessions: term is a PTY session's emulated screen (fed as output
 	// arrives); idle ends a session that got no input for its idle timeout.
@@ -137,6 +143,35 @@ func WithServer(id string, peers Peers) Option {
 
 // WithExtension has ext extend every request and learn every end.
 func WithExtension(ext Extension) Option { return func(m *Manager) { m.ext = ext } }
+
+// WithCapacity refuses at once a job asking more CPU or memory than c says
+// one sandbox can ever get (it would wait for room forever).
+func WithCapacity(c sandbox.CapacityReporter) Option { return func(m *Manager) { m.capacity = c } }
+
+// ErrNeverFits is a job asking more than the engine can ever place.
+var ErrNeverFits = errors.New("the job can never be placed")
+
+// checkFits refuses a request larger than the largest sandbox the engine
+// can place, naming the argument.
+func (m *Manager) checkFits(ctx context.Context, req Request) error {
+	if m.capacity == nil {
+		return nil
+	}
+	cpus, mem, err := m.capacity.LargestSandbox(ctx)
+	if err != nil {
+		m.log.Debug().Err(err).Msg("largest sandbox unknown: the job is not checked against it")
+		return nil
+	}
+	if cpus > 0 && req.Limits.NanoCPUs > cpus {
+		return fmt.Errorf("%w: cpus %g is more than any node of the engine can give one sandbox (%g); ask for at most %g",
+			ErrNeverFits, float64(req.Limits.NanoCPUs)/1e9, float64(cpus)/1e9, float64(cpus)/1e9)
+	}
+	if mem > 0 && req.Limits.MemoryBytes > mem {
+		return fmt.Errorf("%w: memory_mb %d is more than any node of the engine can give one sandbox (%d); ask for at most %d",
+			ErrNeverFits, req.Limits.MemoryBytes>>20, mem>>20, mem>>20)
+	}
+	return nil
+}
 
 // WithShares shares the job slots among the tenants named, by weight
 // (slots.go); without it every job takes from one pool.
@@ -196,6 +231,9 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*record.Job, error) 
 			return nil, fmt.Errorf("%w: %d of this token's jobs are queued or running, the most its token allows (jobs=%d in the token file); wait for one to end or kill one",
 				ErrQueueFull, n, t.MaxJobs)
 		}
+	}
+	if err := m.checkFits(ctx, req); err != nil {
+		return nil, err
 	}
 	id := uuid.NewString()
 	capture, err := m.openCapture(id)
@@ -320,8 +358,18 @@ func (m *Manager) start(j *liveJob) error {
 	}
 	j.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(observe.WithTimeline(tenant.With(context.Background(), j.owner), j.tl), startTimeout)
-	defer cancel()
+	// startTimeout bounds the start's own work, not a wait for room on the
+	// engine: that is queue time, as long as it takes (or until a kill).
+	ctx, cancel := context.WithCancelCause(observe.WithTimeline(tenant.With(context.Background(), j.owner), j.tl))
+	defer cancel(nil)
+	deadline := time.AfterFunc(startTimeout, func() {
+		cancel(fmt.Errorf("the sandbox did not start within %s: %w", startTimeout, context.DeadlineExceeded))
+	})
+	defer deadline.Stop()
+	ctx = sandbox.WithCapacityWait(ctx, func(why string) { m.waitForRoom(j, why, deadline) })
+	j.mu.Lock()
+	j.cancelStart = cancel
+	j.mu.Unlock()
 	spec := SandboxSpec(m.pol, j.req)
 	spec.JobID = j.id
 	m.collectSpec(&spec, j.req, j.id)
@@ -331,8 +379,11 @@ func (m *Manager) start(j *liveJob) error {
 	j.tl.Mark("sandbox_started")
 	if err != nil {
 		j.mu.Lock()
-		j.rec.Error = err.Error()
-		j.endStatus, j.endReason = record.StatusFailed, record.ReasonStartError
+		j.roomWhy = ""
+		if j.endStatus == "" { // not ended on purpose while it waited for room
+			j.rec.Error = err.Error()
+			j.endStatus, j.endReason = record.StatusFailed, record.ReasonStartError
+		}
 		j.mu.Unlock()
 		m.finish(j, sandbox.ExitStatus{})
 		return err
@@ -406,6 +457,11 @@ func (m *Manager) end(j *liveJob, status, reason string) {
 		j.endStatus, j.endReason = status, reason
 	}
 	h := j.handle
+	if h == nil && j.roomWhy != "" && j.cancelStart != nil {
+		// Waiting for room on the engine: the wait ends now, and start
+		// finishes the job with the status decided here.
+		j.cancelStart(fmt.Errorf("the job was ended (%s) while it waited for room", reason))
+	}
 	j.mu.Unlock()
 	if h == nil {
 		// Still queued: take it out of the queue and finish it here. (A job
@@ -425,20 +481,53 @@ func (m *Manager) end(j *liveJob, status, reason string) {
 	}
 }
 
-// QueueReason says why job id waits for a slot ("" when it does not wait,
-// or is not ctx's tenant's).
+// QueueReason says why job id waits, for a slot or for room on the engine
+// ("" when it does not wait, or is not ctx's tenant's).
 func (m *Manager) QueueReason(ctx context.Context, id string) string {
 	if _, err := m.st.GetJob(ctx, id); err != nil {
 		return ""
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for _, q := range m.queue {
 		if q.id == id {
+			m.mu.Unlock()
 			return q.queueWhy
 		}
 	}
-	return ""
+	j := m.live[id]
+	m.mu.Unlock()
+	if j == nil {
+		return ""
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.roomWhy
+}
+
+// waitForRoom is told by the runtime's start while the engine has no room
+// for j's sandbox (why) and once it is placed (""): meanwhile j shows as
+// queued with the engine's reason, and its start's own deadline is held.
+func (m *Manager) waitForRoom(j *liveJob, why string, deadline *time.Timer) {
+	j.mu.Lock()
+	was := j.roomWhy
+	j.roomWhy = why
+	if why != "" {
+		j.rec.Status = record.StatusQueued
+	} else if was != "" {
+		j.rec.Status = record.StatusRunning
+		j.rec.QueuedMS = time.Since(j.rec.CreatedAt).Milliseconds()
+	}
+	j.mu.Unlock()
+	switch {
+	case why != "" && was == "":
+		deadline.Stop()
+		j.tl.Mark("room_wait")
+		m.log.Info().Str("job", j.id).Str("why", why).Msg("job waits for room on the engine")
+	case why == "" && was != "":
+		deadline.Reset(startTimeout)
+		j.tl.Mark("room_found")
+		m.log.Info().Str("job", j.id).Msg("job's sandbox placed")
+	}
 }
 
 func (m *Manager) removeQueued(j *liveJob) bool {

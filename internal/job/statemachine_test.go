@@ -692,3 +692,61 @@ func TestMachineAdoptCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMachineWaitsForRoom: on an engine whose sandboxes wait for room (the
+// fake's node of one CPU), a job that does not fit yet is queued with the
+// engine's reason, counts the wait in queued_ms, and runs once the job
+// before it ends; one killed while it waits ends killed, not failed; one
+// asking more than the node has is refused at once, naming cpus.
+func TestMachineWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, nil)
+	e.eng.SetCapacity(1_000_000_000)
+	e.m.capacity = e.rt // as the server wires an engine declaring Capacity
+	ctx := context.Background()
+
+	started := func(id string) func() bool {
+		return func() bool { rec, err := e.m.Get(ctx, id); return err == nil && !rec.StartedAt.IsZero() }
+	}
+	first := e.submit("sleep 0.4", detach)
+	eventually(t, "the first job runs", started(first.ID))
+	second := e.submit("echo second", detach)
+	eventually(t, "the second job waits for room", func() bool { return e.m.QueueReason(ctx, second.ID) != "" })
+	if why := e.m.QueueReason(ctx, second.ID); !strings.Contains(why, "Insufficient cpu") {
+		t.Fatalf("queue reason %q, want the engine's", why)
+	}
+	if rec, err := e.m.Get(ctx, second.ID); err != nil || rec.Status != record.StatusQueued {
+		t.Fatalf("while it waits for room: %+v %v, want queued", rec, err)
+	}
+	if done := e.wait(first.ID); done.Status != record.StatusCompleted {
+		t.Fatalf("first job: %s", done.Status)
+	}
+	done := e.wait(second.ID)
+	if done.Status != record.StatusCompleted || done.QueuedMS < 200 {
+		t.Fatalf("second job: %s, queued %d ms; want completed after a wait of about 400 ms", done.Status, done.QueuedMS)
+	}
+	if why := e.m.QueueReason(ctx, second.ID); why != "" {
+		t.Fatalf("queue reason %q after the job ended", why)
+	}
+
+	holder := e.submit("sleep 30", detach)
+	eventually(t, "the holder runs", started(holder.ID))
+	waiter := e.submit("echo never", detach)
+	eventually(t, "the waiter waits for room", func() bool { return e.m.QueueReason(ctx, waiter.ID) != "" })
+	k, err := e.m.Kill(ctx, waiter.ID, "TERM", time.Second, record.ReasonRequested)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Status != record.StatusKilled || k.Reason != record.ReasonRequested || k.Error != "" {
+		t.Fatalf("killed while it waited for room: %s/%s %q, want killed/requested", k.Status, k.Reason, k.Error)
+	}
+	if _, err := e.m.Kill(ctx, holder.ID, "KILL", 0, record.ReasonRequested); err != nil {
+		t.Fatal(err)
+	}
+
+	big := e.req("echo big")
+	big.Limits.NanoCPUs = 2_000_000_000
+	if _, err := e.m.Submit(ctx, big); !errors.Is(err, ErrNeverFits) || !strings.Contains(err.Error(), "cpus 2 ") {
+		t.Fatalf("a job asking 2 CPUs of a 1-CPU node: %v, want refused naming cpus", err)
+	}
+}

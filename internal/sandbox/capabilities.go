@@ -51,4 +51,8 @@ type Capabilities struct {
 	// TunnelInstalls says a workspace's installers have no network and
 	// reach their registries only through the tunnel.
 	TunnelInstalls TunnelInstaller
+	// Capacity says how large one sandbox can ever be, on an engine whose
+	// sandboxes wait for room (WaitingForCapacity): a job asking more is
+	// refused at once.
+	Capacity CapacityReporter
 }

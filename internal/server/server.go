@@ -131,6 +131,9 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 		s.onClose(s.goBuilds.Close)
 		jobOpts = append(jobOpts, job.WithExtension(s.goBuilds))
 	}
+	if c := s.engine.Capabilities().Capacity; c != nil {
+		jobOpts = append(jobOpts, job.WithCapacity(c))
+	}
 	if cfg.HTTPAddr != "" && s.tokens != nil {
 		// Each token that may run jobs has its share of the job slots.
 		jobOpts = append(jobOpts, job.WithShares(s.tokens.ShareWeights()))

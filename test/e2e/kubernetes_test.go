@@ -93,8 +93,23 @@ echo "default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)"
 `
 
 func TestKubernetesCore(t *testing.T) {
-	env := kubernetesEnv(t)
-	s := startServer(t, env...)
+	kubernetesCore(t, startServer(t, kubernetesEnv(t)...))
+}
+
+// The same on the default policy (1 CPU a pod, a warm pool of bash 2 and
+// python 1, 4 jobs at once) on the cluster's 2 CPUs: more than fits. Warm
+// pods give their room back to jobs, and jobs beyond it wait in the queue
+// instead of failing.
+func TestKubernetesCoreDefaultPolicy(t *testing.T) {
+	kubernetesPolicyFor(t) // skips outside make test-k8s
+	kc := os.Getenv("KUBECONFIG")
+	kubernetesCore(t, startServer(t, policyEnv(t, "backend: kubernetes\nkubernetes:\n  kubeconfig: "+kc+"\n")))
+}
+
+// kubernetesCore: exit codes and streams, another language, the hardening
+// from inside, a background job, a deadline, a session, the languages and a
+// warm pod serving a job.
+func kubernetesCore(t *testing.T, s *server) {
 
 	// A job's exit code, both streams and its stdin.
 	r := s.ok("run_command", map[string]any{"command": "cat; echo to-stderr >&2; exit 3", "stdin": "from-stdin\n"})
@@ -179,6 +194,50 @@ func TestKubernetesCore(t *testing.T) {
 	s.waitNoPods(false, 30*time.Second)
 	s.stop()
 	s.waitNoPods(true, 30*time.Second)
+}
+
+// On the default policy, a job that finds no room on the node waits in the
+// queue, saying why in the scheduler's words, and runs once the job that
+// holds the node ends; one asking more CPUs than any node has is refused
+// at once, naming cpus.
+func TestKubernetesWaitsForRoom(t *testing.T) {
+	kubernetesPolicyFor(t)
+	kc := os.Getenv("KUBECONFIG")
+	s := startServer(t, policyEnv(t, "backend: kubernetes\nkubernetes:\n  kubeconfig: "+kc+"\nlimits:\n  cpus: {default: 1, max: 4}\n"))
+
+	big := s.call("run_command", map[string]any{"command": "true", "cpus": 4})
+	if !big.IsError || !strings.Contains(text(big), "cpus 4 is more than any node") {
+		t.Fatalf("a job asking 4 CPUs of a 2-CPU node: %s", text(big))
+	}
+
+	holder := s.ok("run_command", map[string]any{"command": "echo holding; sleep 600", "cpus": 2, "background": true, "wait_s": 50})
+	hid := str(holder, "job_id")
+	if rd := s.ok("read_output", map[string]any{"job_id": hid, "until": "holding", "wait_s": 50}); rd["matched"] != true {
+		t.Fatalf("the job holding the node did not start: %v %v\nstderr:\n%s", holder, rd, tail(s.stderr.String(), 3000))
+	}
+	w := s.call("run_command", map[string]any{"command": "echo placed", "wait_s": 5})
+	r := structured(t, w)
+	if str(r, "status") != "queued" || !strings.Contains(text(w), "Insufficient cpu") {
+		t.Fatalf("a job while another holds the node: %s", text(w))
+	}
+	wid := str(r, "job_id")
+	s.ok("kill_job", map[string]any{"job_id": hid, "signal": "KILL", "grace_s": 0})
+	done := s.ok("get_job", map[string]any{"job_id": wid, "wait_s": 50})
+	for i := 0; i < 3 && (str(done, "status") == "queued" || str(done, "status") == "running"); i++ {
+		done = s.ok("get_job", map[string]any{"job_id": wid, "wait_s": 50})
+	}
+	if str(done, "status") != "completed" {
+		t.Fatalf("the job that waited for room: %v\nstderr:\n%s", done, tail(s.stderr.String(), 3000))
+	}
+	if q, _ := done["queued_ms"].(float64); q < 1000 {
+		t.Errorf("queued_ms %v: want the wait for room counted", done["queued_ms"])
+	}
+	out := s.ok("read_output", map[string]any{"job_id": wid})
+	if !strings.Contains(str(out, "output"), "placed") {
+		t.Errorf("its output: %v", out)
+	}
+	s.stop()
+	s.waitNoPods(true, 60*time.Second)
 }
 
 // A job survives a SIGKILLed server: the next one adopts its pod and reads

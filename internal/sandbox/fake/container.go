@@ -35,6 +35,7 @@ type container struct {
 	uid       string   // what id -u says
 	reach     reach    // what its curl can connect to
 	profile   profile  // its hardening, as its kernel shows it
+	cpus      int64    // the room it holds on a node of SetCapacity's while it has not ended
 
 	mu         sync.Mutex
 	log        []chunk
@@ -85,6 +86,7 @@ func newContainer(e *Engine, info sandbox.Container, spec sandbox.Spec, seq int)
 		env:       spec.Env,
 		uid:       "1000",
 		profile:   newProfile(spec, seq),
+		cpus:      cpusOf(spec),
 	}
 	if !spec.OpenStdin {
 		c.stdin.closeWrite() // stdin closed at start: the process reads end-of-file
@@ -163,6 +165,14 @@ func (c *container) end(code int, oom bool) {
 	c.mu.Unlock()
 	c.stdin.readerGone()
 	close(c.exited)
+	c.eng.roomChanged()
+}
+
+// hasEnded says whether c's process has ended (it holds no room then).
+func (c *container) hasEnded() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended
 }
 
 // errEnded unwinds the interpreter when the process has been ended by a signal.

@@ -36,6 +36,20 @@ func TestCapabilities(t *testing.T) {
 	}
 }
 
+// TestCapacityWaits: a fake engine with a node of 64 CPUs declares
+// Capacity, and its starts wait for room as a Kubernetes cluster's do;
+// every other suite passes on it too.
+func TestCapacityWaits(t *testing.T) {
+	sandboxtest.RunCapabilities(t, func(t *testing.T) sandbox.Engine {
+		eng := fake.NewEngine()
+		eng.SetCapacity(64_000_000_000) // room for the other suites beside the one that fills it
+		rt := eng.Runtime("capacity-"+t.Name(), "")
+		rt.SetImageMissing(sandboxtest.UnpulledImage, true)
+		rt.SetImageMissing(sandboxtest.ImagesBuilt+"*", true)
+		return rt
+	}, "fake/base:latest")
+}
+
 // TestHardeningFromInside: the fake's profile, read back through the
 // supervisor's probe as on every engine.
 func TestHardeningFromInside(t *testing.T) {

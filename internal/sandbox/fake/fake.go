@@ -111,6 +111,8 @@ type Engine struct {
 	volumes         Volumes
 	images          map[string]*image // built or committed, by tag
 	building        map[string]bool   // SetImageBuilding's
+	capacity        int64             // SetCapacity's node, in nanoCPUs (0: no limit)
+	roomFreed       chan struct{}     // closed and replaced when a container ends or goes
 }
 
 // NewEngine makes an empty engine that is up and has every image.
@@ -147,6 +149,11 @@ func (r *Runtime) Host() string { return Host }
 // of the engine shape WithEgress chose.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
 	c := sandbox.Capabilities{Warm: r, Workspaces: r, Freezer: r, Checkpointer: r, Volumes: r, Processes: r, Images: r, SandboxImages: r}
+	r.mu.Lock()
+	if r.capacity > 0 {
+		c.Capacity = r
+	}
+	r.mu.Unlock()
 	switch r.egress {
 	case EgressGateway:
 		c.EgressNetwork = r
@@ -346,6 +353,9 @@ func (r *Runtime) create(spec sandbox.Spec) (*container, error) {
 	if err := r.imageErrLocked(spec.Image); err != nil {
 		return nil, err
 	}
+	if err := r.fitsLocked(spec); err != nil {
+		return nil, err
+	}
 	r.seq++
 	c := newContainer(r.Engine, sandbox.Container{
 		ID: newID(), JobID: spec.JobID, Kind: spec.Kind, Instance: r.instance, Server: r.server,
@@ -362,7 +372,7 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	c, err := r.create(spec)
+	c, err := r.createWhenRoom(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -511,6 +521,7 @@ func (e *Engine) remove(ctx context.Context, id string, hooked bool) (alreadyGon
 	// after the end finds no container, as with a forced Docker removal.
 	delete(e.containers, id)
 	e.mu.Unlock()
+	e.roomChanged()
 	c.kill()
 	select {
 	case <-c.exited:

@@ -11,7 +11,7 @@ import (
 )
 
 // coreV1 is the part of the Kubernetes API the runtime uses: pods, their logs,
-// attach and exec, persistent volume claims, events and nodes, all in the core
+// attach and exec, persistent volume claims, events, nodes and resource quotas, all in the core
 // group. It is client-go's generic typed client over a REST client whose scheme
 // knows that group only. The generated clientset (kubernetes.NewForConfig)
 // registers every API group; compiling those was about a quarter of the
@@ -86,4 +86,10 @@ type pods struct {
 // GetLogs is the request for the log of pod name's container in opts.
 func (p pods) GetLogs(name string, opts *corev1.PodLogOptions) *rest.Request {
 	return p.GetClient().Get().Namespace(p.GetNamespace()).Name(name).Resource("pods").SubResource("log").VersionedParams(opts, paramCodec)
+}
+
+// ResourceQuotas are the quotas of namespace ns.
+func (c coreV1) ResourceQuotas(ns string) *gentype.ClientWithList[*corev1.ResourceQuota, *corev1.ResourceQuotaList] {
+	return gentype.NewClientWithList[*corev1.ResourceQuota, *corev1.ResourceQuotaList]("resourcequotas", c.client, paramCodec, ns,
+		func() *corev1.ResourceQuota { return &corev1.ResourceQuota{} }, func() *corev1.ResourceQuotaList { return &corev1.ResourceQuotaList{} })
 }

@@ -374,16 +374,17 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	if err := r.scanMounts(mounts); err != nil {
 		return nil, err // before any pod is made
 	}
-	pod, err := r.core.Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
+	room := &roomWait{}
+	pod, err := r.createPod(ctx, r.podFor(spec), room)
 	if err != nil {
-		return nil, r.engineErr(fmt.Errorf("create pod: %w", err))
+		return nil, err
 	}
 	name := pod.Name
 	fail := func(err error) (sandbox.Handle, error) {
 		r.removeQuietly(name)
 		return nil, err
 	}
-	if err := r.waitRunning(ctx, pod, spec.Image); err != nil {
+	if err := r.waitPod(ctx, pod, spec.Image, room); err != nil {
 		return fail(err)
 	}
 	if err := r.checkHello(ctx, name); err != nil {
@@ -408,10 +409,20 @@ func (r *Runtime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Outp
 	return h, nil
 }
 
-// waitRunning waits until the pod's container runs (or cannot).
+// waitRunning waits until the pod's container runs (or cannot), for a
+// job's start: while no node has room for the pod, it waits as long as ctx
+// lasts, telling ctx why (sandbox.WaitingForCapacity), and startTimeout
+// counts only the time it does not wait for room.
 func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
+	return r.waitPod(ctx, pod, image, &roomWait{})
+}
+
+// waitPod is waitRunning with the state of the start's wait for room (a
+// warm pod's fails at once instead: warmRoom).
+func (r *Runtime) waitPod(ctx context.Context, pod *corev1.Pod, image string, room *roomWait) error {
+	deadline := time.NewTimer(startTimeout)
+	defer deadline.Stop()
+	room.deadline = deadline
 	w, err := r.core.Pods(r.namespace).Watch(ctx, metav1.ListOptions{
 		FieldSelector:   "metadata.name=" + pod.Name,
 		ResourceVersion: pod.ResourceVersion,
@@ -421,6 +432,9 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string
 	}
 	defer w.Stop()
 	check := func(p *corev1.Pod) (bool, error) {
+		if err := room.placed(ctx, p); err != nil {
+			return false, err
+		}
 		for _, cs := range p.Status.ContainerStatuses {
 			switch {
 			case cs.State.Running != nil:
@@ -448,7 +462,12 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pod %s did not start within %s (%s): %w", pod.Name, startTimeout, r.whyNotStarted(pod.Name), ctx.Err())
+			if room.why != "" {
+				return fmt.Errorf("pod %s waited for room (%s): %w", pod.Name, room.why, ctx.Err())
+			}
+			return fmt.Errorf("pod %s did not start (%s): %w", pod.Name, r.whyNotStarted(pod.Name), ctx.Err())
+		case <-deadline.C:
+			return fmt.Errorf("pod %s did not start within %s (%s): %w", pod.Name, startTimeout, r.whyNotStarted(pod.Name), context.DeadlineExceeded)
 		case ev, open := <-w.ResultChan():
 			if !open {
 				p, err := r.core.Pods(r.namespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -458,7 +477,7 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod, image string
 				if ok, err := check(p); ok || err != nil {
 					return err
 				}
-				return r.waitRunning(ctx, p, image)
+				return r.waitPod(ctx, p, image, room)
 			}
 			p, isPod := ev.Object.(*corev1.Pod)
 			if !isPod {
@@ -676,5 +695,5 @@ var _ sandbox.Engine = (*Runtime)(nil)
 // Capabilities: a pod has no network of its own here (NetworkPolicy denies
 // it), so egress, installs and volume fills go through the tunnel over exec.
 func (r *Runtime) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, VolumeFiller: r, Processes: r, EgressTunnel: r, TunnelInstalls: r}
+	return sandbox.Capabilities{Warm: r, Workspaces: r, Volumes: r, VolumeFiller: r, Processes: r, EgressTunnel: r, TunnelInstalls: r, Capacity: r}
 }

@@ -30,11 +30,14 @@ func (r *Runtime) Prepare(ctx context.Context, spec sandbox.Spec) (sandbox.Warm,
 	if _, err := hostMounts(spec.Mounts); err != nil {
 		return nil, err
 	}
-	pod, err := r.core.Pods(r.namespace).Create(ctx, r.podFor(spec), metav1.CreateOptions{})
+	// A warm pod that does not fit fails at once (and goes): it must not
+	// hold a place in the scheduler's queue ahead of a job's pod.
+	room := &roomWait{warm: true}
+	pod, err := r.createPod(ctx, r.podFor(spec), room)
 	if err != nil {
-		return nil, r.engineErr(fmt.Errorf("create pod: %w", err))
+		return nil, err
 	}
-	if err := r.waitRunning(ctx, pod, spec.Image); err != nil {
+	if err := r.waitPod(ctx, pod, spec.Image, room); err != nil {
 		r.removeQuietly(pod.Name)
 		return nil, err
 	}

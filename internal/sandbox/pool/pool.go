@@ -87,9 +87,13 @@ type Pool struct {
 	targets []*target
 	byKey   map[string]*target
 	closed  bool
-	kick    chan struct{}
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	// roomWaits counts cold starts waiting for room on the engine
+	// (sandbox.WaitingForCapacity): while any does, the pool keeps no idle
+	// sandbox and starts none, so it is never why a job cannot be placed.
+	roomWaits int
+	kick      chan struct{}
+	stop      chan struct{}
+	wg        sync.WaitGroup
 }
 
 type target struct {
@@ -204,7 +208,7 @@ func (p *Pool) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output)
 		if w == nil {
 			observe.MarkCtx(ctx, "cold")
 			p.followShape(spec)
-			return p.Warmer.Start(ctx, spec, out)
+			return p.startCold(ctx, spec, out)
 		}
 		observe.MarkCtx(ctx, "warm_taken")
 		h, err := w.Launch(ctx, spec, out)
@@ -219,6 +223,57 @@ func (p *Pool) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output)
 		if ctx.Err() != nil {
 			return nil, err
 		}
+	}
+}
+
+// startCold starts spec on the engine. While the engine has no room for
+// it, the pool yields: its idle sandboxes go and it starts no others until
+// no start waits any more.
+func (p *Pool) startCold(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
+	waiting := false
+	wait := func(why string) {
+		switch {
+		case why != "" && !waiting:
+			waiting = true
+			p.yieldRoom()
+		case why == "" && waiting:
+			waiting = false
+			p.roomFound()
+		}
+	}
+	h, err := p.Warmer.Start(sandbox.WithCapacityWait(ctx, wait), spec, out)
+	if waiting { // it gave up waiting (killed, failed)
+		p.roomFound()
+	}
+	return h, err
+}
+
+// yieldRoom counts a start waiting for room and removes every idle sandbox.
+func (p *Pool) yieldRoom() {
+	p.mu.Lock()
+	p.roomWaits++
+	var idle []sandbox.Warm
+	for _, t := range p.targets {
+		idle = append(idle, t.ready...)
+		t.ready = nil
+	}
+	p.mu.Unlock()
+	if len(idle) > 0 {
+		p.log.Info().Int("warm", len(idle)).Msg("a job waits for room on the engine: the pool gives back its idle sandboxes")
+	}
+	for _, w := range idle {
+		go p.discard(w)
+	}
+}
+
+// roomFound ends a start's wait for room; the pool refills once none waits.
+func (p *Pool) roomFound() {
+	p.mu.Lock()
+	p.roomWaits--
+	refill := p.roomWaits == 0
+	p.mu.Unlock()
+	if refill {
+		p.signal()
 	}
 }
 
@@ -360,7 +415,7 @@ func (p *Pool) Run() {
 func (p *Pool) fill() {
 	for {
 		p.mu.Lock()
-		if p.closed {
+		if p.closed || p.roomWaits > 0 {
 			p.mu.Unlock()
 			return
 		}
@@ -410,7 +465,7 @@ func (p *Pool) prepare(t *target) {
 		return
 	}
 	t.backoff, t.lastErr = 0, ""
-	if p.closed || t.removed {
+	if p.closed || t.removed || p.roomWaits > 0 {
 		t.starting++ // until it is gone: RemoveTargets waits for it
 		p.mu.Unlock()
 		p.discard(w)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -362,4 +363,46 @@ func TestDepthFollowsArrivals(t *testing.T) {
 	if st := p.Stats()[0]; st.Served+st.Missed != 6 {
 		t.Fatalf("stats after six jobs: %+v", st)
 	}
+}
+
+// On an engine whose sandboxes wait for room (the fake's node of two CPUs,
+// both held by the pool's idle sandboxes), a cold job of another shape
+// makes the pool give its idle sandboxes back: the job is placed, hears
+// why it waited and that it was placed, and the pool fills again after it.
+func TestPoolYieldsRoomToAWaitingJob(t *testing.T) {
+	eng := fake.NewEngine()
+	eng.SetCapacity(2_000_000_000)
+	rt := eng.Runtime("test", "")
+	p := New(rt, []Target{{Name: "bash", Spec: spec("base"), Size: 2}}, 2, zerolog.Nop())
+	go p.Run()
+	t.Cleanup(func() { p.Drain(context.Background()) })
+	waitFor(t, "pool full", func() bool { return ready(p) == 2 })
+	idle, err := rt.List(context.Background())
+	if err != nil || len(idle) != 2 {
+		t.Fatalf("the pool's sandboxes: %+v %v", idle, err)
+	}
+
+	var mu sync.Mutex
+	var heard []string
+	ctx := sandbox.WithCapacityWait(context.Background(), func(why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		heard = append(heard, why)
+	})
+	job := spec("other-image")
+	job.Cmd = []string{"bash", "-c", "sleep 0.2"}
+	h, err := p.Start(ctx, job, &sandbox.Buffer{Max: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(heard) != 2 || !strings.Contains(heard[0], "Insufficient cpu") || heard[1] != "" {
+		t.Fatalf("the job heard %q, want the engine's reason, then its placing", heard)
+	}
+	mu.Unlock()
+	for _, c := range idle {
+		waitFor(t, "the idle sandboxes given back", func() bool { return !eng.Exists(c.ID) })
+	}
+	<-h.Done()
+	waitFor(t, "the pool full again once the job ended", func() bool { return ready(p) == 2 })
 }

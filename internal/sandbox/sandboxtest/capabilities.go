@@ -31,23 +31,27 @@ func RunCapabilities(t *testing.T, newEngine NewEngine, image string) {
 		name     string
 		declared func(sandbox.Capabilities) bool
 		run      func(t *testing.T, e sandbox.Engine, image string)
+		alone    bool // it fills the engine: run before the others, not beside them
 	}{
-		{"Warm", func(c sandbox.Capabilities) bool { return c.Warm != nil }, runWarm},
-		{"Volumes", func(c sandbox.Capabilities) bool { return c.Volumes != nil }, runVolumes},
-		{"VolumeFiller", func(c sandbox.Capabilities) bool { return c.VolumeFiller != nil }, runVolumeFiller},
-		{"Processes", func(c sandbox.Capabilities) bool { return c.Processes != nil }, runProcesses},
-		{"Workspaces", func(c sandbox.Capabilities) bool { return c.Workspaces != nil }, runWorkspaces},
-		{"Freezer", func(c sandbox.Capabilities) bool { return c.Freezer != nil && c.Workspaces != nil }, runFreezer},
-		{"Checkpointer", func(c sandbox.Capabilities) bool { return c.Checkpointer != nil && c.Workspaces != nil }, runCheckpointer},
-		{"Images", func(c sandbox.Capabilities) bool { return c.Images != nil }, runImages},
-		{"SandboxImages", func(c sandbox.Capabilities) bool { return c.SandboxImages != nil }, runSandboxImages},
-		{"EgressNetwork", func(c sandbox.Capabilities) bool { return c.EgressNetwork != nil }, runEgressNetwork},
-		{"EgressTunnel", func(c sandbox.Capabilities) bool { return c.EgressTunnel != nil }, runEgressTunnel},
-		{"TunnelInstalls", func(c sandbox.Capabilities) bool { return c.TunnelInstalls != nil }, runTunnelInstalls},
+		{"Capacity", func(c sandbox.Capabilities) bool { return c.Capacity != nil }, runCapacity, true},
+		{"Warm", func(c sandbox.Capabilities) bool { return c.Warm != nil }, runWarm, false},
+		{"Volumes", func(c sandbox.Capabilities) bool { return c.Volumes != nil }, runVolumes, false},
+		{"VolumeFiller", func(c sandbox.Capabilities) bool { return c.VolumeFiller != nil }, runVolumeFiller, false},
+		{"Processes", func(c sandbox.Capabilities) bool { return c.Processes != nil }, runProcesses, false},
+		{"Workspaces", func(c sandbox.Capabilities) bool { return c.Workspaces != nil }, runWorkspaces, false},
+		{"Freezer", func(c sandbox.Capabilities) bool { return c.Freezer != nil && c.Workspaces != nil }, runFreezer, false},
+		{"Checkpointer", func(c sandbox.Capabilities) bool { return c.Checkpointer != nil && c.Workspaces != nil }, runCheckpointer, false},
+		{"Images", func(c sandbox.Capabilities) bool { return c.Images != nil }, runImages, false},
+		{"SandboxImages", func(c sandbox.Capabilities) bool { return c.SandboxImages != nil }, runSandboxImages, false},
+		{"EgressNetwork", func(c sandbox.Capabilities) bool { return c.EgressNetwork != nil }, runEgressNetwork, false},
+		{"EgressTunnel", func(c sandbox.Capabilities) bool { return c.EgressTunnel != nil }, runEgressTunnel, false},
+		{"TunnelInstalls", func(c sandbox.Capabilities) bool { return c.TunnelInstalls != nil }, runTunnelInstalls, false},
 	}
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
-			t.Parallel()
+			if !s.alone {
+				t.Parallel()
+			}
 			e := newEngine(t)
 			if !s.declared(e.Capabilities()) {
 				t.Skipf("the engine declares no %s", s.name)
