@@ -112,6 +112,11 @@ type liveJob struct {
 	// does not wait. cancelStart ends that wait (a kill).
 	roomWhy     string
 	cancelStart context.CancelCauseFunc
+	// roomWait is closed when the start first waits for room; startErr is
+	// its error when it failed (for the caller that waits for the start).
+	roomWait     chan struct{}
+	roomWaitOnce sync.Once
+	startErr     error
 	readCursors [3]int64 // "new since last read", per stream selector
 	// Sessions: term is a PTY session's emulated screen (fed as output
 	// arrives); idle ends a session that got no input for its idle timeout.
@@ -242,7 +247,7 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*record.Job, error) 
 	}
 	now := time.Now()
 	j := &liveJob{id: id, req: req, capture: capture, done: make(chan struct{}), started: make(chan struct{}), term: newTerm(req),
-		tl: observe.TimelineOf(ctx)}
+		roomWait: make(chan struct{}), tl: observe.TimelineOf(ctx)}
 	j.tl.Note("job", id)
 	j.tl.Note("image", req.Image)
 	if req.Workspace != "" {
@@ -313,8 +318,19 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*record.Job, error) 
 		m.startAsync(j)
 		return snap, nil
 	}
-	if err := m.start(j); err != nil {
-		return j.snapshot(), err
+	// The caller waits for the start, but not for room on the engine:
+	// a job that waits for room is queued, and the call's wait_s applies.
+	m.startAsync(j)
+	select {
+	case <-j.started:
+	case <-j.roomWait:
+	case <-j.done:
+		j.mu.Lock()
+		err := j.startErr
+		j.mu.Unlock()
+		if err != nil {
+			return j.snapshot(), err
+		}
 	}
 	return j.snapshot(), nil
 }
@@ -380,6 +396,7 @@ func (m *Manager) start(j *liveJob) error {
 	if err != nil {
 		j.mu.Lock()
 		j.roomWhy = ""
+		j.startErr = err
 		if j.endStatus == "" { // not ended on purpose while it waited for room
 			j.rec.Error = err.Error()
 			j.endStatus, j.endReason = record.StatusFailed, record.ReasonStartError
@@ -521,6 +538,7 @@ func (m *Manager) waitForRoom(j *liveJob, why string, deadline *time.Timer) {
 	switch {
 	case why != "" && was == "":
 		deadline.Stop()
+		j.roomWaitOnce.Do(func() { close(j.roomWait) })
 		j.tl.Mark("room_wait")
 		m.log.Info().Str("job", j.id).Str("why", why).Msg("job waits for room on the engine")
 	case why == "" && was != "":

@@ -696,7 +696,8 @@ func TestMachineAdoptCopies(t *testing.T) {
 // TestMachineWaitsForRoom: on an engine whose sandboxes wait for room (the
 // fake's node of one CPU), a job that does not fit yet is queued with the
 // engine's reason, counts the wait in queued_ms, and runs once the job
-// before it ends; one killed while it waits ends killed, not failed; one
+// before it ends; Submit answers a caller that waits for the start once
+// the job waits for room; one killed while it waits ends killed, not failed; one
 // asking more than the node has is refused at once, naming cpus.
 func TestMachineWaitsForRoom(t *testing.T) {
 	t.Parallel()
@@ -731,8 +732,12 @@ func TestMachineWaitsForRoom(t *testing.T) {
 
 	holder := e.submit("sleep 30", detach)
 	eventually(t, "the holder runs", started(holder.ID))
-	waiter := e.submit("echo never", detach)
-	eventually(t, "the waiter waits for room", func() bool { return e.m.QueueReason(ctx, waiter.ID) != "" })
+	// A caller that waits for its job's start is answered once the job
+	// waits for room: queued, with the engine's reason.
+	waiter := e.submit("echo never")
+	if waiter.Status != record.StatusQueued || e.m.QueueReason(ctx, waiter.ID) == "" {
+		t.Fatalf("Submit while the node is full: %s, reason %q; want queued with the engine's", waiter.Status, e.m.QueueReason(ctx, waiter.ID))
+	}
 	k, err := e.m.Kill(ctx, waiter.ID, "TERM", time.Second, record.ReasonRequested)
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ type JobRecord struct {
 	StartedAt      string      `json:"started_at,omitempty" jsonschema:"when its sandbox started"`
 	EndedAt        string      `json:"ended_at,omitempty" jsonschema:"when it ended"`
 	DurationMS     int64       `json:"duration_ms" jsonschema:"run time so far, or in all once it ended, in milliseconds"`
-	QueuedMS       int64       `json:"queued_ms,omitempty" jsonschema:"ms it waited for a job slot"`
+	QueuedMS       int64       `json:"queued_ms,omitempty" jsonschema:"ms it waited in the queue"`
 	TimeoutMS      int64       `json:"timeout_ms" jsonschema:"its timeout in milliseconds"`
 	MemoryBytes    int64       `json:"memory_bytes" jsonschema:"its memory limit in bytes"`
 	CPUs           float64     `json:"cpus" jsonschema:"its CPU quota in cores"`
@@ -159,7 +159,11 @@ func statusLine(rec *record.Job) string {
 		fmt.Fprintf(&b, ", %d ms", d)
 	}
 	if q := queuedOf(rec); q > 0 {
-		fmt.Fprintf(&b, " after %d ms queued for a job slot", q)
+		if rec.Status == record.StatusQueued {
+			fmt.Fprintf(&b, " for %d ms", q)
+		} else {
+			fmt.Fprintf(&b, " after %d ms in the queue", q)
+		}
 	}
 	if u := usageOf(rec); u != nil {
 		fmt.Fprintf(&b, ", cpu %d ms, peak memory %.1f MiB", u.CPUMS, float64(u.PeakMemoryBytes)/(1<<20))

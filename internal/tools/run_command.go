@@ -60,7 +60,7 @@ type RunResult struct {
 	NextCursor    int64          `json:"next_cursor" jsonschema:"read_output cursor (combined stream) after this result"`
 	Usage         *Usage         `json:"usage,omitempty" jsonschema:"what the job's whole process tree used, once it ended"`
 	DurationMS    int64          `json:"duration_ms" jsonschema:"run time so far, or in all once the job ended, in milliseconds"`
-	QueuedMS      int64          `json:"queued_ms,omitempty" jsonschema:"ms it waited for a job slot (the text says why)"`
+	QueuedMS      int64          `json:"queued_ms,omitempty" jsonschema:"ms it waited in the queue (the text says why)"`
 	queue         string         // why it waits, while queued (in the text)
 }
 

@@ -210,7 +210,7 @@ func TestKubernetesWaitsForRoom(t *testing.T) {
 		t.Fatalf("a job asking 4 CPUs of a 2-CPU node: %s", text(big))
 	}
 
-	holder := s.ok("run_command", map[string]any{"command": "echo holding; sleep 600", "cpus": 2, "background": true, "wait_s": 50})
+	holder := s.ok("run_command", map[string]any{"command": "echo holding; sleep 600", "cpus": 2, "timeout_s": 300, "background": true})
 	hid := str(holder, "job_id")
 	if rd := s.ok("read_output", map[string]any{"job_id": hid, "until": "holding", "wait_s": 50}); rd["matched"] != true {
 		t.Fatalf("the job holding the node did not start: %v %v\nstderr:\n%s", holder, rd, tail(s.stderr.String(), 3000))
@@ -220,6 +220,7 @@ func TestKubernetesWaitsForRoom(t *testing.T) {
 	if str(r, "status") != "queued" || !strings.Contains(text(w), "Insufficient cpu") {
 		t.Fatalf("a job while another holds the node: %s", text(w))
 	}
+	t.Logf("the queued answer: %s", text(w))
 	wid := str(r, "job_id")
 	s.ok("kill_job", map[string]any{"job_id": hid, "signal": "KILL", "grace_s": 0})
 	done := s.ok("get_job", map[string]any{"job_id": wid, "wait_s": 50})
