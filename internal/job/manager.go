@@ -117,7 +117,7 @@ type liveJob struct {
 	roomWait     chan struct{}
 	roomWaitOnce sync.Once
 	startErr     error
-	readCursors [3]int64 // "new since last read", per stream selector
+	readCursors  [3]int64 // "new since last read", per stream selector
 	// Sessions: term is a PTY session's emulated screen (fed as output
 	// arrives); idle ends a session that got no input for its idle timeout.
 	term *terminal.Terminal
