@@ -528,6 +528,10 @@ func (m *Manager) waitForRoom(j *liveJob, why string, deadline *time.Timer) {
 	j.mu.Lock()
 	was := j.roomWhy
 	j.roomWhy = why
+	if why != "" && j.endStatus != "" && j.cancelStart != nil {
+		// Ended just before its wait began (end saw no wait to cancel).
+		j.cancelStart(fmt.Errorf("the job was ended (%s) before it waited for room", j.endReason))
+	}
 	if why != "" {
 		j.rec.Status = record.StatusQueued
 	} else if was != "" {
