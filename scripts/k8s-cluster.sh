@@ -34,6 +34,8 @@ PAUSE_IMAGE=registry.k8s.io/pause:3.10
 LINK=sbxk8s0 LINK_PEER=sbxk8s1 # the pods' dead-end link (see write_configs)
 POD_SUBNET=198.18.0.0/24
 SOCK=$DIR/containerd.sock
+# The patched runc of scripts/runc.sh, when the host's runc has known escapes.
+PATCHED_RUNC=/usr/local/lib/sandboxer/runc
 # gVisor's runtime handler (see gvisor below), when it was set up.
 RUNSC_WRAPPER=$DIR/runsc/runsc
 COMPONENTS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet pv-provisioner)
@@ -182,6 +184,15 @@ make_pki() {
 # ---- configuration files -----------------------------------------------------------------
 write_configs() {
   mkdir -p "$DIR"/{containerd/root,containerd/state,containerd/runc,containerd/opt,cni,logs,pids,kubelet,pod-logs,etcd}
+  # The pods run on the patched runc that scripts/runc.sh built (make engine), where the host's
+  # has known escapes (Debian's 1.1.5); otherwise on the host's.
+  local runc_binary=""
+  if [[ -x $PATCHED_RUNC ]]; then
+    runc_binary="BinaryName = \"$PATCHED_RUNC\""
+    log "pods run on $("$PATCHED_RUNC" --version | head -1) ($PATCHED_RUNC)"
+  else
+    log "pods run on the host's $(runc --version | head -1): no patched runc at $PATCHED_RUNC (make engine builds one where the host's has known escapes)"
+  fi
   cat >"$DIR/containerd.toml" <<EOF
 # containerd for the sandboxer test cluster only (scripts/k8s-cluster.sh): its own root,
 # state and socket; Docker's containerd is a different process with a different config.
@@ -219,6 +230,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        $runc_binary
         SystemdCgroup = false
         Root = "$DIR/containerd/runc"
 EOF

@@ -86,10 +86,13 @@ func (s *server) pods(all bool) []sandbox.Container {
 func (s *server) waitNoPods(all bool, within time.Duration) { s.waitNoneOn(s.pods, all, within) }
 
 // kubernetesProbe adds to the hardening probe what only a pod could leak:
-// a service account token, and a default route.
+// a service account token, a default route, and a resolver (the cluster's
+// DNS would answer any name: a pod gets none).
 const kubernetesProbe = fHardeningProbe + `
 echo "sa_token=$(ls -d /var/run/secrets/kubernetes.io /run/secrets/kubernetes.io 2>/dev/null | tr '\n' ' ')"
 echo "default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)"
+echo "nameservers=$(awk '$1=="nameserver"{print $2}' /etc/resolv.conf | paste -sd' ')"
+echo "lookup=$(getent hosts sandboxer-probe.example.com >/dev/null 2>&1 && echo resolved || echo none)"
 `
 
 func TestKubernetesCore(t *testing.T) {
@@ -126,7 +129,8 @@ func kubernetesCore(t *testing.T, s *server) {
 	h := fRun(s, map[string]any{"command": kubernetesProbe, "env": map[string]any{"PROBE_VAR": "agent-set"}})
 	f := fFields(str(h, "stdout"))
 	for k, want := range map[string]string{"uid": "1000", "CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2",
-		"write_tmp": "written", "docker_sock": "", "leaked_env": "", "probe_var": "agent-set", "sa_token": "", "default_route": "0"} {
+		"write_tmp": "written", "docker_sock": "", "leaked_env": "", "probe_var": "agent-set", "sa_token": "", "default_route": "0",
+		"nameservers": "0.0.0.0", "lookup": "none"} {
 		if f[k] != want {
 			t.Errorf("inside the pod %s=%q, want %q", k, f[k], want)
 		}

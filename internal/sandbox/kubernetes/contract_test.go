@@ -62,7 +62,22 @@ func waitEnd(t *testing.T, h sandbox.Handle) {
 }
 
 // TestHardeningFromInside: the profile the pod spec writes, read back from
-// inside a pod, as on Docker and the fake.
+// inside a pod, as on Docker and the fake; what a pod spec cannot say is
+// declared, each with why (docs/kubernetes.md, "What differs from Docker").
 func TestHardeningFromInside(t *testing.T) {
-	sandboxtest.RunHardening(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t) }, images.Tag("base"), sandboxtest.HardeningOptions{})
+	sandboxtest.RunHardening(t, func(t *testing.T) sandbox.Runtime { return newTestRuntime(t) }, images.Tag("base"), sandboxtest.HardeningOptions{
+		Differs: podDifferences,
+	})
+}
+
+// podDifferences are what a pod's profile cannot say as Docker's does.
+var podDifferences = map[string]string{
+	"/tmp is mounted without nosuid":       "an emptyDir's tmpfs takes the kubelet's mount options; NoNewPrivs and no capabilities make set-id bits moot",
+	"/tmp is mounted without nodev":        "an emptyDir's tmpfs takes the kubelet's mount options; without CAP_MKNOD no device node can be made",
+	"/workspace is mounted without nosuid": "as /tmp",
+	"/workspace is mounted without nodev":  "as /tmp",
+	"/workspace's owner and mode are":      "an emptyDir is root's, 1777: the pod is non-root under the restricted standard, so nothing can chown it",
+	"cgroup pids limit is":                 "a pod spec has no pids limit: the kubelet's podPidsLimit is on the pod's cgroup, above the container's view",
+	"network interfaces are":               "the test cluster's CNI gives each pod a dead-end eth0 (docs/kubernetes.md, Pod network)",
+	"1 routes, want none":                  "that eth0's route, which leads nowhere",
 }

@@ -307,9 +307,16 @@ func (r *Runtime) podFor(spec sandbox.Spec) *corev1.Pod {
 			},
 		},
 		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			AutomountServiceAccountToken:  &no,
-			EnableServiceLinks:            &no,
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: &no,
+			EnableServiceLinks:           &no,
+			// No resolver: a pod's names never need one (egress goes through
+			// the tunnel to the proxy, which resolves the allowed names
+			// itself), and the cluster's DNS would answer any name a job
+			// sent it, a way out for data. 0.0.0.0 is the pod's own
+			// namespace, where nothing answers (as Docker's noResolver).
+			DNSPolicy:                     corev1.DNSNone,
+			DNSConfig:                     &corev1.PodDNSConfig{Nameservers: []string{"0.0.0.0"}},
 			TerminationGracePeriodSeconds: &grace,
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
