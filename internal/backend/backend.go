@@ -72,7 +72,7 @@ var all = []Backend{
 		Name: policy.BackendKubernetes, Networks: []string{policy.NetworkNone, policy.NetworkEgress},
 		NoBridge: "pods have no network; their only way out is the egress tunnel to the server's proxy",
 		NoPause:  "a pod cannot be frozen: Kubernetes has no pause",
-		Open:     openKubernetes, Doctor: doctorKubernetes,
+		Open:     openKubernetes, Doctor: doctorKubernetes, Findings: kubernetesFindings,
 	},
 	{
 		Name: policy.BackendContainerd, Networks: []string{policy.NetworkNone, policy.NetworkEgress},

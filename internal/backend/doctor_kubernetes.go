@@ -21,11 +21,12 @@ echo default_route=$(awk '$2=="00000000"' /proc/net/route | wc -l)`
 func doctorKubernetes(ctx context.Context, o Options, report Report) error {
 	return checkEngine(ctx, o, report, engineCheck{
 		name: "kubernetes", open: openKubernetes, probe: kubernetesProbe,
-		openFix: "set kubernetes.kubeconfig in the policy, or KUBECONFIG",
-		pingFix: "start the cluster (`make k8s-cluster` here) or fix the kubeconfig",
-		runFix:  "kubectl describe the namespace's pods; is the node Ready?",
-		facts:   []fact{{"sa_token", "absent", "no SA token"}, {"default_route", "0", "no route out"}},
-		runtime: true, // the policy's runtime is a RuntimeClass
+		openFix:  "set kubernetes.kubeconfig in the policy, or KUBECONFIG",
+		pingFix:  "start the cluster (`make k8s-cluster` here) or fix the kubeconfig",
+		runFix:   "kubectl describe the namespace's pods; is the node Ready?",
+		facts:    []fact{{"sa_token", "absent", "no SA token"}, {"default_route", "0", "no route out"}},
+		runtime:  true, // the policy's runtime is a RuntimeClass
+		findings: kubernetesFindings,
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/containerd"
 	"github.com/sandboxer/sandboxer/internal/sandbox/docker"
+	"github.com/sandboxer/sandboxer/internal/sandbox/kubernetes"
 )
 
 // Finding is what is known of one component under the sandboxes: its
@@ -190,6 +191,26 @@ func binaryVersion(ctx context.Context, path string) (version, component, commit
 
 // containerdFindings: the runc containerd's shim runs for sandboxes (the
 // project's patched one, or the one on containerd's PATH on this host).
+// kubernetesFindings names each node's runtime. The API does not say which
+// runc runs under it, so that is said, not guessed (the test cluster of
+// make k8s-cluster gives its containerd the patched runc).
+func kubernetesFindings(ctx context.Context, e sandbox.Engine, _ *policy.Policy) ([]Finding, error) {
+	rt, ok := e.(*kubernetes.Runtime)
+	if !ok {
+		return nil, nil
+	}
+	nodes, err := rt.NodeRuntimes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Finding
+	for _, n := range nodes {
+		out = append(out, Finding{What: "runtime", Name: "runc on " + n.Node,
+			Unread: fmt.Sprintf("the node reports %s and kernel %s; the Kubernetes API does not name the runc under its runtime (scripts/k8s-cluster.sh gives its containerd the patched runc)", n.Runtime, n.Kernel)})
+	}
+	return out, nil
+}
+
 func containerdFindings(ctx context.Context, e sandbox.Engine, _ *policy.Policy) ([]Finding, error) {
 	rt, ok := e.(*containerd.Runtime)
 	if !ok {

@@ -1,6 +1,9 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // A sandbox the engine cannot place yet for want of room (a Kubernetes pod
 // no node has the CPU or memory for, a namespace's quota used up) waits
@@ -9,6 +12,10 @@ import "context"
 // sandboxes, so that an idle warm sandbox is never why a job cannot start.
 
 type capacityKey struct{}
+
+// ErrNoRoom is a warm sandbox's start refused for want of room: the pool
+// tries it again soon, without the backoff of an engine failing.
+var ErrNoRoom = errors.New("no room for a warm sandbox")
 
 // CapacityFunc hears a start's wait for room: why is the engine's reason,
 // in a sentence, while the start waits; "" once the sandbox is placed.

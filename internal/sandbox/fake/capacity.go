@@ -26,6 +26,9 @@ type errNoRoom struct {
 
 func (e *errNoRoom) Error() string { return e.why }
 
+// Is makes a warm sandbox's refusal sandbox.ErrNoRoom, as on Kubernetes.
+func (e *errNoRoom) Is(target error) bool { return target == sandbox.ErrNoRoom }
+
 // SetCapacity gives the engine a node of nanoCPUs (0: no limit). Set it
 // before the engine's first use: its runtimes then declare Capacity.
 func (e *Engine) SetCapacity(nanoCPUs int64) {

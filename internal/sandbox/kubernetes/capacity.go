@@ -37,7 +37,7 @@ type roomWait struct {
 // than startTimeout.
 func (w *roomWait) wait(ctx context.Context, why string) error {
 	if w.warm {
-		return fmt.Errorf("no room for a warm pod: %s", why)
+		return fmt.Errorf("%w: %s", sandbox.ErrNoRoom, why)
 	}
 	if why == w.why {
 		return nil
@@ -193,4 +193,23 @@ func (r *Runtime) room(ctx context.Context) (nodeRoom, error) {
 		}
 	}
 	return room, nil
+}
+
+// NodeRuntime is a node's container runtime as its status reports it.
+type NodeRuntime struct {
+	Node, Runtime, Kernel string // "localhost", "containerd://1.6.20", "6.18.0"
+}
+
+// NodeRuntimes lists each node's container runtime and kernel (doctor):
+// the API names the runtime (containerd, CRI-O) but not the runc under it.
+func (r *Runtime) NodeRuntimes(ctx context.Context) ([]NodeRuntime, error) {
+	nodes, err := r.core.Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, r.engineErr(fmt.Errorf("list nodes: %w", err))
+	}
+	out := make([]NodeRuntime, 0, len(nodes.Items))
+	for _, n := range nodes.Items {
+		out = append(out, NodeRuntime{Node: n.Name, Runtime: n.Status.NodeInfo.ContainerRuntimeVersion, Kernel: n.Status.NodeInfo.KernelVersion})
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func TestRoomWaitFollowsScheduling(t *testing.T) {
 		t.Fatalf("heard %q, want the scheduler's reason once, then the placing", heard)
 	}
 
-	if err := (&roomWait{warm: true}).placed(ctx, pending); err == nil || !strings.Contains(err.Error(), "no room for a warm pod") {
+	if err := (&roomWait{warm: true}).placed(ctx, pending); !errors.Is(err, sandbox.ErrNoRoom) || !strings.Contains(err.Error(), "Insufficient cpu") {
 		t.Fatalf("a warm pod without room: %v, want it failed at once", err)
 	}
 	alone := &roomWait{deadline: deadline}

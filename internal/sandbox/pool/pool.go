@@ -421,11 +421,17 @@ func (p *Pool) fill() {
 		}
 		now := time.Now()
 		p.depthsLocked(now)
-		// The target furthest below its depth goes first.
+		// The policy's targets before followed shapes (where room is
+		// short, pool.size is what the operator asked for), then the
+		// target furthest below its depth.
 		var next *target
 		for _, t := range p.targets {
-			if lack := t.depth - len(t.ready) - t.starting; lack > 0 && now.After(t.retryAt) &&
-				(next == nil || lack > next.depth-len(next.ready)-next.starting) {
+			lack := t.depth - len(t.ready) - t.starting
+			if lack <= 0 || !now.After(t.retryAt) {
+				continue
+			}
+			if next == nil || next.followed && !t.followed ||
+				next.followed == t.followed && lack > next.depth-len(next.ready)-next.starting {
 				next = t
 			}
 		}
@@ -456,6 +462,11 @@ func (p *Pool) prepare(t *target) {
 	t.starting--
 	if err != nil {
 		t.backoff = min(max(t.backoff*2, minBackoff), maxBackoff)
+		if errors.Is(err, sandbox.ErrNoRoom) {
+			// Room comes back when a job ends: try again soon, not later
+			// and later as for an engine that fails.
+			t.backoff = minBackoff
+		}
 		t.retryAt = time.Now().Add(t.backoff)
 		t.lastErr = err.Error()
 		backoff := t.backoff

@@ -406,3 +406,25 @@ func TestPoolYieldsRoomToAWaitingJob(t *testing.T) {
 	<-h.Done()
 	waitFor(t, "the pool full again once the job ended", func() bool { return ready(p) == 2 })
 }
+
+// A warm sandbox refused for want of room is tried again at the shortest
+// backoff, not later and later as for an engine that fails: room comes back
+// when a job ends.
+func TestNoRoomIsRetriedSoon(t *testing.T) {
+	eng := fake.NewEngine()
+	eng.SetCapacity(1_000_000_000)
+	p := New(eng.Runtime("test", ""), []Target{{Name: "bash", Spec: spec("base"), Size: 2}}, 2, zerolog.Nop())
+	go p.Run()
+	t.Cleanup(func() { p.Drain(context.Background()) })
+	waitFor(t, "one warm sandbox and a refusal", func() bool {
+		st := p.Stats()[0]
+		return st.Ready == 1 && strings.Contains(st.LastErr, "Insufficient cpu")
+	})
+	time.Sleep(3500 * time.Millisecond) // three retries or more
+	p.mu.Lock()
+	backoff := p.targets[0].backoff
+	p.mu.Unlock()
+	if backoff != minBackoff {
+		t.Fatalf("backoff after refusals for room: %s, want %s", backoff, minBackoff)
+	}
+}
