@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -124,20 +125,42 @@ func quotaMessage(err error) string {
 	return err.Error()
 }
 
+// largestKeep is how long LargestSandbox's answer stands: it is asked at
+// every job's submission, and nodes and quotas change far more rarely
+// than jobs come (two API calls a job otherwise).
+const largestKeep = 30 * time.Second
+
+// largest is LargestSandbox's last answer and when it was read.
+type largest struct {
+	mu            sync.Mutex
+	at            time.Time
+	nanoCPUs, mem int64
+}
+
 // LargestSandbox is the largest node's allocatable CPU and memory, within
 // the namespace's ResourceQuota: one pod never gets more.
 func (r *Runtime) LargestSandbox(ctx context.Context) (nanoCPUs, memoryBytes int64, err error) {
+	r.largest.mu.Lock()
+	defer r.largest.mu.Unlock()
+	if !r.largest.at.IsZero() && time.Since(r.largest.at) < largestKeep {
+		return r.largest.nanoCPUs, r.largest.mem, nil
+	}
 	room, err := r.room(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
-	least := func(a, quota int64) int64 {
-		if a == 0 || quota > 0 && quota < a {
-			return quota
-		}
-		return a
+	r.largest.at = time.Now()
+	r.largest.nanoCPUs = minKnown(room.largestCPUs, room.QuotaNanoCPUs)
+	r.largest.mem = minKnown(room.largestMemory, room.QuotaMemory)
+	return r.largest.nanoCPUs, r.largest.mem, nil
+}
+
+// minKnown is the smaller of a and b where 0 is unknown (or no limit).
+func minKnown(a, b int64) int64 {
+	if a == 0 || b != 0 && b < a {
+		return b
 	}
-	return least(room.largestCPUs, room.QuotaNanoCPUs), least(room.largestMemory, room.QuotaMemory), nil
+	return a
 }
 
 // Room is the nodes' allocatable CPU and memory and the namespace's quota.
@@ -174,21 +197,15 @@ func (r *Runtime) room(ctx context.Context) (nodeRoom, error) {
 		}
 		return room, r.engineErr(fmt.Errorf("list resource quotas: %w", err))
 	}
-	least := func(cur, q int64) int64 {
-		if cur == 0 || q < cur {
-			return q
-		}
-		return cur
-	}
 	for _, q := range quotas.Items {
 		for name, v := range q.Spec.Hard {
 			switch name {
 			case corev1.ResourceLimitsCPU, corev1.ResourceRequestsCPU, corev1.ResourceCPU:
-				room.QuotaNanoCPUs = least(room.QuotaNanoCPUs, v.MilliValue()*1e6)
+				room.QuotaNanoCPUs = minKnown(room.QuotaNanoCPUs, v.MilliValue()*1e6)
 			case corev1.ResourceLimitsMemory, corev1.ResourceRequestsMemory, corev1.ResourceMemory:
-				room.QuotaMemory = least(room.QuotaMemory, v.Value())
+				room.QuotaMemory = minKnown(room.QuotaMemory, v.Value())
 			case corev1.ResourcePods:
-				room.QuotaPods = least(room.QuotaPods, v.Value())
+				room.QuotaPods = minKnown(room.QuotaPods, v.Value())
 			}
 		}
 	}

@@ -87,6 +87,8 @@ type Runtime struct {
 	wsTunnels   sandbox.WorkspaceTunnels // workspace pods' egress tunnels
 	// mountBytes bounds the granted mounts copied into a job's pod (mounts.go).
 	mountBytes int64
+	// largest keeps LargestSandbox's answer a while (capacity.go).
+	largest largest
 	// helpers are StartHelper's helpers of the server's own, by id.
 	helperMu sync.Mutex
 	helpers  map[string][]sandbox.Mount
