@@ -38,7 +38,7 @@ func (s *Server) frontHTTP(next http.Handler) http.Handler {
 		methodSpan, hasMethod := m["method"]
 		params, hasParams := m["params"]
 		if !hasID || !hasMethod || json.Unmarshal(methodSpan.of(body), &method) != nil ||
-			!isTaskRequest(method, paramsOf(body, params, hasParams)) && method != string(mcp.MethodResourcesRead) {
+			!s.isTaskRequest(method, paramsOf(body, params, hasParams)) && method != string(mcp.MethodResourcesRead) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -71,7 +71,7 @@ func (s *Server) frontHTTP(next http.Handler) http.Handler {
 				JSONRPC string                  `json:"jsonrpc"`
 				ID      json.RawMessage         `json:"id"`
 				Error   mcp.JSONRPCErrorDetails `json:"error"`
-			}{mcp.JSONRPC_VERSION, id, mcp.NewJSONRPCErrorDetails(rerr.code, rerr.msg, nil)}
+			}{mcp.JSONRPC_VERSION, id, mcp.NewJSONRPCErrorDetails(rerr.code, rerr.msg, rerr.data)}
 		} else {
 			reply = struct {
 				JSONRPC string          `json:"jsonrpc"`

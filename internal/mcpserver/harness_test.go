@@ -29,9 +29,11 @@ import (
 // until destroyed, without Docker.
 type fakeRuntime struct {
 	output string // written to stdout at start
+	exits  bool   // the sandbox ends at once (exit 0) instead of waiting
 }
 
 type fakeHandle struct {
+	code *int // the exit code; nil: 137, killed
 	id   string
 	once sync.Once
 	done chan struct{}
@@ -41,7 +43,12 @@ func (r *fakeRuntime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.
 	if r.output != "" {
 		out.Write(sandbox.Stdout, []byte(r.output))
 	}
-	return &fakeHandle{id: "fake-" + spec.JobID, done: make(chan struct{})}, nil
+	h := &fakeHandle{id: "fake-" + spec.JobID, done: make(chan struct{})}
+	if r.exits {
+		h.code = new(int)
+		h.once.Do(func() { close(h.done) })
+	}
+	return h, nil
 }
 func (r *fakeRuntime) Adopt(context.Context, string, int64, int64, sandbox.Output) (sandbox.Handle, error) {
 	return nil, errors.New("fake: no adoption")
@@ -57,9 +64,14 @@ func (h *fakeHandle) KeepsStdin() bool    { return false }
 func (h *fakeHandle) WriteStdin(context.Context, []byte) (int, error) {
 	return 0, sandbox.ErrNoStdin
 }
-func (h *fakeHandle) CloseStdin() error                    { return nil }
-func (h *fakeHandle) Done() <-chan struct{}                { return h.done }
-func (h *fakeHandle) Status() sandbox.ExitStatus           { return sandbox.ExitStatus{ExitCode: 137} }
+func (h *fakeHandle) CloseStdin() error     { return nil }
+func (h *fakeHandle) Done() <-chan struct{} { return h.done }
+func (h *fakeHandle) Status() sandbox.ExitStatus {
+	if h.code != nil {
+		return sandbox.ExitStatus{ExitCode: *h.code}
+	}
+	return sandbox.ExitStatus{ExitCode: 137}
+}
 func (h *fakeHandle) Signal(context.Context, string) error { return nil }
 func (h *fakeHandle) Resize(context.Context, uint16, uint16) error {
 	return sandbox.ErrNoTTY

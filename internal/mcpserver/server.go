@@ -152,6 +152,8 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 		server.WithResourceCapabilities(false, false),
 		// Tasks are answered in front of mcp-go (tasks.go); this announces them.
 		server.WithTaskCapabilities(true, true, true),
+		// … and the 2026-07-28 revision's tasks extension (exttasks.go).
+		server.WithExtensions(map[string]any{TasksExtension: map[string]any{}}),
 		// No server.WithInputSchemaValidation: each tool checks its arguments
 		// against its own input schema (tools' bind), after taking a single
 		// value for a list, with messages written for agents.
@@ -202,6 +204,7 @@ func (s *Server) ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writ
 	s.wire.tasks = func(method string, params json.RawMessage, notify notifyFunc) (any, *rpcError) {
 		return s.handleTask(ctx, method, params, notify)
 	}
+	s.wire.isTask = s.isTaskRequest
 	err := stdio.Listen(ctx, s.wire.reader(stdin, maxMessageBytes), s.notifier.w)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil

@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,13 +46,14 @@ const taskWaitSlice = 30 * time.Second
 type rpcError struct {
 	code int
 	msg  string
+	data any // the error's data member; nil: none
 }
 
 func invalidParams(format string, args ...any) *rpcError {
-	return &rpcError{mcp.INVALID_PARAMS, fmt.Sprintf(format, args...)}
+	return &rpcError{code: mcp.INVALID_PARAMS, msg: fmt.Sprintf(format, args...)}
 }
 
-func internalError(err error) *rpcError { return &rpcError{mcp.INTERNAL_ERROR, err.Error()} }
+func internalError(err error) *rpcError { return &rpcError{code: mcp.INTERNAL_ERROR, msg: err.Error()} }
 
 // notifyFunc sends one notification to the client that made a request (nil:
 // the transport has no way to).
@@ -92,18 +94,30 @@ func (r *running) drop(id string) {
 }
 
 // isTaskRequest says whether the task layer answers a request: a tasks/*
-// method, or a tools/call whose params carry task.
-func isTaskRequest(method string, params []byte) bool {
-	switch mcp.MCPMethod(method) {
-	case mcp.MethodTasksGet, mcp.MethodTasksList, mcp.MethodTasksResult, mcp.MethodTasksCancel:
+// method; a tools/call whose params carry task (2025-11-25); a job tool's
+// tools/call from a client that declared the tasks extension (exttasks.go).
+func (s *Server) isTaskRequest(method string, params []byte) bool {
+	switch method {
+	case string(mcp.MethodTasksGet), string(mcp.MethodTasksList), string(mcp.MethodTasksResult), string(mcp.MethodTasksCancel), methodTasksUpdate:
 		return true
-	case mcp.MethodToolsCall:
+	case string(mcp.MethodToolsCall):
 		m, ok := members(params)
 		if !ok {
 			return false
 		}
-		t, ok := m["task"]
-		return ok && string(t.of(params)) != "null"
+		if t, ok := m["task"]; ok && string(t.of(params)) != "null" {
+			return true
+		}
+		if !bytes.Contains(params, []byte(TasksExtension)) || !eraOf(params).tasksExt {
+			return false
+		}
+		var name string
+		n, ok := m["name"]
+		if !ok || json.Unmarshal(n.of(params), &name) != nil {
+			return false
+		}
+		t, ok := s.tools[name]
+		return ok && t.TaskResult != nil
 	}
 	return false
 }
@@ -113,6 +127,13 @@ func isTaskRequest(method string, params []byte) bool {
 func (s *Server) handleTask(ctx context.Context, method string, params json.RawMessage, notify notifyFunc) (any, *rpcError) {
 	if len(params) == 0 {
 		params = json.RawMessage("{}")
+	}
+	if era := eraOf(params); era.modern {
+		return s.handleExtTask(ctx, method, params, era)
+	}
+	switch method {
+	case methodTasksUpdate:
+		return nil, &rpcError{code: mcp.METHOD_NOT_FOUND, msg: "tasks/update belongs to the 2026-07-28 revision's tasks extension; this request speaks an earlier revision"}
 	}
 	switch mcp.MCPMethod(method) {
 	case mcp.MethodToolsCall:
@@ -165,7 +186,7 @@ func (s *Server) callAsTask(ctx context.Context, params json.RawMessage, notify 
 		return nil, invalidParams("tools/call: tool %q is not known", p.Name)
 	}
 	if !taskTool(t) {
-		return nil, &rpcError{mcp.METHOD_NOT_FOUND, fmt.Sprintf(
+		return nil, &rpcError{code: mcp.METHOD_NOT_FOUND, msg: fmt.Sprintf(
 			"tools/call: %s cannot run as a task (its execution.taskSupport is forbidden); call it without params.task", p.Name)}
 	}
 	ttl, rerr := s.taskTTL(p.Task.TTL)
@@ -288,7 +309,7 @@ func (s *Server) taskTTL(requested *int64) (time.Duration, *rpcError) {
 func (s *Server) task(ctx context.Context, id string) (*record.Task, *rpcError) {
 	t, err := s.deps.Jobs.Task(ctx, id)
 	if errors.Is(err, record.ErrTaskNotFound) {
-		return nil, invalidParams("task %q not found: tasks/list shows the known ones", truncate(id, 64))
+		return nil, invalidParams("task %q not found: no task of yours has that id (it may have been pruned)", truncate(id, 64))
 	}
 	if err != nil {
 		return nil, internalError(err)
@@ -367,7 +388,7 @@ func (s *Server) taskResult(ctx context.Context, t *record.Task) (any, *rpcError
 	if t.JobID != "" {
 		return s.jobTaskResult(ctx, t)
 	}
-	interrupted := &rpcError{mcp.REQUEST_INTERRUPTED, "tasks/result: the request was cancelled before task " + t.ID + " ended"}
+	interrupted := &rpcError{code: mcp.REQUEST_INTERRUPTED, msg: "tasks/result: the request was cancelled before task " + t.ID + " ended"}
 	for t.Status == record.TaskWorking {
 		ended := time.After(TaskPollInterval) // another server runs it: look again
 		if c := s.running.get(t.ID); c != nil {
@@ -392,7 +413,7 @@ func (s *Server) taskResult(ctx context.Context, t *record.Task) (any, *rpcError
 		t = next
 	}
 	if len(t.Result) == 0 {
-		return nil, &rpcError{mcp.INTERNAL_ERROR, fmt.Sprintf("task %s %s: %s", t.ID, t.Status, t.Message)}
+		return nil, &rpcError{code: mcp.INTERNAL_ERROR, msg: fmt.Sprintf("task %s %s: %s", t.ID, t.Status, t.Message)}
 	}
 	var res map[string]any
 	if err := json.Unmarshal(t.Result, &res); err != nil {
@@ -408,7 +429,7 @@ func (s *Server) jobTaskResult(ctx context.Context, t *record.Task) (any, *rpcEr
 	for err == nil && !record.Finished(rec.Status) {
 		rec, err = s.deps.Jobs.Wait(ctx, t.JobID, taskWaitSlice)
 		if err == nil && ctx.Err() != nil {
-			return nil, &rpcError{mcp.REQUEST_INTERRUPTED, "tasks/result: the request was cancelled before task " + t.ID + " ended"}
+			return nil, &rpcError{code: mcp.REQUEST_INTERRUPTED, msg: "tasks/result: the request was cancelled before task " + t.ID + " ended"}
 		}
 	}
 	if err != nil {
@@ -423,37 +444,13 @@ func (s *Server) jobTaskResult(ctx context.Context, t *record.Task) (any, *rpcEr
 	return res, nil
 }
 
-// cancelTask ends a working task: kills its job (reason cancelled), or
-// cancels the call this server runs.
+// cancelTask ends a working task and answers with it (2025-11-25).
 func (s *Server) cancelTask(ctx context.Context, t *record.Task) (any, *rpcError) {
 	current := s.taskOf(ctx, t)
 	if current.Status.IsTerminal() {
 		return nil, invalidParams("task %s already ended (%s): only a working task can be cancelled", t.ID, current.Status)
 	}
-	var err error
-	if t.JobID != "" {
-		_, err = s.deps.Jobs.Kill(ctx, t.JobID, "KILL", 0, record.ReasonCancelled)
-	} else if c := s.running.get(t.ID); c != nil {
-		c.cancel()
-		select {
-		case <-c.done:
-		case <-time.After(taskWaitSlice):
-			err = fmt.Errorf("task %s did not end within %s of its cancel", t.ID, taskWaitSlice)
-		}
-	} else {
-		return nil, invalidParams("task %s runs in another server process (%s): cancel it through that server's client", t.ID, t.ServerID)
-	}
-	if s.audit != nil {
-		e := audit.Entry{Time: time.Now(), Client: tools.ClientName(ctx), Tenant: tenant.Owner(ctx), Server: s.serverID,
-			Tool: string(mcp.MethodTasksCancel), JobID: t.JobID, Outcome: "ok", Decision: audit.Allowed}
-		if err != nil {
-			e.Outcome, e.Error = "error", truncateUTF8(err.Error(), 1000)
-		}
-		if werr := s.audit.Write(e); werr != nil && s.logf != nil {
-			s.logf("audit log: %v", werr)
-		}
-	}
-	if err != nil {
+	if err := s.stopTask(ctx, t); err != nil {
 		return nil, internalError(err)
 	}
 	after, err := s.deps.Jobs.Task(ctx, t.ID)
@@ -465,6 +462,35 @@ func (s *Server) cancelTask(ctx context.Context, t *record.Task) (any, *rpcError
 		task.Status = mcp.TaskStatusCancelled // the kill is under way
 	}
 	return mcp.NewCancelTaskResult(task), nil
+}
+
+// stopTask ends a working task: kills its job (reason cancelled), or
+// cancels the call this server runs; the audit log records it.
+func (s *Server) stopTask(ctx context.Context, t *record.Task) error {
+	var err error
+	if t.JobID != "" {
+		_, err = s.deps.Jobs.Kill(ctx, t.JobID, "KILL", 0, record.ReasonCancelled)
+	} else if c := s.running.get(t.ID); c != nil {
+		c.cancel()
+		select {
+		case <-c.done:
+		case <-time.After(taskWaitSlice):
+			err = fmt.Errorf("task %s did not end within %s of its cancel", t.ID, taskWaitSlice)
+		}
+	} else {
+		return fmt.Errorf("task %s runs in another server process (%s): cancel it through that server's client", t.ID, t.ServerID)
+	}
+	if s.audit != nil {
+		e := audit.Entry{Time: time.Now(), Client: tools.ClientName(ctx), Tenant: tenant.Owner(ctx), Server: s.serverID,
+			Tool: string(mcp.MethodTasksCancel), JobID: t.JobID, Outcome: "ok", Decision: audit.Allowed}
+		if err != nil {
+			e.Outcome, e.Error = "error", truncateUTF8(err.Error(), 1000)
+		}
+		if werr := s.audit.Write(e); werr != nil && s.logf != nil {
+			s.logf("audit log: %v", werr)
+		}
+	}
+	return err
 }
 
 // listTasks lists the caller's tasks, newest first, a page at a time.

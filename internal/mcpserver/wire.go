@@ -76,7 +76,8 @@ type wire struct {
 	trace func(*observe.Timeline)
 	// tasks answers MCP task requests (tasks.go) in front of mcp-go; nil:
 	// they go to mcp-go.
-	tasks func(method string, params json.RawMessage, notify notifyFunc) (any, *rpcError)
+	tasks  func(method string, params json.RawMessage, notify notifyFunc) (any, *rpcError)
+	isTask func(method string, params []byte) bool // which requests tasks answers
 }
 
 const (
@@ -232,7 +233,7 @@ func (w *wire) inbound(line []byte) []byte {
 		return nil
 	}
 
-	if w.tasks != nil && isTaskRequest(method, paramsOf(line, params, hasParams)) {
+	if w.tasks != nil && w.isTask(method, paramsOf(line, params, hasParams)) {
 		p := append(json.RawMessage(nil), paramsOf(line, params, hasParams)...)
 		go w.answerTask(append(json.RawMessage(nil), rawID...), method, p)
 		return nil
@@ -402,6 +403,11 @@ func (w *wire) override(id any, code int, message string) {
 
 // reply writes an error response from the wire itself (id nil = null).
 func (w *wire) reply(id json.RawMessage, code int, message string) {
+	w.replyData(id, code, message, nil)
+}
+
+// replyData is reply with the error's data member.
+func (w *wire) replyData(id json.RawMessage, code int, message string, detail any) {
 	if id == nil {
 		id = json.RawMessage("null")
 	}
@@ -409,7 +415,7 @@ func (w *wire) reply(id json.RawMessage, code int, message string) {
 		JSONRPC string                  `json:"jsonrpc"`
 		ID      json.RawMessage         `json:"id"`
 		Error   mcp.JSONRPCErrorDetails `json:"error"`
-	}{mcp.JSONRPC_VERSION, id, mcp.NewJSONRPCErrorDetails(code, message, nil)})
+	}{mcp.JSONRPC_VERSION, id, mcp.NewJSONRPCErrorDetails(code, message, detail)})
 	if err != nil {
 		return
 	}
@@ -421,7 +427,7 @@ func (w *wire) reply(id json.RawMessage, code int, message string) {
 func (w *wire) answerTask(id json.RawMessage, method string, params json.RawMessage) {
 	res, rerr := w.tasks(method, params, w.notify)
 	if rerr != nil {
-		w.reply(id, rerr.code, rerr.msg)
+		w.replyData(id, rerr.code, rerr.msg, rerr.data)
 		return
 	}
 	data, err := json.Marshal(struct {

@@ -120,11 +120,11 @@ func RunCommand(d Deps) Tool {
 		if err != nil {
 			return failure(err), nil
 		}
-		rec, problem := d.submitAndWait(ctx, req, jr, args.Background || task, wait)
+		rec, problem := d.submitAndWait(ctx, req, jr, args.Background || task.now(), wait)
 		if problem != nil {
 			return problem, nil
 		}
-		if task {
+		if task.becomes(rec) {
 			return taskStarted(ctx, rec), nil
 		}
 		return d.commandResult(ctx, rec, commandRender{Output: args.Output}), nil

@@ -382,11 +382,11 @@ func RunScript(d Deps) Tool {
 		if err != nil {
 			return failure(err), nil
 		}
-		rec, problem := d.submitAndWait(ctx, req, run.req, args.Background || task, run.wait)
+		rec, problem := d.submitAndWait(ctx, req, run.req, args.Background || task.now(), run.wait)
 		if problem != nil {
 			return problem, nil
 		}
-		if task {
+		if task.becomes(rec) {
 			return taskStarted(ctx, rec), nil
 		}
 		return d.scriptCallResult(ctx, rec, render), nil

@@ -18,6 +18,10 @@ import (
 type TaskCall struct {
 	TTLMS int64  // the task's time to live, already clamped
 	JobID string // set by the tool once its job is submitted
+	// Deferred: the server decides (the 2026-07-28 tasks extension). The call
+	// waits for its job as a plain call does (wait_s) and becomes a task only
+	// if the job still runs then; JobID stays empty for a job that ended.
+	Deferred bool
 }
 
 type taskCallKey struct{}
@@ -32,20 +36,30 @@ func taskCallOf(ctx context.Context) *TaskCall {
 	return t
 }
 
-// asTask, for a call made as a task, records in jr what TaskResult needs to
-// rebuild the call's result later (render, the tool's own shape), and says
-// the call is one.
-func asTask(ctx context.Context, req mcp.CallToolRequest, jr *job.Request, render any) (bool, error) {
+// asTask, for a call that may become a task, records in jr what TaskResult
+// needs to rebuild the call's result later (render, the tool's own shape),
+// and returns the call's task mark (nil for a plain call).
+func asTask(ctx context.Context, req mcp.CallToolRequest, jr *job.Request, render any) (*TaskCall, error) {
 	t := taskCallOf(ctx)
 	if t == nil {
-		return false, nil
+		return nil, nil
 	}
 	raw, err := json.Marshal(render)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	jr.Details.Task = &record.TaskDetails{Tool: req.Params.Name, TTLMS: t.TTLMS, Render: raw}
-	return true, nil
+	return t, nil
+}
+
+// now says whether the call becomes a task at once, without waiting.
+func (t *TaskCall) now() bool { return t != nil && !t.Deferred }
+
+// becomes says whether the call, its job waited for, answers as a task:
+// always when the client asked for one, and while the job still runs when
+// the server decides.
+func (t *TaskCall) becomes(rec *record.Job) bool {
+	return t != nil && (!t.Deferred || !record.Finished(rec.Status))
 }
 
 // taskStarted hands the submitted job to the MCP layer, which answers the
