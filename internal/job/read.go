@@ -385,3 +385,26 @@ func (m *Manager) Size(ctx context.Context, id string, sel output.Selector) (int
 	}
 	return o.capture.Size(sel), nil
 }
+
+// WaitOutput waits until a job's combined output is larger than past, the
+// job has ended, or ctx ends; it returns the output's size then and whether
+// the job has ended. (What a subscription to the job's output follows.)
+func (m *Manager) WaitOutput(ctx context.Context, id string, past int64) (size int64, ended bool, err error) {
+	o, err := m.outputOf(ctx, id)
+	if err != nil {
+		return 0, false, err
+	}
+	for {
+		changed := o.capture.Changed()
+		size, ended = o.capture.Size(output.Both), isClosed(o.done)
+		if size > past || ended {
+			return size, ended, nil
+		}
+		select {
+		case <-changed:
+		case <-o.done:
+		case <-ctx.Done():
+			return size, false, ctx.Err()
+		}
+	}
+}

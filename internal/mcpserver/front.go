@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -14,9 +16,10 @@ import (
 )
 
 // frontHTTP answers, in front of mcp-go's Streamable HTTP server, what it
-// cannot answer as it should: task requests, and resources/read (whose "not
-// found" mcp-go reports as -32603). guard has named the tenant.
-func (s *Server) frontHTTP(next http.Handler) http.Handler {
+// cannot answer as it should: task requests, subscriptions/listen (an SSE
+// stream until the client leaves or closing closes), and resources/read
+// (whose "not found" mcp-go reports as -32603). guard has named the tenant.
+func (s *Server) frontHTTP(next http.Handler, closing <-chan struct{}) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
@@ -38,7 +41,8 @@ func (s *Server) frontHTTP(next http.Handler) http.Handler {
 		methodSpan, hasMethod := m["method"]
 		params, hasParams := m["params"]
 		if !hasID || !hasMethod || json.Unmarshal(methodSpan.of(body), &method) != nil ||
-			!s.isTaskRequest(method, paramsOf(body, params, hasParams)) && method != string(mcp.MethodResourcesRead) {
+			!s.isTaskRequest(method, paramsOf(body, params, hasParams)) && method != string(mcp.MethodResourcesRead) &&
+				method != string(mcp.MethodSubscriptionsListen) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -53,6 +57,10 @@ func (s *Server) frontHTTP(next http.Handler) http.Handler {
 		}
 		if method == string(mcp.MethodResourcesRead) {
 			s.readResourceHTTP(ctx, w, body)
+			return
+		}
+		if method == string(mcp.MethodSubscriptionsListen) {
+			s.listenHTTP(ctx, w, id, append(json.RawMessage(nil), paramsOf(body, params, hasParams)...), closing)
 			return
 		}
 		var notify notifyFunc
@@ -81,6 +89,72 @@ func (s *Server) frontHTTP(next http.Handler) http.Handler {
 		}
 		writeJSON(w, reply)
 	})
+}
+
+// listenHTTP serves a subscriptions/listen as an SSE response: the
+// acknowledgement and the notifications as events, until the client leaves
+// (no answer then) or the server closes (the closing answer, last).
+func (s *Server) listenHTTP(ctx context.Context, w http.ResponseWriter, id, params json.RawMessage, closing <-chan struct{}) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var mu sync.Mutex
+	started := false
+	event := func(msg any) error {
+		data, err := json.Marshal(msg)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !started {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		if _, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", unescapeHTML(data)); err != nil {
+			return err
+		}
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		return nil
+	}
+	rerr := s.listen(ctx, id, params, func(method string, params map[string]any) error {
+		return event(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": method, "params": params})
+	})
+	errReply := func(rerr *rpcError) any {
+		return struct {
+			JSONRPC string                  `json:"jsonrpc"`
+			ID      json.RawMessage         `json:"id"`
+			Error   mcp.JSONRPCErrorDetails `json:"error"`
+		}{mcp.JSONRPC_VERSION, id, mcp.NewJSONRPCErrorDetails(rerr.code, rerr.msg, rerr.data)}
+	}
+	switch {
+	case rerr != nil && !started:
+		writeJSON(w, errReply(rerr))
+	case rerr != nil:
+		_ = event(errReply(rerr))
+	case ctx.Err() == nil || isClosed(closing): // not the client's leaving
+		_ = event(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": id, "result": listenResult(id)})
+	}
+}
+
+// isClosed says whether a channel is closed.
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // writeJSON writes one JSON-RPC answer as an application/json response.

@@ -30,6 +30,16 @@ import (
 type fakeRuntime struct {
 	output string // written to stdout at start
 	exits  bool   // the sandbox ends at once (exit 0) instead of waiting
+
+	mu   sync.Mutex
+	last sandbox.Output // the last sandbox's output, for write
+}
+
+// write writes more output of the last sandbox started.
+func (r *fakeRuntime) write(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last.Write(sandbox.Stdout, []byte(s))
 }
 
 type fakeHandle struct {
@@ -43,6 +53,9 @@ func (r *fakeRuntime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.
 	if r.output != "" {
 		out.Write(sandbox.Stdout, []byte(r.output))
 	}
+	r.mu.Lock()
+	r.last = out
+	r.mu.Unlock()
 	h := &fakeHandle{id: "fake-" + spec.JobID, done: make(chan struct{})}
 	if r.exits {
 		h.code = new(int)

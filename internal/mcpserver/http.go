@@ -90,7 +90,7 @@ func (s *Server) ServeHTTP(ctx context.Context, addr string, o HTTPOptions) erro
 		}),
 	)
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", s.guard(o, s.frontHTTP(streamable)))
+	mux.Handle("/mcp", s.guard(o, s.frontHTTP(streamable, ctx.Done())))
 	if s.deps.Workspaces != nil {
 		mux.Handle("/preview/", s.guard(o, s.preview()))
 	}

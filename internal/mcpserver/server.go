@@ -124,6 +124,7 @@ type Server struct {
 	tools    map[string]tools.Tool
 	logf     func(format string, args ...any)
 	running  running // MCP tasks this server runs itself (tasks.go)
+	listens  listens // open subscriptions/listen streams, by tenant (listen.go)
 }
 
 // New builds the server with the tools of the enabled toolsets (all when
@@ -205,6 +206,13 @@ func (s *Server) ServeStdio(ctx context.Context, stdin io.Reader, stdout io.Writ
 		return s.handleTask(ctx, method, params, notify)
 	}
 	s.wire.isTask = s.isTaskRequest
+	s.wire.listen = func(lctx context.Context, id, params json.RawMessage, send sendFunc) *rpcError {
+		lctx, cancel := context.WithCancel(lctx)
+		defer cancel()
+		stop := context.AfterFunc(ctx, cancel) // the server's end ends every listen
+		defer stop()
+		return s.listen(tenant.With(lctx, tenant.Tenant{Name: tenant.Local}), id, params, send)
+	}
 	err := stdio.Listen(ctx, s.wire.reader(stdin, maxMessageBytes), s.notifier.w)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil

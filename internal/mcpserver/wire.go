@@ -78,6 +78,11 @@ type wire struct {
 	// they go to mcp-go.
 	tasks  func(method string, params json.RawMessage, notify notifyFunc) (any, *rpcError)
 	isTask func(method string, params []byte) bool // which requests tasks answers
+	// listen serves subscriptions/listen (listen.go) until its context ends;
+	// nil: mcp-go answers it. listening holds each open listen's cancel, by
+	// its id (canonical), for notifications/cancelled.
+	listen    func(ctx context.Context, id, params json.RawMessage, send sendFunc) *rpcError
+	listening map[string]context.CancelFunc
 }
 
 const (
@@ -92,7 +97,7 @@ func newWire() *wire {
 	return &wire{
 		ids: map[string]json.RawMessage{}, latest: map[string]string{}, reasons: map[string]string{},
 		overrides: map[string]mcp.JSONRPCErrorDetails{}, initTokens: map[string]bool{},
-		timelines: map[string]*observe.Timeline{},
+		timelines: map[string]*observe.Timeline{}, listening: map[string]context.CancelFunc{},
 	}
 }
 
@@ -233,6 +238,10 @@ func (w *wire) inbound(line []byte) []byte {
 		return nil
 	}
 
+	if w.listen != nil && method == string(mcp.MethodSubscriptionsListen) {
+		w.startListen(append(json.RawMessage(nil), rawID...), append(json.RawMessage(nil), paramsOf(line, params, hasParams)...))
+		return nil
+	}
 	if w.tasks != nil && w.isTask(method, paramsOf(line, params, hasParams)) {
 		p := append(json.RawMessage(nil), paramsOf(line, params, hasParams)...)
 		go w.answerTask(append(json.RawMessage(nil), rawID...), method, p)
@@ -363,6 +372,12 @@ func (w *wire) cancelled(line []byte, m map[string]span) []byte {
 	var reason string
 	_ = json.Unmarshal(params["reason"], &reason)
 	w.mu.Lock()
+	if stop, listening := w.listening[key]; listening {
+		delete(w.listening, key)
+		w.mu.Unlock()
+		stop() // a listen ends without an answer
+		return nil
+	}
 	token, known := w.latest[key]
 	if known {
 		w.reasons[token] = reason
@@ -430,6 +445,47 @@ func (w *wire) answerTask(id json.RawMessage, method string, params json.RawMess
 		w.replyData(id, rerr.code, rerr.msg, rerr.data)
 		return
 	}
+	w.answer(id, res)
+}
+
+// startListen serves a subscriptions/listen on its own until the client
+// cancels it (no answer then) or the server stops (the closing answer).
+func (w *wire) startListen(id, params json.RawMessage) {
+	key, ok := canonical(id)
+	if !ok {
+		w.reply(id, mcp.INVALID_REQUEST, "subscriptions/listen: the request's id cannot name a subscription")
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.mu.Lock()
+	if _, dup := w.listening[key]; dup {
+		w.mu.Unlock()
+		cancel()
+		w.reply(id, mcp.INVALID_REQUEST, "subscriptions/listen: a listen with this id is open already")
+		return
+	}
+	w.listening[key] = cancel
+	w.mu.Unlock()
+	go func() {
+		defer cancel()
+		rerr := w.listen(ctx, id, params, func(method string, params map[string]any) error {
+			return w.notifyErr(method, params)
+		})
+		w.mu.Lock()
+		_, open := w.listening[key] // false: the client cancelled it
+		delete(w.listening, key)
+		w.mu.Unlock()
+		switch {
+		case rerr != nil:
+			w.replyData(id, rerr.code, rerr.msg, rerr.data)
+		case open:
+			w.answer(id, listenResult(id))
+		}
+	}()
+}
+
+// answer writes a result of the wire's own.
+func (w *wire) answer(id json.RawMessage, res any) {
 	data, err := json.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
@@ -443,15 +499,20 @@ func (w *wire) answerTask(id json.RawMessage, method string, params json.RawMess
 }
 
 // notify writes a notification of the server's own.
-func (w *wire) notify(method string, params any) {
+func (w *wire) notify(method string, params any) { _ = w.notifyErr(method, params) }
+
+// notifyErr is notify, saying whether the notification was written.
+func (w *wire) notifyErr(method string, params any) error {
 	data, err := json.Marshal(struct {
 		JSONRPC string `json:"jsonrpc"`
 		Method  string `json:"method"`
 		Params  any    `json:"params"`
 	}{mcp.JSONRPC_VERSION, method, params})
-	if err == nil {
-		_, _ = w.writeLine(append(unescapeHTML(data), '\n'))
+	if err != nil {
+		return err
 	}
+	_, err = w.writeLine(append(unescapeHTML(data), '\n'))
+	return err
 }
 
 var responsePrefix = []byte(`{"jsonrpc":"2.0","id":"` + tokenPrefix)

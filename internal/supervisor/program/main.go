@@ -87,6 +87,8 @@ func Main() {
 	}
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
+		case proto.WatchCommand:
+			os.Exit(watchMain(os.Args[2:], os.Stdin, os.Stdout))
 		case proto.ScanCommand:
 			os.Exit(scanMain(os.Args[2:], os.Stdout))
 		case proto.TarCommand:

@@ -47,3 +47,31 @@ type FSResult struct {
 	// list
 	Entries []FSEntry `json:"entries,omitempty"`
 }
+
+// WatchCommand follows changes under a path of /workspace until its stdin
+// closes: `sandboxer-supervisor watch <path>`. It watches with inotify the
+// path (a file or a directory with, up to MaxWatchDirs, its
+// subdirectories, new ones too), opened as fs opens paths, and writes one
+// WatchEvent as a JSON line: Ready once it watches, then a batch of changed
+// paths at most every WatchCoalesce, then Gone if the path itself went.
+const WatchCommand = "watch"
+
+// MaxWatchDirs bounds the directories one watch follows; WatchBatch the
+// paths one event names (More says some were left out: read again).
+const (
+	MaxWatchDirs = 1024
+	WatchBatch   = 100
+)
+
+// WatchCoalesce is the least time between two events of one watch, in ms.
+const WatchCoalesce = 100
+
+// WatchEvent is one line of a watch.
+type WatchEvent struct {
+	Ready     bool     `json:"ready,omitempty"`
+	Paths     []string `json:"paths,omitempty"` // relative to /workspace
+	More      bool     `json:"more,omitempty"`
+	Gone      bool     `json:"gone,omitempty"`
+	Error     string   `json:"error,omitempty"`
+	ErrorKind string   `json:"error_kind,omitempty"`
+}
