@@ -181,6 +181,13 @@ func startServerIn(t *testing.T, stateDir string, env ...string) *server {
 // startServerFlags starts the binary on stateDir with more serve flags.
 func startServerFlags(t *testing.T, stateDir string, flags []string, env ...string) *server {
 	t.Helper()
+	return startServerClient(t, stateDir, flags, nil, env...)
+}
+
+// startServerClient is startServerFlags with options for its client (the
+// mcp-go client speaks the newest revision unless told otherwise).
+func startServerClient(t *testing.T, stateDir string, flags []string, opts []client.ClientOption, env ...string) *server {
+	t.Helper()
 	s := &server{t: t, stateDir: stateDir, env: env, stderr: &syncBuffer{}, notes: &notifications{}, exited: make(chan struct{})}
 	s.cmd = exec.Command(binPath, append([]string{"serve", "--state-dir", stateDir, "--log-level", "debug"}, flags...)...)
 	s.cmd.Env = append(os.Environ(), env...)
@@ -201,7 +208,7 @@ func startServerFlags(t *testing.T, stateDir string, flags []string, env ...stri
 	pr, pw := io.Pipe()
 	go s.stdout.pipe(rawOut, pw)
 	tr := transport.NewIO(pr, stdin, io.NopCloser(bytes.NewReader(nil)))
-	s.client = client.NewClient(tr)
+	s.client = client.NewClient(tr, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := s.client.Start(ctx); err != nil {

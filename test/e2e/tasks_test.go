@@ -14,14 +14,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandboxer/sandboxer/internal/testutil"
 )
 
 // sdkClient finds the TypeScript SDK and node that scripts/conformance.sh
-// installs into conformance/node_modules (pinned), installing them first when
-// they are missing.
+// installs into conformance/node_modules (pinned, with the client v2 and its
+// tasks extension), installing them first when they are missing.
 func sdkClient(t *testing.T) (node, sdkDir string) {
 	t.Helper()
 	dir, err := filepath.Abs("../../conformance")
@@ -30,7 +31,13 @@ func sdkClient(t *testing.T) (node, sdkDir string) {
 	}
 	node = filepath.Join(dir, "node_modules/node/bin/node")
 	sdkDir = filepath.Join(dir, "node_modules/@modelcontextprotocol/sdk")
-	if _, err := os.Stat(filepath.Join(sdkDir, "package.json")); err != nil {
+	missing := false
+	for _, p := range []string{"sdk", "client", "ext-tasks"} { // every pinned package (package.json)
+		if _, err := os.Stat(filepath.Join(dir, "node_modules/@modelcontextprotocol", p, "package.json")); err != nil {
+			missing = true
+		}
+	}
+	if missing {
 		if _, err := exec.LookPath("npm"); err != nil {
 			if os.Getenv("CI") == "true" {
 				t.Fatalf("npm is needed to install the TypeScript SDK under CI=true: %v", err)
@@ -143,8 +150,10 @@ func TestTasksWithTheTypeScriptSDK(t *testing.T) {
 		t.Errorf("tasks/list: %v", out.List)
 	}
 
-	// A new server on the same state: the tasks are the store's jobs.
-	s := startServerIn(t, stateDir)
+	// A new server on the same state: the tasks are the store's jobs. (A
+	// client of the 2025-11-25 revision: its tasks/result is gone in the
+	// 2026-07-28 one, TestClientV2OverStdio.)
+	s := startServerClient(t, stateDir, nil, []client.ClientOption{client.WithLegacyProtocolOnly()})
 	get := mcp.GetTaskRequest{}
 	get.Params.TaskId = out.TaskID
 	task, err := s.client.GetTask(ctx, get)
