@@ -39,7 +39,7 @@ type Entry struct {
 	Command      string    `json:"command,omitempty"`
 	ScriptSHA256 string    `json:"script_sha256,omitempty"`
 	EnvKeys      []string  `json:"env_keys,omitempty"` // names only, never values
-	Decision     string    `json:"decision"`           // allowed, blocked or refused (the call was rejected before it ran)
+	Decision     string    `json:"decision"`           // allowed, blocked, refused (rejected before it ran), awaiting_approval, approved or declined (approvals)
 	Rule         string    `json:"rule,omitempty"`     // the block-list rule, when blocked
 	Outcome      string    `json:"outcome"`            // the job's status, "ok", or "error"
 	Error        string    `json:"error,omitempty"`
@@ -60,6 +60,11 @@ const (
 	Allowed = "allowed"
 	Blocked = "blocked"
 	Refused = "refused"
+	// A call the policy's approvals hold: asked a person (awaiting),
+	// approved and run, or declined by the person.
+	AwaitingApproval = "awaiting_approval"
+	Approved         = "approved"
+	Declined         = "declined"
 )
 
 // Log is an append-only, size-rotated JSON-lines file. Safe for concurrent
@@ -248,6 +253,16 @@ func NoteBlocked(ctx context.Context, rule string) {
 	if n, ok := ctx.Value(noteKey{}).(*Note); ok {
 		n.mu.Lock()
 		n.Decision, n.Rule = Blocked, rule
+		n.mu.Unlock()
+	}
+}
+
+// NoteDecision records a decision about the call other than the block
+// list's (an approval's), with what it covered as its rule.
+func NoteDecision(ctx context.Context, decision, rule string) {
+	if n, ok := ctx.Value(noteKey{}).(*Note); ok {
+		n.mu.Lock()
+		n.Decision, n.Rule = decision, rule
 		n.mu.Unlock()
 	}
 }

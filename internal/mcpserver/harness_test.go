@@ -103,12 +103,17 @@ type testServer struct {
 
 func startTestServer(t *testing.T, rt *fakeRuntime) *testServer {
 	t.Helper()
+	return startTestServerPolicy(t, rt, policy.Default())
+}
+
+// startTestServerPolicy is startTestServer with a policy of the test's.
+func startTestServerPolicy(t *testing.T, rt *fakeRuntime, pol *policy.Policy) *testServer {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, "sandboxer.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol := policy.Default()
 	jobs, err := job.New(rt, st, pol, dir, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)

@@ -125,6 +125,9 @@ type Server struct {
 	logf     func(format string, args ...any)
 	running  running // MCP tasks this server runs itself (tasks.go)
 	listens  listens // open subscriptions/listen streams, by tenant (listen.go)
+	// approvals holds the calls the policy's approvals name (approvals.go);
+	// nil: none do.
+	approvals *approvals
 }
 
 // New builds the server with the tools of the enabled toolsets (all when
@@ -139,6 +142,9 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 	w := newWire()
 	hooks := &server.Hooks{}
 	s := &Server{wire: w, readOnly: map[string]bool{}, tools: map[string]tools.Tool{}}
+	if deps.Policy != nil && deps.Policy.Approvals.Any() {
+		s.approvals = newApprovals(deps.Policy.Approvals)
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -148,6 +154,7 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 		server.WithToolHandlerMiddleware(s.auditMiddleware),
 		server.WithToolHandlerMiddleware(s.metricsMiddleware),
 		server.WithToolHandlerMiddleware(s.roleMiddleware),
+		server.WithToolHandlerMiddleware(s.approvalMiddleware),
 		server.WithToolHandlerMiddleware(s.trimMiddleware),
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),

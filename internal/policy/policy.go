@@ -82,6 +82,8 @@ type Policy struct {
 	Mounts []Mount `yaml:"mounts"`
 	// HTTP configures serve --http (docs/http.md).
 	HTTP HTTP `yaml:"http"`
+	// Approvals are the actions a person approves before they run.
+	Approvals Approvals `yaml:"approvals"`
 
 	// ServerPaths are the server's own places that no mount may reach (its
 	// state directory, its binary, its engine's socket): set by the server's
@@ -385,6 +387,7 @@ func Default() *Policy {
 		Network:        NetworkNone,
 		Egress:         Egress{Allow: []string{}, Hosts: map[string]string{}},
 		Secrets:        map[string]Secret{},
+		Approvals:      Approvals{ExpireS: 600},
 		Runtime:        "",
 		Backend:        BackendDocker,
 		Kubernetes:     Kubernetes{MountMB: 256},
@@ -415,6 +418,22 @@ const (
 	NetworkBridge = "bridge"
 	NetworkEgress = "egress"
 )
+
+// Approvals name the actions that wait for a person's approval, asked for
+// through the client (an MCP elicitation: docs/security.md#approvals).
+type Approvals struct {
+	// InstallPackages: every install_packages call.
+	InstallPackages bool `yaml:"install_packages"`
+	// Egress: a job or workspace that names hosts in its egress argument.
+	Egress bool `yaml:"egress"`
+	// Secrets: a job or workspace that uses a secret.
+	Secrets bool `yaml:"secrets"`
+	// ExpireS is how long a request for approval may be answered.
+	ExpireS int `yaml:"expire_s"`
+}
+
+// Any says whether some action waits for approval.
+func (a Approvals) Any() bool { return a.InstallPackages || a.Egress || a.Secrets }
 
 // Egress is the allowlist of network "egress".
 type Egress struct {

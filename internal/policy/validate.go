@@ -288,6 +288,7 @@ func (p *Policy) Validate() error {
 		}
 	}
 	ps.rangeIn("sessions.idle_timeout_s", p.Sessions.IdleTimeoutS, 1, maxIdleS)
+	ps.intIn("approvals.expire_s", int64(p.Approvals.ExpireS), 30, 86400)
 
 	if u := p.Scripts.PipIndexURL; u != "" && !pipIndexPattern.MatchString(u) {
 		ps.add("scripts.pip_index_url", "%q is not an http(s) URL", u)

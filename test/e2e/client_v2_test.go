@@ -51,6 +51,11 @@ type clientV2Out struct {
 		} `json:"honored"`
 		Updates []string `json:"updates"`
 	} `json:"files"`
+	Approval struct {
+		Asked   string `json:"asked"`
+		Text    string `json:"text"`
+		IsError bool   `json:"isError"`
+	} `json:"approval"`
 	Other *struct {
 		Honored   map[string]any `json:"honored"`
 		TaskError string         `json:"taskError"`
@@ -109,6 +114,10 @@ func checkClientV2(t *testing.T, out clientV2Out) {
 	if len(out.Files.Honored.ResourceSubscriptions) != 2 {
 		t.Errorf("listen to a workspace acknowledged %v, want its directory and its file (not the missing path)", out.Files.Honored.ResourceSubscriptions)
 	}
+	if !strings.Contains(out.Approval.Asked, "reach example.com through the egress proxy") || out.Approval.IsError ||
+		!strings.Contains(out.Approval.Text, "approved") {
+		t.Errorf("an approval round trip: %+v, want the person asked what will run, then the job's output", out.Approval)
+	}
 	for _, suffix := range []string{"/notes", "/notes/a.txt"} {
 		if !slices.ContainsFunc(out.Files.Updates, func(u string) bool { return strings.HasSuffix(u, suffix) }) {
 			t.Errorf("no update of the workspace's %s: %v", suffix, out.Files.Updates)
@@ -116,19 +125,37 @@ func checkClientV2(t *testing.T, out clientV2Out) {
 	}
 }
 
-// TestClientV2OverStdio drives the tasks extension and subscriptions/listen
-// with the official TypeScript client v2 pinned to 2026-07-28, over stdio.
+// clientV2Policy holds jobs naming egress for a person's approval.
+const clientV2Policy = `egress:
+  allow: ["example.com"]
+approvals:
+  egress: true
+`
+
+// TestClientV2OverStdio drives the tasks extension, subscriptions/listen and
+// an approval with the official TypeScript client v2 pinned to 2026-07-28,
+// over stdio; the audit log records the approval's decisions.
 func TestClientV2OverStdio(t *testing.T) {
 	t.Parallel()
 	testutil.RequireDocker(t)
-	checkClientV2(t, runClientV2(t, "stdio", binPath, t.TempDir()))
+	state := t.TempDir()
+	checkClientV2(t, runClientV2(t, "stdio", binPath, state, writePolicy(t, clientV2Policy)))
+	var decisions []string
+	for _, e := range auditEntries(t, &server{t: t, stateDir: state}) {
+		if e["tool"] == "run_command" && e["rule"] == "approvals" {
+			decisions = append(decisions, e["decision"].(string))
+		}
+	}
+	if !slices.Equal(decisions, []string{"awaiting_approval", "approved"}) {
+		t.Errorf("the audit log's approval decisions: %v, want awaiting_approval then approved", decisions)
+	}
 }
 
 // TestClientV2OverHTTP: the same over Streamable HTTP, and another tenant
 // can neither listen to the first's job nor read its task.
 func TestClientV2OverHTTP(t *testing.T) {
 	t.Parallel()
-	h := startHTTPServer(t)
+	h := startHTTPServer(t, "--policy", writePolicy(t, clientV2Policy))
 	out := runClientV2(t, "http", h.base+"/mcp", aliceToken, bobToken)
 	checkClientV2(t, out)
 	if out.Other == nil || len(out.Other.Honored) != 0 || !strings.Contains(out.Other.TaskError, "not found") {

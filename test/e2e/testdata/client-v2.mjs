@@ -1,13 +1,15 @@
 // Drives sandboxer as a client of the 2026-07-28 revision would: the official
 // TypeScript client v2 pinned to 2026-07-28, with the tasks extension
 // (@modelcontextprotocol/ext-tasks) over the host's raw request path.
-// Usage: node client-v2.mjs MODULES stdio BIN STATE_DIR
+// Usage: node client-v2.mjs MODULES stdio BIN STATE_DIR POLICY_FILE
 //        node client-v2.mjs MODULES http URL TOKEN OTHER_TOKEN
+// The server's policy holds jobs naming egress for approval (approvals.egress).
 // MODULES is the node_modules directory holding both packages (conformance/).
 // Prints one JSON object: what the client saw (test/e2e/client_v2_test.go checks it).
 import { pathToFileURL } from 'node:url';
 
 const [mods, mode, target, arg2, arg3] = process.argv.slice(2);
+const policyFile = mode === 'stdio' ? arg3 : undefined;
 const load = (p) => import(pathToFileURL(`${mods}/@modelcontextprotocol/${p}`).href);
 const { Client, StreamableHTTPClientTransport } = await load('client/dist/index.mjs');
 const { StdioClientTransport } = await load('client/dist/stdio.mjs');
@@ -15,14 +17,14 @@ const { createTaskSessionFromClient, resultFromTaskOutcome } = await load('ext-t
 
 const V = '2026-07-28';
 const info = { name: 'client-v2-e2e', version: '1' };
-const caps = { extensions: { 'io.modelcontextprotocol/tasks': {} } };
+const caps = { extensions: { 'io.modelcontextprotocol/tasks': {} }, elicitation: { form: {} } };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const textOf = (res) => (res?.content ?? []).map((c) => c.text ?? '').join('');
 
 async function connect(token) {
   const client = new Client(info, { capabilities: caps, versionNegotiation: { mode: { pin: V } } });
   const transport = mode === 'stdio'
-    ? new StdioClientTransport({ command: target, args: ['serve', '--state-dir', arg2], stderr: 'inherit' })
+    ? new StdioClientTransport({ command: target, args: ['serve', '--state-dir', arg2, '--policy', policyFile], stderr: 'inherit' })
     : new StreamableHTTPClientTransport(new URL(target), { requestInit: { headers: { Authorization: `Bearer ${token}` } } });
   await client.connect(transport);
   // The host's raw request path, which the tasks extension needs: requests
@@ -113,6 +115,17 @@ out.extensions = client.getServerCapabilities().extensions ?? null;
   out.files.updates = [...new Set(updates)].sort();
   await sub.close();
   await client.callTool({ name: 'delete_workspace', arguments: { name: ws } });
+}
+// An approval a person gives: the job names egress, which the policy holds;
+// the client asks its person (here: this handler) and calls again.
+{
+  let asked = null;
+  client.setRequestHandler('elicitation/create', async (req) => {
+    asked = req.params.message;
+    return { action: 'accept', content: { approve: true } };
+  });
+  const r = await client.callTool({ name: 'run_command', arguments: { command: 'echo approved', egress: ['example.com'] } });
+  out.approval = { asked, text: textOf(r), isError: r.isError ?? false };
 }
 // Another tenant sees none of it.
 if (mode === 'http') {
