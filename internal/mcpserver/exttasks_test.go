@@ -60,6 +60,12 @@ func TestTasksExtensionOverStdio(t *testing.T) {
 	if !strings.Contains(string(disc.Result), `"extensions":{"io.modelcontextprotocol/tasks":{}}`) {
 		t.Errorf("server/discover does not advertise the tasks extension: %s", disc.Result)
 	}
+	var caps struct {
+		Capabilities map[string]json.RawMessage `json:"capabilities"`
+	}
+	if err := json.Unmarshal(disc.Result, &caps); err != nil || caps.Capabilities["tasks"] != nil {
+		t.Errorf("server/discover states the 2025-11-25 tasks capability: %s", caps.Capabilities["tasks"])
+	}
 
 	created := decodeExtTask(t, decodeReply(t, ts.call(`1`, "tools/call",
 		modernParams(`"name":"run_command","arguments":{"command":"sleep 100","wait_s":0.2}`, true))))

@@ -74,6 +74,10 @@ func (s *Server) frontHTTP(next http.Handler, closing <-chan struct{}) http.Hand
 		}
 		res, rerr := s.handleTask(ctx, method, append(json.RawMessage(nil), paramsOf(body, params, hasParams)...), notify)
 		var reply any
+		status := http.StatusOK
+		if rerr != nil && eraOf(paramsOf(body, params, hasParams)).modern {
+			status = httpStatusFor(rerr.code) // the 2026-07-28 revision's statuses
+		}
 		if rerr != nil {
 			reply = struct {
 				JSONRPC string                  `json:"jsonrpc"`
@@ -87,7 +91,7 @@ func (s *Server) frontHTTP(next http.Handler, closing <-chan struct{}) http.Hand
 				Result  any             `json:"result"`
 			}{mcp.JSONRPC_VERSION, id, res}
 		}
-		writeJSON(w, reply)
+		writeJSONStatus(w, status, reply)
 	})
 }
 
@@ -139,12 +143,25 @@ func (s *Server) listenHTTP(ctx context.Context, w http.ResponseWriter, id, para
 	}
 	switch {
 	case rerr != nil && !started:
-		writeJSON(w, errReply(rerr))
+		writeJSONStatus(w, httpStatusFor(rerr.code), errReply(rerr))
 	case rerr != nil:
 		_ = event(errReply(rerr))
 	case ctx.Err() == nil || isClosed(closing): // not the client's leaving
 		_ = event(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": id, "result": listenResult(id)})
 	}
+}
+
+// httpStatusFor is the HTTP status the 2026-07-28 revision gives a JSON-RPC
+// error over Streamable HTTP (as mcp-go answers the requests it serves).
+func httpStatusFor(code int) int {
+	switch code {
+	case mcp.METHOD_NOT_FOUND:
+		return http.StatusNotFound
+	case mcp.HEADER_MISMATCH, mcp.MISSING_REQUIRED_CLIENT_CAPABILITY, mcp.UNSUPPORTED_PROTOCOL_VERSION,
+		mcp.INVALID_REQUEST, mcp.INVALID_PARAMS, mcp.PARSE_ERROR:
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
 }
 
 // isClosed says whether a channel is closed.
@@ -158,13 +175,17 @@ func isClosed(c <-chan struct{}) bool {
 }
 
 // writeJSON writes one JSON-RPC answer as an application/json response.
-func writeJSON(w http.ResponseWriter, v any) {
+func writeJSON(w http.ResponseWriter, v any) { writeJSONStatus(w, http.StatusOK, v) }
+
+// writeJSONStatus is writeJSON with an HTTP status.
+func writeJSONStatus(w http.ResponseWriter, status int, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
 	_, _ = w.Write(unescapeHTML(data))
 }
 
@@ -175,7 +196,7 @@ func (s *Server) readResourceHTTP(ctx context.Context, w http.ResponseWriter, bo
 	ctx = context.WithValue(ctx, overrideKey{}, slot)
 	resp := s.mcp.HandleMessage(ctx, body)
 	if e, ok := resp.(mcp.JSONRPCError); ok && slot.set {
-		e.Error.Code, e.Error.Message = slot.code, slot.msg
+		e.Error.Code, e.Error.Message, e.Error.Data = slot.code, slot.msg, slot.data
 		resp = e
 	}
 	writeJSON(w, resp)

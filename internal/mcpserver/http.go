@@ -2,8 +2,10 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -177,7 +179,7 @@ func (s *Server) guard(o HTTPOptions, next http.Handler) http.Handler {
 			}
 		}
 		if v := r.Header.Get("MCP-Protocol-Version"); v != "" && !mcp.IsValidProtocolVersion(v) {
-			http.Error(w, "unsupported MCP-Protocol-Version "+truncate(v, 40)+" (supported: "+strings.Join(mcp.ValidProtocolVersions, ", ")+")", http.StatusBadRequest)
+			unsupportedVersion(w, r, v)
 			return
 		}
 		if r.ContentLength > MaxHTTPBody {
@@ -192,6 +194,35 @@ func (s *Server) guard(o HTTPOptions, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestTenant{}, t)))
 	})
+}
+
+// unsupportedVersion answers a request whose MCP-Protocol-Version this
+// server does not speak: JSON-RPC -32022 naming the versions it does, with
+// HTTP 400, and the request's id when its body has one.
+func unsupportedVersion(w http.ResponseWriter, r *http.Request, v string) {
+	var id json.RawMessage
+	if r.Method == http.MethodPost {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, MaxHTTPBody))
+		if m, ok := members(body); ok {
+			if s, ok := m["id"]; ok {
+				if kind := idKind(s.of(body)); kind == "string" || kind == "number" {
+					id = json.RawMessage(s.of(body))
+				}
+			}
+		}
+	}
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	e := mcp.UnsupportedProtocolVersionError{Version: truncate(v, 40), Supported: mcp.ValidProtocolVersions}.JSONRPCError()
+	data, _ := json.Marshal(struct {
+		JSONRPC string                  `json:"jsonrpc"`
+		ID      json.RawMessage         `json:"id"`
+		Error   mcp.JSONRPCErrorDetails `json:"error"`
+	}{mcp.JSONRPC_VERSION, id, e.Error})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(data)
 }
 
 // rateLimits are token buckets, one per tenant.

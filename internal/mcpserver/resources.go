@@ -69,18 +69,19 @@ func (s *Server) addResources(hooks *server.Hooks) {
 		if method != mcp.MethodResourcesRead {
 			return
 		}
+		uri := ""
+		if req, ok := message.(*mcp.ReadResourceRequest); ok {
+			uri = req.Params.URI
+		}
+		data := map[string]string{"uri": uri} // the 2026-07-28 revision names the resource (SEP-2164)
 		var nf *resourceNotFound
 		switch {
 		case errors.As(err, &nf):
-			s.override(ctx, id, notFoundCode(ctx), nf.msg)
+			s.override(ctx, id, notFoundCode(ctx), nf.msg, data)
 		case errors.Is(err, server.ErrResourceNotFound):
 			// No template matched (mcp-go already uses the right code): say
 			// what exists instead of "handler not found".
-			uri := ""
-			if req, ok := message.(*mcp.ReadResourceRequest); ok {
-				uri = req.Params.URI
-			}
-			s.override(ctx, id, notFoundCode(ctx), notAJobURI(uri))
+			s.override(ctx, id, notFoundCode(ctx), notAJobURI(uri), data)
 		}
 	})
 	hooks.AddAfterListResources(func(ctx context.Context, id any, req *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
@@ -103,16 +104,17 @@ type overrideSlot struct {
 	set  bool
 	code int
 	msg  string
+	data any
 }
 
 type overrideKey struct{}
 
-func (s *Server) override(ctx context.Context, id any, code int, msg string) {
+func (s *Server) override(ctx context.Context, id any, code int, msg string, data any) {
 	if slot, ok := ctx.Value(overrideKey{}).(*overrideSlot); ok {
-		slot.set, slot.code, slot.msg = true, code, msg
+		slot.set, slot.code, slot.msg, slot.data = true, code, msg, data
 		return
 	}
-	s.wire.override(id, code, msg)
+	s.wire.override(id, code, msg, data)
 }
 
 // jobResource describes a job in resources/list.

@@ -183,6 +183,11 @@ func New(deps tools.Deps, toolsets []string, opts ...Option) (*Server, error) {
 		srv.AddTool(t.Def, t.Handler)
 	}
 	s.addResources(hooks)
+	// The 2026-07-28 revision's clients find tasks under extensions only
+	// (exttasks.go): the 2025-11-25 slot is for initialize's answer.
+	hooks.AddAfterDiscover(func(_ context.Context, _ any, _ *mcp.DiscoverRequest, res *mcp.DiscoverResult) {
+		res.Capabilities.Tasks = nil
+	})
 	return s, nil
 }
 

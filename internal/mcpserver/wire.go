@@ -404,7 +404,7 @@ func (w *wire) reason(token string) (string, bool) {
 }
 
 // override makes the response to the request with this token an error.
-func (w *wire) override(id any, code int, message string) {
+func (w *wire) override(id any, code int, message string, data any) {
 	token, ok := id.(string)
 	if !ok {
 		return
@@ -412,7 +412,7 @@ func (w *wire) override(id any, code int, message string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, known := w.ids[token]; known {
-		w.overrides[token] = mcp.NewJSONRPCErrorDetails(code, message, nil)
+		w.overrides[token] = mcp.NewJSONRPCErrorDetails(code, message, data)
 	}
 }
 
