@@ -39,10 +39,11 @@ type Event struct {
 	Port        int
 	Addr        string // the address dialled ("" when refused before)
 	Allowed     bool
-	Reason      string   // why it was refused
-	BytesUp     int64    // job -> host
-	BytesDown   int64    // host -> job
-	Secrets     []string // names of the secrets put into the request (never their values)
+	Reason      string    // why it was refused
+	BytesUp     int64     // job -> host
+	BytesDown   int64     // host -> job
+	Secrets     []string  // names of the secrets put into the request (never their values)
+	Start       time.Time // when the request came
 }
 
 // Resolver resolves names (net.DefaultResolver in production).
@@ -195,7 +196,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the request names no host:port", http.StatusBadRequest)
 		return
 	}
-	ev := Event{Tenant: g.Tenant, Job: g.Job, Host: host, Port: port}
+	ev := Event{Tenant: g.Tenant, Job: g.Job, Host: host, Port: port, Start: time.Now()}
 	defer func() { p.audit(ev) }()
 	addr, err := p.check(r.Context(), g, host, port)
 	if err != nil {

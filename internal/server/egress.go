@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/egress"
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
+	"github.com/sandboxer/sandboxer/internal/telemetry"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
@@ -19,9 +20,9 @@ import (
 // gateway, and puts the runtime that hands jobs their grants in front of rt;
 // for an engine whose sandboxes have no network (Capabilities.EgressTunnel),
 // the engine serves the proxy over each egress sandbox's tunnel instead.
-// Every decision of the proxy goes to the audit log.
-func startEgress(rt sandbox.Runtime, caps sandbox.Capabilities, pol *policy.Policy, stateDir string, auditLog *audit.Log, server string) (*egress.Runtime, error) {
-	cfg, err := egressConfig(pol, stateDir, auditLog, server)
+// Every decision of the proxy goes to decisions (egressDecisions).
+func startEgress(rt sandbox.Runtime, caps sandbox.Capabilities, pol *policy.Policy, stateDir string, decisions func(egress.Event)) (*egress.Runtime, error) {
+	cfg, err := egressConfig(pol, stateDir, decisions)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +52,7 @@ const (
 // allowlist, pinned names, the audit, and the secrets with the CA that
 // signs their hosts' certificates (made under the state directory when
 // the policy first names a secret).
-func egressConfig(pol *policy.Policy, stateDir string, auditLog *audit.Log, server string) (egress.Config, error) {
+func egressConfig(pol *policy.Policy, stateDir string, decisions func(egress.Event)) (egress.Config, error) {
 	allow, err := egress.ParseList(pol.Egress.Allow)
 	if err != nil {
 		return egress.Config{}, err // the policy was validated: not reached
@@ -60,7 +61,7 @@ func egressConfig(pol *policy.Policy, stateDir string, auditLog *audit.Log, serv
 	if err != nil {
 		return egress.Config{}, err
 	}
-	cfg := egress.Config{Allow: allow, Hosts: hosts, Audit: egressAudit(auditLog, server), GrantsDir: filepath.Join(stateDir, egressGrantsDir)}
+	cfg := egress.Config{Allow: allow, Hosts: hosts, Audit: decisions, GrantsDir: filepath.Join(stateDir, egressGrantsDir)}
 	if len(pol.Secrets) == 0 {
 		return cfg, nil
 	}
@@ -79,9 +80,12 @@ func egressConfig(pol *policy.Policy, stateDir string, auditLog *audit.Log, serv
 	return cfg, nil
 }
 
-// egressAudit writes each of the proxy's decisions to the audit log.
-func egressAudit(auditLog *audit.Log, server string) func(egress.Event) {
+// egressDecisions writes each of the proxy's decisions to the audit log,
+// and exports it as a span of its job's call when traces are on.
+func egressDecisions(auditLog *audit.Log, server string, tracer *telemetry.Tracer) func(egress.Event) {
 	return func(ev egress.Event) {
+		tracer.Egress(telemetry.EgressDecision{Tenant: ev.Tenant, Job: ev.Job, Host: ev.Host, Port: ev.Port, Allowed: ev.Allowed,
+			Reason: ev.Reason, BytesUp: ev.BytesUp, BytesDown: ev.BytesDown, Secrets: len(ev.Secrets), Start: ev.Start, End: time.Now()})
 		entry := audit.Entry{Time: time.Now().UTC(), Client: ev.Tenant, Server: server, Tool: "egress", JobID: ev.Job,
 			Decision: audit.Allowed, Outcome: "ok", Host: ev.Host, Port: ev.Port, BytesUp: ev.BytesUp, BytesDown: ev.BytesDown}
 		if len(ev.Secrets) > 0 {
@@ -98,7 +102,7 @@ func egressAudit(auditLog *audit.Log, server string) func(egress.Event) {
 // runtime's proxy when one runs, else one of its own (egress.hosts pinned,
 // decisions audited); the allowlist is egress.InstallAllow's (the policy's
 // egress.allow with workspaces.install_network: egress, else any public host).
-func installTunnel(e *egress.Runtime, pol *policy.Policy, auditLog *audit.Log, server string) (func(ctx context.Context, job string) (http.Handler, func()), error) {
+func installTunnel(e *egress.Runtime, pol *policy.Policy, decisions func(egress.Event)) (func(ctx context.Context, job string) (http.Handler, func()), error) {
 	allow, err := egress.ParseList(pol.Egress.Allow)
 	if err != nil {
 		return nil, err // the policy was validated: not reached
@@ -111,7 +115,7 @@ func installTunnel(e *egress.Runtime, pol *policy.Policy, auditLog *audit.Log, s
 		if err != nil {
 			return nil, err
 		}
-		proxy = egress.NewProxy(hosts, egressAudit(auditLog, server))
+		proxy = egress.NewProxy(hosts, decisions)
 	}
 	list := egress.InstallAllow(pol.Workspaces.InstallNetwork, allow)
 	return func(ctx context.Context, job string) (http.Handler, func()) {

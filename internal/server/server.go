@@ -114,7 +114,21 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 		return nil, err
 	}
 	s.onClose(func() { s.audit.Close() })
-	if s.stack, err = newStack(cfg, s.engine, builtins, s.st, s.audit, s.lock.ID(), obs, log); err != nil {
+	if s.tracer, err = telemetry.FromEnv(context.Background(), mcpserver.Version); err != nil {
+		return nil, err
+	}
+	if s.tracer != nil {
+		s.onClose(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := s.tracer.Shutdown(ctx); err != nil {
+				log.Warn().Err(err).Msg("traces: export at shutdown")
+			}
+		})
+		log.Info().Msg("traces: exporting call timelines as OpenTelemetry spans (OTEL_* variables)")
+	}
+	decisions := egressDecisions(s.audit, s.lock.ID(), s.tracer)
+	if s.stack, err = newStack(cfg, s.engine, builtins, s.st, decisions, s.lock.ID(), obs, log); err != nil {
 		return nil, err
 	}
 	s.onClose(s.stack.close)
@@ -148,19 +162,6 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 	// An idle server hands back what its calls left behind (heap, binary pages).
 	s.trim = memtrim.New(idleTrimAfter, nil)
 	s.onClose(s.trim.Close)
-	if s.tracer, err = telemetry.FromEnv(context.Background(), mcpserver.Version); err != nil {
-		return nil, err
-	}
-	if s.tracer != nil {
-		s.onClose(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := s.tracer.Shutdown(ctx); err != nil {
-				log.Warn().Err(err).Msg("traces: export at shutdown")
-			}
-		})
-		log.Info().Msg("traces: exporting call timelines as OpenTelemetry spans (OTEL_* variables)")
-	}
 	s.mcp, err = mcpserver.New(tools.Deps{
 		Jobs: s.jobs, Policy: cfg.Policy, Languages: languages, Runtime: s.stack.rt, Pool: s.stack.warm,
 		Workspaces: s.stack.workspaces, Dependencies: s.caches, Blocklist: s.blocked,

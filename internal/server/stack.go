@@ -12,7 +12,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/baseline"
 	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/deps"
@@ -44,7 +43,7 @@ type stack struct {
 
 // newStack builds the runtime stack on engine, as the policy asks and the
 // engine's capabilities allow.
-func newStack(cfg *config.Config, engine sandbox.Engine, languages *lang.Registry, st *store.Store, auditLog *audit.Log, server string, obs observe.Observer, log zerolog.Logger) (*stack, error) {
+func newStack(cfg *config.Config, engine sandbox.Engine, languages *lang.Registry, st *store.Store, decisions func(egress.Event), server string, obs observe.Observer, log zerolog.Logger) (*stack, error) {
 	pol, caps := cfg.Policy, engine.Capabilities()
 	s := &stack{rt: engine}
 	if pol.Pool.Enabled && caps.Warm != nil {
@@ -63,7 +62,7 @@ func newStack(cfg *config.Config, engine sandbox.Engine, languages *lang.Registr
 		// through the proxy; so do jobs and workspaces that ask for some of
 		// them (the egress argument), whatever the policy's network.
 		var err error
-		if s.egress, err = startEgress(s.rt, caps, pol, cfg.StateDir, auditLog, server); err != nil {
+		if s.egress, err = startEgress(s.rt, caps, pol, cfg.StateDir, decisions); err != nil {
 			return nil, err
 		}
 		s.rt = s.egress
@@ -78,7 +77,7 @@ func newStack(cfg *config.Config, engine sandbox.Engine, languages *lang.Registr
 	// their exec.
 	if caps.TunnelInstalls != nil {
 		var err error
-		if s.tunnelProxy, err = installTunnel(s.egress, pol, auditLog, server); err != nil {
+		if s.tunnelProxy, err = installTunnel(s.egress, pol, decisions); err != nil {
 			return nil, err
 		}
 	}

@@ -64,7 +64,7 @@ func TestStackShapes(t *testing.T) {
 			defer auditLog.Close()
 			var engine sandbox.Engine = fake.New("stack-test").WithEgress(c.shape)
 			engine = partial{engine, !c.ws, c.noWarm}
-			s, err := newStack(cfg, engine, lang.NewRegistry(pol.Image, nil), st, auditLog, "server", observe.Nop{}, zerolog.Nop())
+			s, err := newStack(cfg, engine, lang.NewRegistry(pol.Image, nil), st, egressDecisions(auditLog, "server", nil), "server", observe.Nop{}, zerolog.Nop())
 			if err != nil {
 				t.Fatal(err)
 			}

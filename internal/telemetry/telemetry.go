@@ -1,7 +1,8 @@
 // Package telemetry exports the server's call timelines (observe.Timeline)
 // as OpenTelemetry spans over OTLP, configured by the standard OTEL_*
 // variables: a tool call is a span whose parent is the traceparent the
-// client sent in the call's _meta, and the job's phases are its children.
+// client sent in the call's _meta, and the job's phases and its egress
+// proxy's decisions are its children.
 // Without an OTLP endpoint in the environment nothing is set up and nothing
 // is spent.
 package telemetry
@@ -11,9 +12,11 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -28,6 +31,7 @@ import (
 type Tracer struct {
 	tp     *sdktrace.TracerProvider
 	tracer trace.Tracer
+	jobs   jobSpans // the egress proxy's decisions, by job (Egress)
 }
 
 // Enabled says whether the environment asks for traces: an OTLP endpoint
@@ -155,4 +159,106 @@ func (t *Tracer) Export(tl *observe.Timeline) {
 		span.End(trace.WithTimestamp(to))
 	}
 	call.End(trace.WithTimestamp(marks[len(marks)-1].At))
+	if job := notes["job"]; job != "" {
+		t.joined(job, call.SpanContext(), time.Now())
+	}
+}
+
+// EgressDecision is one decision of the egress proxy, for a span of the
+// job's call: where to, allowed or why not, the bytes each way, and the
+// number of secrets put in (never their values).
+type EgressDecision struct {
+	Tenant, Job string
+	Host        string
+	Port        int
+	Allowed     bool
+	Reason      string
+	BytesUp     int64
+	BytesDown   int64
+	Secrets     int
+	Start, End  time.Time
+}
+
+// Bounds of the egress spans kept for a call not exported yet, and of the
+// jobs whose call span is remembered for later decisions.
+const (
+	maxPendingPerJob = 64
+	maxJobCalls      = 4096
+	jobCallKeep      = time.Hour
+)
+
+// jobSpans relates a job to its call's span: a decision made while the call
+// still waits is kept until the call is exported, one made after it joins
+// the call at once.
+type jobSpans struct {
+	mu      sync.Mutex
+	calls   map[string]jobCall
+	pending map[string][]EgressDecision
+}
+
+type jobCall struct {
+	sc trace.SpanContext
+	at time.Time
+}
+
+// Egress exports one egress decision as a span of its job's call (kept
+// until that call is exported, if it has not been).
+func (t *Tracer) Egress(d EgressDecision) {
+	if t == nil || d.Job == "" {
+		return
+	}
+	t.jobs.mu.Lock()
+	c, ok := t.jobs.calls[d.Job]
+	if !ok {
+		if t.jobs.pending == nil {
+			t.jobs.pending = map[string][]EgressDecision{}
+		}
+		if len(t.jobs.pending[d.Job]) < maxPendingPerJob && len(t.jobs.pending) < maxJobCalls {
+			t.jobs.pending[d.Job] = append(t.jobs.pending[d.Job], d)
+		}
+		t.jobs.mu.Unlock()
+		return
+	}
+	t.jobs.mu.Unlock()
+	t.egressSpan(trace.ContextWithSpanContext(context.Background(), c.sc), d)
+}
+
+// joined records a job's call span and exports the decisions that waited
+// for it.
+func (t *Tracer) joined(job string, sc trace.SpanContext, now time.Time) {
+	t.jobs.mu.Lock()
+	if t.jobs.calls == nil {
+		t.jobs.calls = map[string]jobCall{}
+	}
+	if len(t.jobs.calls) >= maxJobCalls {
+		for id, c := range t.jobs.calls {
+			if now.Sub(c.at) > jobCallKeep || len(t.jobs.calls) >= maxJobCalls {
+				delete(t.jobs.calls, id)
+			}
+		}
+	}
+	t.jobs.calls[job] = jobCall{sc: sc, at: now}
+	waiting := t.jobs.pending[job]
+	delete(t.jobs.pending, job)
+	t.jobs.mu.Unlock()
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	for _, d := range waiting {
+		t.egressSpan(ctx, d)
+	}
+}
+
+// egressSpan is one decision's span under ctx's span.
+func (t *Tracer) egressSpan(ctx context.Context, d EgressDecision) {
+	_, span := t.tracer.Start(ctx, "egress "+d.Host, trace.WithTimestamp(d.Start), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("server.address", d.Host), attribute.Int("server.port", d.Port),
+			attribute.Bool("sandboxer.egress.allowed", d.Allowed),
+			attribute.Int64("sandboxer.egress.bytes_up", d.BytesUp), attribute.Int64("sandboxer.egress.bytes_down", d.BytesDown),
+			attribute.Int("sandboxer.egress.secrets", d.Secrets),
+			attribute.String("sandboxer.job.id", d.Job), attribute.String("sandboxer.tenant", d.Tenant)))
+	if !d.Allowed {
+		span.SetAttributes(attribute.String("sandboxer.egress.reason", d.Reason))
+		span.SetStatus(codes.Error, d.Reason)
+	}
+	span.End(trace.WithTimestamp(d.End))
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -129,5 +131,85 @@ func TestTraceparentBecomesSpans(t *testing.T) {
 				t.Errorf("span %s carries the command text in %s", sp.Name, a.Key)
 			}
 		}
+	}
+}
+
+// TestEgressDecisionsBecomeSpans: each decision of the egress proxy comes
+// back as a span under the call of the job that made it: an allowed request
+// with its host and bytes, a refused one with its reason as an error.
+func TestEgressDecisionsBecomeSpans(t *testing.T) {
+	t.Parallel()
+	gw := egressGateway(t)
+	ln, err := net.Listen("tcp", gw+":0")
+	if err != nil {
+		t.Skipf("cannot listen on the egress network's gateway %s: %v", gw, err)
+	}
+	web := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })}
+	go web.Serve(ln)
+	t.Cleanup(func() { web.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	rcv := &otlpReceiver{}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	s := startServer(t, "OTEL_EXPORTER_OTLP_ENDPOINT="+srv.URL, "OTEL_BSP_SCHEDULE_DELAY=100",
+		policyEnv(t, fmt.Sprintf("pool:\n  enabled: false\nnetwork: egress\negress:\n  allow: [\"mirror.sbx.test:%s\"]\n  hosts:\n    mirror.sbx.test: %s\n", port, gw)))
+	const traceID, parentID = "1af7651916cd43dd8448eb211c80319d", "c7ad6b7169203332"
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "run_command"
+	req.Params.Arguments = map[string]any{"language": "python", "timeout_s": 60, "command": fmt.Sprintf(`python3 - <<'EOF'
+import urllib.request
+for url in ["http://mirror.sbx.test:%s/", "http://denied.sbx.test/"]:
+    try:
+        print(urllib.request.urlopen(url, timeout=10).read().decode())
+    except Exception as e:
+        print("refused")
+EOF`, port)}
+	req.Params.Meta = &mcp.Meta{AdditionalFields: map[string]any{"traceparent": "00-" + traceID + "-" + parentID + "-01"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := s.client.CallTool(ctx, req)
+	if err != nil || res.IsError {
+		t.Fatalf("run_command: %v %v", err, res)
+	}
+	if out := str(structured(t, res), "stdout"); out != "hello\nrefused\n" {
+		t.Fatalf("the job's requests: %q", out)
+	}
+	var allowed, refused *tracepb.Span
+	for deadline := time.Now().Add(15 * time.Second); allowed == nil || refused == nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the egress spans did not reach the receiver (allowed %v, refused %v)", allowed, refused)
+		}
+		rcv.mu.Lock()
+		var call *tracepb.Span
+		for _, sp := range rcv.spans {
+			if hex.EncodeToString(sp.TraceId) == traceID && hex.EncodeToString(sp.ParentSpanId) == parentID {
+				call = sp
+			}
+		}
+		for _, sp := range rcv.spans {
+			if call == nil || !bytes.Equal(sp.ParentSpanId, call.SpanId) {
+				continue
+			}
+			switch sp.Name {
+			case "egress mirror.sbx.test":
+				allowed = sp
+			case "egress denied.sbx.test":
+				refused = sp
+			}
+		}
+		rcv.mu.Unlock()
+	}
+	attrs := func(sp *tracepb.Span) map[string]string {
+		m := map[string]string{}
+		for _, a := range sp.Attributes {
+			m[a.Key] = a.GetValue().String()
+		}
+		return m
+	}
+	if a := attrs(allowed); !strings.Contains(a["sandboxer.egress.allowed"], "true") || !strings.Contains(a["server.port"], port) || allowed.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("the allowed request's span: %v %v", a, allowed.Status)
+	}
+	if a := attrs(refused); !strings.Contains(a["sandboxer.egress.allowed"], "false") || refused.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || !strings.Contains(refused.Status.GetMessage(), "denied.sbx.test") {
+		t.Errorf("the refused request's span: %v %v", a, refused.Status)
 	}
 }
