@@ -101,17 +101,7 @@ func (s *Server) handleExtTask(ctx context.Context, method string, params json.R
 	if !era.tasksExt {
 		return nil, missingTasksExtension(method)
 	}
-	var p struct {
-		TaskID         string                     `json:"taskId"`
-		InputResponses map[string]json.RawMessage `json:"inputResponses"`
-	}
-	if err := json.Unmarshal(params, &p); err != nil {
-		return nil, invalidParams("%s: params must be an object with taskId (a string): %v", method, err)
-	}
-	if p.TaskID == "" {
-		return nil, invalidParams("%s: params.taskId is required", method)
-	}
-	t, rerr := s.task(ctx, p.TaskID)
+	t, rerr := s.namedTask(ctx, method, params)
 	if rerr != nil {
 		return nil, rerr
 	}
@@ -119,7 +109,10 @@ func (s *Server) handleExtTask(ctx context.Context, method string, params json.R
 	case string(mcp.MethodTasksGet):
 		return s.detailedTask(ctx, t, mcp.ResultTypeComplete), nil
 	case methodTasksUpdate:
-		if p.InputResponses == nil {
+		var p struct {
+			InputResponses map[string]json.RawMessage `json:"inputResponses"`
+		}
+		if json.Unmarshal(params, &p) != nil || p.InputResponses == nil {
 			return nil, invalidParams("tasks/update: params.inputResponses is required (an object of responses by inputRequests key)")
 		}
 		// No task of this server asks for input once it has become a task
@@ -228,11 +221,10 @@ func (s *Server) endedResult(ctx context.Context, t *record.Task) (any, *rpcErro
 	if err != nil {
 		return nil, internalError(err)
 	}
-	tool, ok := s.tools[t.Tool]
-	if !ok || tool.TaskResult == nil {
-		return nil, internalError(fmt.Errorf("task %s: tool %s is not served by this server (toolsets)", t.ID, t.Tool))
+	res, rerr := s.rebuiltResult(ctx, t, rec)
+	if rerr != nil {
+		return nil, rerr
 	}
-	res := tool.TaskResult(ctx, rec)
 	res.ResultType = mcp.ResultTypeComplete
 	return res, nil
 }

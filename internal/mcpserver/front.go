@@ -146,8 +146,18 @@ func (s *Server) listenHTTP(ctx context.Context, w http.ResponseWriter, id, para
 		writeJSONStatus(w, httpStatusFor(rerr.code), errReply(rerr))
 	case rerr != nil:
 		_ = event(errReply(rerr))
-	case ctx.Err() == nil || isClosed(closing): // not the client's leaving
+	case ctx.Err() == nil || closingNow(closing): // not the client's leaving
 		_ = event(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": id, "result": listenResult(id)})
+	}
+}
+
+// closingNow says whether the server is closing.
+func closingNow(closing <-chan struct{}) bool {
+	select {
+	case <-closing:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -162,16 +172,6 @@ func httpStatusFor(code int) int {
 		return http.StatusBadRequest
 	}
 	return http.StatusOK
-}
-
-// isClosed says whether a channel is closed.
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 // writeJSON writes one JSON-RPC answer as an application/json response.

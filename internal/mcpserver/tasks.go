@@ -141,16 +141,7 @@ func (s *Server) handleTask(ctx context.Context, method string, params json.RawM
 	case mcp.MethodTasksList:
 		return s.listTasks(ctx, params)
 	}
-	var p struct {
-		TaskID string `json:"taskId"`
-	}
-	if err := json.Unmarshal(params, &p); err != nil {
-		return nil, invalidParams("%s: params must be an object with taskId (a string): %v", method, err)
-	}
-	if p.TaskID == "" {
-		return nil, invalidParams("%s: params.taskId is required", method)
-	}
-	t, rerr := s.task(ctx, p.TaskID)
+	t, rerr := s.namedTask(ctx, method, params)
 	if rerr != nil {
 		return nil, rerr
 	}
@@ -162,6 +153,20 @@ func (s *Server) handleTask(ctx context.Context, method string, params json.RawM
 	default:
 		return s.cancelTask(ctx, t)
 	}
+}
+
+// namedTask is the caller's task a tasks/* request's params.taskId names.
+func (s *Server) namedTask(ctx context.Context, method string, params json.RawMessage) (*record.Task, *rpcError) {
+	var p struct {
+		TaskID string `json:"taskId"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, invalidParams("%s: params must be an object with taskId (a string): %v", method, err)
+	}
+	if p.TaskID == "" {
+		return nil, invalidParams("%s: params.taskId is required", method)
+	}
+	return s.task(ctx, p.TaskID)
 }
 
 // taskTool says whether a tool may run as a task: it declares taskSupport.
@@ -435,13 +440,21 @@ func (s *Server) jobTaskResult(ctx context.Context, t *record.Task) (any, *rpcEr
 	if err != nil {
 		return nil, internalError(err)
 	}
+	res, rerr := s.rebuiltResult(ctx, t, rec)
+	if rerr != nil {
+		return nil, rerr
+	}
+	res.Meta = mcp.WithRelatedTask(t.ID)
+	return res, nil
+}
+
+// rebuiltResult is a job task's call result, rebuilt from its ended job.
+func (s *Server) rebuiltResult(ctx context.Context, t *record.Task, rec *record.Job) (*mcp.CallToolResult, *rpcError) {
 	tool, ok := s.tools[t.Tool]
 	if !ok || tool.TaskResult == nil {
 		return nil, internalError(fmt.Errorf("task %s: tool %s is not served by this server (toolsets)", t.ID, t.Tool))
 	}
-	res := tool.TaskResult(ctx, rec)
-	res.Meta = mcp.WithRelatedTask(t.ID)
-	return res, nil
+	return tool.TaskResult(ctx, rec), nil
 }
 
 // cancelTask ends a working task and answers with it (2025-11-25).

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,11 +21,16 @@ import (
 	"github.com/sandboxer/sandboxer/internal/testutil"
 )
 
+// sdkInstall serializes sdkClient's install.
+var sdkInstall sync.Mutex
+
 // sdkClient finds the TypeScript SDK and node that scripts/conformance.sh
 // installs into conformance/node_modules (pinned, with the client v2 and its
 // tasks extension), installing them first when they are missing.
 func sdkClient(t *testing.T) (node, sdkDir string) {
 	t.Helper()
+	sdkInstall.Lock() // parallel tests: one npm ci at a time
+	defer sdkInstall.Unlock()
 	dir, err := filepath.Abs("../../conformance")
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +54,10 @@ func sdkClient(t *testing.T) (node, sdkDir string) {
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("npm ci in conformance/: %v\n%s", err, out)
+		}
+		// The stamp scripts/conformance.sh reads: installed from this lock file.
+		if lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json")); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, "node_modules/.sandboxer-lock.json"), lock, 0o644)
 		}
 	}
 	return node, sdkDir
