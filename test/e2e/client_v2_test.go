@@ -34,8 +34,9 @@ type clientV2Out struct {
 		Status string `json:"status"`
 		Error  string `json:"error"`
 	} `json:"cancelled"`
-	TasksList *int `json:"tasksList"`
-	Listen    struct {
+	TasksList       any `json:"tasksList"`
+	TasksListStatus int `json:"tasksListStatus"`
+	Listen          struct {
 		Kind    string `json:"kind"`
 		JobID   string `json:"jobId"`
 		Honored struct {
@@ -99,7 +100,7 @@ func checkClientV2(t *testing.T, out clientV2Out) {
 	if out.Cancelled.Kind != "task" || out.Cancelled.Status != "cancelled" {
 		t.Errorf("a cancelled task: %+v", out.Cancelled)
 	}
-	if out.TasksList == nil || *out.TasksList != -32601 {
+	if out.TasksList != float64(-32601) {
 		t.Errorf("tasks/list in the new revision answered %v, want -32601", out.TasksList)
 	}
 	id := out.Listen.JobID
@@ -158,6 +159,9 @@ func TestClientV2OverHTTP(t *testing.T) {
 	h := startHTTPServer(t, "--policy", writePolicy(t, clientV2Policy))
 	out := runClientV2(t, "http", h.base+"/mcp", aliceToken, bobToken)
 	checkClientV2(t, out)
+	if out.TasksListStatus != 404 {
+		t.Errorf("tasks/list over HTTP: status %d, want 404 (the revision's status for -32601)", out.TasksListStatus)
+	}
 	if out.Other == nil || len(out.Other.Honored) != 0 || !strings.Contains(out.Other.TaskError, "not found") {
 		t.Errorf("another tenant: %+v, want nothing acknowledged and the task not found", out.Other)
 	}

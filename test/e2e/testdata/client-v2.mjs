@@ -81,7 +81,14 @@ out.extensions = client.getServerCapabilities().extensions ?? null;
   await ex.cancel();
   const got = await raw('tasks/get', { taskId });
   out.cancelled = { kind: ex.kind, taskId, status: got.result?.status, error: got.error?.message };
-  out.tasksList = (await raw('tasks/list', {})).error?.code ?? null;
+  // Gone in this revision: -32601 (over HTTP with status 404, which the
+  // transport reports as an HTTP error carrying the JSON-RPC answer).
+  try {
+    out.tasksList = (await raw('tasks/list', {})).error?.code ?? null;
+  } catch (e) {
+    out.tasksList = JSON.parse(e.data?.text ?? '{}').error?.code ?? String(e);
+    out.tasksListStatus = e.data?.status;
+  }
 }
 // Listen to a job's output and status while it runs.
 {
