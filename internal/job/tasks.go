@@ -14,11 +14,21 @@ import (
 // orphanedTask is the message of a task whose server stopped before it ended.
 const orphanedTask = "the server that ran it stopped before it ended"
 
-// CreateTask stores a new working task of this server, as ctx's tenant's.
+// CreateTask stores a new task of this server, as ctx's tenant's: working,
+// unless it is held for input (record.TaskInputRequired).
 func (m *Manager) CreateTask(ctx context.Context, t *record.Task) error {
 	now := time.Now()
-	t.Status, t.ServerID, t.CreatedAt, t.UpdatedAt = record.TaskWorking, m.server, now, now
+	if t.Status != record.TaskInputRequired {
+		t.Status = record.TaskWorking
+	}
+	t.ServerID, t.CreatedAt, t.UpdatedAt = m.server, now, now
 	return m.st.CreateTask(ctx, t)
+}
+
+// ResumeTask turns an input_required task into a working one, once: its
+// job's (jobID) or one this server runs (""); false when it was not held.
+func (m *Manager) ResumeTask(ctx context.Context, id, jobID string) (bool, error) {
+	return m.st.ResumeTask(ctx, id, jobID, m.server)
 }
 
 // Task returns ctx's tenant's task. A task another server ran itself, whose

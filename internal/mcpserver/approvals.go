@@ -18,9 +18,13 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/google/uuid"
+
 	"github.com/sandboxer/sandboxer/internal/audit"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/tenant"
+	"github.com/sandboxer/sandboxer/internal/tools"
 )
 
 // Approvals a person gives (the policy's approvals key; the 2026-07-28
@@ -242,12 +246,146 @@ func (s *Server) approvalMiddleware(next server.ToolHandlerFunc) server.ToolHand
 		nonce := make([]byte, 16)
 		_, _ = rand.Read(nonce)
 		claims.Nonce = hex.EncodeToString(nonce)
+		if held, ok := ctx.Value(approvedCall{}).(*record.Task); ok && held.Tool == req.Params.Name {
+			// The task held for this very call was approved (tasks/update).
+			audit.NoteDecision(ctx, audit.Approved, "approvals")
+			return next(ctx, req)
+		}
 		audit.NoteDecision(ctx, audit.AwaitingApproval, "approvals")
-		return server.NewInputRequestBuilder(a.sign(claims)).Elicit(approvalKey, mcp.ElicitationParams{
-			Mode:            "form",
-			Message:         "Approve? " + what,
-			RequestedSchema: approvalSchema,
-		}).ToolResult(), nil
+		return server.NewInputRequestBuilder(a.sign(claims)).Elicit(approvalKey, *approvalRequest(what).Elicitation).ToolResult(), nil
+	}
+}
+
+// approvalRequest is the form elicitation that asks a person to approve what.
+func approvalRequest(what string) mcp.InputRequest {
+	return mcp.NewElicitationInputRequest(mcp.ElicitationParams{
+		Mode:            "form",
+		Message:         "Approve? " + what,
+		RequestedSchema: approvalSchema,
+	})
+}
+
+// approvedCall, in a call's context, is the task held for it that a person
+// approved: only the server puts it there (answerHeldTask).
+type approvedCall struct{}
+
+// holdAsTask, for a client of the tasks extension that can ask its person,
+// holds a call the approvals name as a task in input_required: the task
+// carries the request for approval (tasks/get) and takes the answer
+// (tasks/update), so the call's caller is free while a person decides. It
+// returns the task (nil: not held), or a refusal.
+func (s *Server) holdAsTask(ctx context.Context, tool string, params json.RawMessage) (*record.Task, *rpcError) {
+	if s.approvals == nil {
+		return nil, nil
+	}
+	var p struct {
+		Arguments    map[string]any `json:"arguments"`
+		RequestState string         `json:"requestState"`
+		Meta         struct {
+			Caps *mcp.ClientCapabilities `json:"io.modelcontextprotocol/clientCapabilities"`
+		} `json:"_meta"`
+	}
+	if json.Unmarshal(params, &p) != nil || p.RequestState != "" || p.Meta.Caps == nil || p.Meta.Caps.Elicitation == nil {
+		return nil, nil // the call's own path answers (a retry with its state; a client that cannot ask)
+	}
+	if _, known := s.tools[tool]; !known {
+		return nil, nil
+	}
+	what := s.approvals.needed(tool, p.Arguments)
+	if what == "" {
+		return nil, nil
+	}
+	ttl, _ := s.taskTTL(nil)
+	t := &record.Task{ID: uuid.NewString(), Tool: tool, TTLMS: ttl.Milliseconds(), Status: record.TaskInputRequired,
+		Message: what, Pending: append(json.RawMessage(nil), params...)}
+	if err := s.deps.Jobs.CreateTask(ctx, t); err != nil {
+		return nil, internalError(err)
+	}
+	s.auditDecision(ctx, tool, audit.AwaitingApproval, "", nil)
+	return t, nil
+}
+
+// answerHeldTask takes a person's answer to a held task: an approval runs
+// the call it holds (its job becomes the task's, or the server runs it); a
+// decline ends it completed with the call's refusal as its result. An
+// approval that came after approvals.expire_s ends it failed.
+func (s *Server) answerHeldTask(ctx context.Context, t *record.Task, yes bool) *rpcError {
+	if !yes {
+		res, _ := json.Marshal(mcp.NewToolResultError(fmt.Sprintf("a person declined this call (%s)", t.Message)))
+		if _, err := s.deps.Jobs.EndTask(ctx, t.ID, record.TaskCompleted, "a person declined it", res); err != nil {
+			return internalError(err)
+		}
+		s.auditDecision(ctx, t.Tool, audit.Declined, "", nil)
+		return nil
+	}
+	msg, err := json.Marshal(map[string]any{
+		"jsonrpc": mcp.JSONRPC_VERSION, "id": fmt.Sprintf("task~%d", taskSeq.Add(1)),
+		"method": mcp.MethodToolsCall, "params": t.Pending,
+	})
+	if err != nil {
+		return internalError(err)
+	}
+	runCtx := context.WithValue(context.WithoutCancel(ctx), approvedCall{}, t)
+	if tool := s.tools[t.Tool]; tool.TaskResult != nil {
+		call := &tools.TaskCall{TTLMS: t.TTLMS}
+		resp := s.mcp.HandleMessage(tools.WithTask(runCtx, call), msg)
+		if call.JobID == "" {
+			res, _ := callResult(resp)
+			data, _ := json.Marshal(res)
+			_, err := s.deps.Jobs.EndTask(ctx, t.ID, record.TaskCompleted, truncate(tools.ResultText(res), 200), data)
+			if err != nil {
+				return internalError(err)
+			}
+			return nil
+		}
+		if _, err := s.deps.Jobs.ResumeTask(ctx, t.ID, call.JobID); err != nil {
+			return internalError(err)
+		}
+		return nil
+	}
+	if ok, err := s.deps.Jobs.ResumeTask(ctx, t.ID, ""); err != nil || !ok {
+		if err != nil {
+			return internalError(err)
+		}
+		return nil // answered already
+	}
+	s.runInServer(runCtx, t, msg, nil)
+	return nil
+}
+
+// expireHeld ends, as failed, a held task no person answered within
+// approvals.expire_s, and returns the task as it is now.
+func (s *Server) expireHeld(ctx context.Context, t *record.Task) (*record.Task, *rpcError) {
+	if t.Status != record.TaskInputRequired || s.approvals == nil ||
+		time.Since(t.CreatedAt) <= time.Duration(s.approvals.pol.ExpireS)*time.Second {
+		return t, nil
+	}
+	msg := fmt.Sprintf("no approval came within approvals.expire_s (%d s); call again to ask anew", s.approvals.pol.ExpireS)
+	if ended, err := s.deps.Jobs.EndTask(ctx, t.ID, record.TaskFailed, msg, nil); err != nil {
+		return nil, internalError(err)
+	} else if ended {
+		s.auditDecision(ctx, t.Tool, audit.Refused, "", errors.New(msg))
+	}
+	next, err := s.deps.Jobs.Task(ctx, t.ID)
+	if err != nil {
+		return nil, internalError(err)
+	}
+	return next, nil
+}
+
+// auditDecision writes an audit line of an approval's decision made
+// outside a tool call (a held task's).
+func (s *Server) auditDecision(ctx context.Context, tool, decision, jobID string, err error) {
+	if s.audit == nil {
+		return
+	}
+	e := audit.Entry{Time: time.Now(), Client: tools.ClientName(ctx), Tenant: tenant.Owner(ctx), Server: s.serverID,
+		Tool: tool, JobID: jobID, Outcome: "ok", Decision: decision, Rule: "approvals"}
+	if err != nil {
+		e.Outcome, e.Error = "error", truncateUTF8(err.Error(), 1000)
+	}
+	if werr := s.audit.Write(e); werr != nil && s.logf != nil {
+		s.logf("audit log: %v", werr)
 	}
 }
 

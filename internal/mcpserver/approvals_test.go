@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxer/sandboxer/internal/policy"
 )
@@ -131,5 +132,69 @@ func TestApprovalsOfAnEarlierRevision(t *testing.T) {
 	r := decodeInputRequired(t, ts.response(`1`))
 	if r.IsError || r.Structured["status"] != "completed" {
 		t.Errorf("the approved call of a 2025 client: %+v", r)
+	}
+}
+
+// modernTaskElicitParams are params of a 2026-07-28 request from a client
+// that declares the tasks extension and can elicit.
+func modernTaskElicitParams(body string) string {
+	return "{" + body + `,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}},"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`
+}
+
+// TestApprovalsAsTasks: a client of the tasks extension gets a held call as
+// a task in input_required, whose tasks/get carries the request for
+// approval; tasks/update with the approval runs the call (the task ends
+// with its result), a decline ends it with the refusal, a cancel cancels it.
+func TestApprovalsAsTasks(t *testing.T) {
+	pol := policy.Default()
+	pol.Egress.Allow = []string{"example.com"}
+	pol.Approvals.Egress = true
+	ts := startTestServerPolicy(t, &fakeRuntime{output: "ran\n", exits: true}, pol)
+	call := `"name":"run_command","arguments":{"command":"curl https://example.com","egress":["example.com"]}`
+	held := func(id string) string {
+		created := decodeExtTask(t, decodeReply(t, ts.call(id, "tools/call", modernTaskElicitParams(call))))
+		if created.ResultType != "task" || created.Status != "input_required" || created.TaskID == "" {
+			t.Fatalf("a held call of a tasks client: %+v", created)
+		}
+		return created.TaskID
+	}
+	get := func(id, task string) (extTaskReply, string) {
+		line := ts.call(id, "tasks/get", modernTaskElicitParams(`"taskId":"`+task+`"`))
+		return decodeExtTask(t, decodeReply(t, line)), line
+	}
+	update := func(id, task, action string, approve bool) {
+		a := map[bool]string{true: "true", false: "false"}[approve]
+		r := decodeReply(t, ts.call(id, "tasks/update", modernTaskElicitParams(`"taskId":"`+task+`","inputResponses":{"approval":{"action":"`+action+`","content":{"approve":`+a+`}}}`)))
+		if r.Error != nil || string(r.Result) != `{"resultType":"complete"}` {
+			t.Fatalf("tasks/update: %s %+v", r.Result, r.Error)
+		}
+	}
+
+	task := held(`1`)
+	got, line := get(`2`, task)
+	if got.Status != "input_required" || !strings.Contains(line, `"inputRequests":{"approval":{"method":"elicitation/create"`) ||
+		!strings.Contains(line, "reach example.com through the egress proxy") {
+		t.Fatalf("tasks/get of a held task: %s", line)
+	}
+	update(`3`, task, "accept", true)
+	for deadline := time.Now().Add(10 * time.Second); got.Status != "completed" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		got, line = get(`4`, task)
+	}
+	if got.Status != "completed" || !strings.Contains(string(got.Result), "ran") || strings.Contains(string(got.Result), `"isError":true`) {
+		t.Errorf("the approved task: %s", line)
+	}
+	update(`5`, task, "accept", true) // answered already: ignored
+
+	declined := held(`6`)
+	update(`7`, declined, "decline", false)
+	if got, line := get(`8`, declined); got.Status != "completed" || !strings.Contains(line, "a person declined this call") || !strings.Contains(line, `"isError":true`) {
+		t.Errorf("a declined task: %s", line)
+	}
+	cancelled := held(`9`)
+	if r := decodeReply(t, ts.call(`10`, "tasks/cancel", modernTaskElicitParams(`"taskId":"`+cancelled+`"`))); r.Error != nil {
+		t.Fatalf("tasks/cancel of a held task: %+v", r.Error)
+	}
+	if got, _ := get(`11`, cancelled); got.Status != "cancelled" {
+		t.Errorf("a held task cancelled: %+v", got)
 	}
 }

@@ -83,6 +83,7 @@ type extTask struct {
 	PollIntervalMS int64                    `json:"pollIntervalMs"`
 	Result         any                      `json:"result,omitempty"`
 	Error          *mcp.JSONRPCErrorDetails `json:"error,omitempty"`
+	InputRequests  map[string]any           `json:"inputRequests,omitempty"`
 }
 
 // ack is the empty acknowledgement of tasks/update and tasks/cancel.
@@ -105,6 +106,9 @@ func (s *Server) handleExtTask(ctx context.Context, method string, params json.R
 	if rerr != nil {
 		return nil, rerr
 	}
+	if t, rerr = s.expireHeld(ctx, t); rerr != nil {
+		return nil, rerr
+	}
 	switch method {
 	case string(mcp.MethodTasksGet):
 		return s.detailedTask(ctx, t, mcp.ResultTypeComplete), nil
@@ -112,12 +116,23 @@ func (s *Server) handleExtTask(ctx context.Context, method string, params json.R
 		var p struct {
 			InputResponses map[string]json.RawMessage `json:"inputResponses"`
 		}
+		var responses mcp.InputResponses
 		if json.Unmarshal(params, &p) != nil || p.InputResponses == nil {
 			return nil, invalidParams("tasks/update: params.inputResponses is required (an object of responses by inputRequests key)")
 		}
-		// No task of this server asks for input once it has become a task
-		// (approvals are settled before, on the call): every key is one not
-		// outstanding, which the extension says to ignore.
+		// The one request a task of this server asks is its approval
+		// (approvals.go); any other key is one not outstanding, which the
+		// extension says to ignore.
+		if raw, ok := p.InputResponses[approvalKey]; ok && t.Status == record.TaskInputRequired {
+			var r mcp.InputResponse
+			if err := json.Unmarshal(raw, &r); err != nil {
+				return nil, invalidParams("tasks/update: params.inputResponses.%s: %v", approvalKey, err)
+			}
+			responses = mcp.InputResponses{approvalKey: r}
+			if rerr := s.answerHeldTask(ctx, t, approved(responses)); rerr != nil {
+				return nil, rerr
+			}
+		}
 		return ack, nil
 	}
 	if !s.taskOf(ctx, t).Status.IsTerminal() {
@@ -144,6 +159,14 @@ func (s *Server) callMayBecomeTask(ctx context.Context, params json.RawMessage) 
 	})
 	if err != nil {
 		return nil, internalError(err)
+	}
+	if task, held := s.holdAsTask(ctx, p.Name, params); held != nil || task != nil {
+		if held != nil {
+			return nil, held
+		}
+		created := s.extTaskOf(s.taskOf(ctx, task))
+		created.ResultType = "task"
+		return created, nil
 	}
 	t, ok := s.tools[p.Name]
 	if !ok || t.TaskResult == nil {
@@ -192,6 +215,8 @@ func (s *Server) detailedTask(ctx context.Context, t *record.Task, resultType mc
 	e := s.extTaskOf(s.taskOf(ctx, t))
 	e.ResultType = string(resultType)
 	switch e.Status {
+	case mcp.TaskStatusInputRequired:
+		e.InputRequests = map[string]any{approvalKey: approvalRequest(t.Message)}
 	case mcp.TaskStatusCompleted:
 		res, rerr := s.endedResult(ctx, t)
 		if rerr == nil {

@@ -236,6 +236,13 @@ func (s *Server) runTask(ctx context.Context, task *record.Task, msg []byte, not
 	if err := s.deps.Jobs.CreateTask(ctx, task); err != nil {
 		return nil, internalError(err)
 	}
+	s.runInServer(ctx, task, msg, notify)
+	return mcp.NewCreateTaskResult(s.taskOf(ctx, task)), nil
+}
+
+// runInServer runs a task's call in this server, on its own: its result
+// is kept with the task when it ends (notify, when set, hears the end).
+func (s *Server) runInServer(ctx context.Context, task *record.Task, msg []byte, notify notifyFunc) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	call := &runningCall{cancel: cancel, done: make(chan struct{})}
 	s.running.put(task.ID, call)
@@ -266,7 +273,6 @@ func (s *Server) runTask(ctx context.Context, task *record.Task, msg []byte, not
 			}
 		}
 	}()
-	return mcp.NewCreateTaskResult(s.taskOf(ctx, task)), nil
 }
 
 // callResult is the CallToolResult of a tools/call's answer (an error
@@ -481,7 +487,9 @@ func (s *Server) cancelTask(ctx context.Context, t *record.Task) (any, *rpcError
 // cancels the call this server runs; the audit log records it.
 func (s *Server) stopTask(ctx context.Context, t *record.Task) error {
 	var err error
-	if t.JobID != "" {
+	if t.Status == record.TaskInputRequired {
+		_, err = s.deps.Jobs.EndTask(ctx, t.ID, record.TaskCancelled, "cancelled before a person answered", nil)
+	} else if t.JobID != "" {
 		_, err = s.deps.Jobs.Kill(ctx, t.JobID, "KILL", 0, record.ReasonCancelled)
 	} else if c := s.running.get(t.ID); c != nil {
 		c.cancel()

@@ -107,24 +107,29 @@ type ReturnedFile struct {
 // the same id; its state is the job's) or a call the server runs itself
 // (benchmark_script, install_packages), whose status and result are here.
 type Task struct {
-	ID                   string
-	Tenant               string // set from the context at CreateTask
-	Tool                 string
-	JobID                string
-	Status               string          // working, completed, failed, cancelled (a job's task: its job says)
-	Message              string          // the status message once it ended
-	Result               json.RawMessage // the call's result (CallToolResult JSON), once it ended
-	ServerID             string          // the server that runs it
+	ID       string
+	Tenant   string // set from the context at CreateTask
+	Tool     string
+	JobID    string
+	Status   string          // working, input_required, completed, failed, cancelled (a job's task: its job says)
+	Message  string          // the status message once it ended
+	Result   json.RawMessage // the call's result (CallToolResult JSON), once it ended
+	ServerID string          // the server that runs it
+	// Pending, while the task is input_required, is the held tools/call's
+	// params: what runs once a person approves it (mcpserver's approvals).
+	Pending              json.RawMessage
 	TTLMS                int64
 	CreatedAt, UpdatedAt time.Time
 }
 
 // Task statuses (MCP's).
 const (
-	TaskWorking   = "working"
-	TaskCompleted = "completed"
-	TaskFailed    = "failed"
-	TaskCancelled = "cancelled"
+	TaskWorking = "working"
+	// TaskInputRequired: a call held for a person's approval, not run yet.
+	TaskInputRequired = "input_required"
+	TaskCompleted     = "completed"
+	TaskFailed        = "failed"
+	TaskCancelled     = "cancelled"
 )
 
 // TaskDetails mark a job started by a task-augmented tools/call (MCP tasks):

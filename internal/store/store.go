@@ -199,11 +199,13 @@ var migrations = []string{
 		used_at     INTEGER NOT NULL,
 		PRIMARY KEY (tenant, name)
 	) STRICT;`,
+	// 10: a task held for a person's approval keeps the call it will run.
+	`ALTER TABLE tasks ADD COLUMN pending TEXT NOT NULL DEFAULT '';`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build
 // creates and understands; it equals len(migrations).
-const SchemaVersion = 9
+const SchemaVersion = 10
 
 func init() {
 	if len(migrations) != SchemaVersion {

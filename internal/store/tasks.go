@@ -11,14 +11,14 @@ import (
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
-const taskSelect = `id, tenant, tool, job_id, status, message, result, server_id, ttl_ms, created_at, updated_at`
+const taskSelect = `id, tenant, tool, job_id, status, message, result, server_id, ttl_ms, created_at, updated_at, pending`
 
 // CreateTask stores a new task as ctx's tenant's.
 func (s *Store) CreateTask(ctx context.Context, t *record.Task) error {
 	t.Tenant = tenant.Owner(ctx)
-	_, err := s.db.ExecContext(ctx, `INSERT INTO tasks (`+taskSelect+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO tasks (`+taskSelect+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
 		t.ID, t.Tenant, t.Tool, t.JobID, t.Status, t.Message, string(t.Result), t.ServerID, t.TTLMS,
-		t.CreatedAt.UnixNano(), t.UpdatedAt.UnixNano())
+		t.CreatedAt.UnixNano(), t.UpdatedAt.UnixNano(), string(t.Pending))
 	if err != nil {
 		return fmt.Errorf("store: create task %s: %w", t.ID, err)
 	}
@@ -41,10 +41,24 @@ func (s *Store) GetTask(ctx context.Context, id string) (*record.Task, error) {
 // EndTask records a task's end, once: a task that already ended keeps its
 // end (a cancel racing the call's own end). It says whether this call ended it.
 func (s *Store) EndTask(ctx context.Context, id, status, message string, result []byte) (bool, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE tasks SET status = ?, message = ?, result = ?, updated_at = ? WHERE id = ? AND status = ?`,
-		status, message, string(result), time.Now().UnixNano(), id, record.TaskWorking)
+	res, err := s.db.ExecContext(ctx, `UPDATE tasks SET status = ?, message = ?, result = ?, pending = '', updated_at = ? WHERE id = ? AND status IN (?, ?)`,
+		status, message, string(result), time.Now().UnixNano(), id, record.TaskWorking, record.TaskInputRequired)
 	if err != nil {
 		return false, fmt.Errorf("store: end task %s: %w", id, err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
+// ResumeTask turns ctx's tenant's input_required task into a working one,
+// once: of its job (jobID), or run by this server (jobID ""). It says
+// whether this call resumed it (false: it was resumed or ended already).
+func (s *Store) ResumeTask(ctx context.Context, id, jobID, server string) (bool, error) {
+	where, args := tenantScope(ctx, `id = ? AND status = ?`, id, record.TaskInputRequired)
+	res, err := s.db.ExecContext(ctx, `UPDATE tasks SET status = ?, job_id = ?, server_id = ?, pending = '', updated_at = ? WHERE `+where,
+		append([]any{record.TaskWorking, jobID, server, time.Now().UnixNano()}, args...)...)
+	if err != nil {
+		return false, fmt.Errorf("store: resume task %s: %w", id, err)
 	}
 	n, _ := res.RowsAffected()
 	return n == 1, nil
@@ -124,13 +138,16 @@ func (s *Store) PruneTasks(ctx context.Context, now time.Time) (int64, error) {
 
 func scanTask(row interface{ Scan(...any) error }) (*record.Task, error) {
 	var t record.Task
-	var result string
+	var result, pending string
 	var created, updated int64
-	if err := row.Scan(&t.ID, &t.Tenant, &t.Tool, &t.JobID, &t.Status, &t.Message, &result, &t.ServerID, &t.TTLMS, &created, &updated); err != nil {
+	if err := row.Scan(&t.ID, &t.Tenant, &t.Tool, &t.JobID, &t.Status, &t.Message, &result, &t.ServerID, &t.TTLMS, &created, &updated, &pending); err != nil {
 		return nil, err
 	}
 	if result != "" {
 		t.Result = []byte(result)
+	}
+	if pending != "" {
+		t.Pending = []byte(pending)
 	}
 	t.CreatedAt, t.UpdatedAt = time.Unix(0, created), time.Unix(0, updated)
 	return &t, nil

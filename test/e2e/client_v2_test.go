@@ -53,9 +53,15 @@ type clientV2Out struct {
 		Updates []string `json:"updates"`
 	} `json:"files"`
 	Approval struct {
-		Asked   string `json:"asked"`
-		Text    string `json:"text"`
-		IsError bool   `json:"isError"`
+		Kind     string   `json:"kind"`
+		Statuses []string `json:"statuses"`
+		Asked    []struct {
+			Kind     string `json:"kind"`
+			Message  string `json:"message"`
+			Delivery string `json:"delivery"`
+		} `json:"asked"`
+		Status string `json:"status"`
+		Text   string `json:"text"`
 	} `json:"approval"`
 	Other *struct {
 		Honored   map[string]any `json:"honored"`
@@ -115,9 +121,11 @@ func checkClientV2(t *testing.T, out clientV2Out) {
 	if len(out.Files.Honored.ResourceSubscriptions) != 2 {
 		t.Errorf("listen to a workspace acknowledged %v, want its directory and its file (not the missing path)", out.Files.Honored.ResourceSubscriptions)
 	}
-	if !strings.Contains(out.Approval.Asked, "reach example.com through the egress proxy") || out.Approval.IsError ||
-		!strings.Contains(out.Approval.Text, "approved") {
-		t.Errorf("an approval round trip: %+v, want the person asked what will run, then the job's output", out.Approval)
+	a := out.Approval
+	if a.Kind != "task" || !slices.Contains(a.Statuses, "input_required") || len(a.Asked) != 1 || a.Asked[0].Kind != "elicitation" ||
+		a.Asked[0].Delivery != "task-update" || !strings.Contains(a.Asked[0].Message, "reach example.com through the egress proxy") ||
+		a.Status != "completed" || !strings.Contains(a.Text, "approved") {
+		t.Errorf("an approval round trip: %+v, want a task in input_required, its person asked what will run, then the job's output", a)
 	}
 	for _, suffix := range []string{"/notes", "/notes/a.txt"} {
 		if !slices.ContainsFunc(out.Files.Updates, func(u string) bool { return strings.HasSuffix(u, suffix) }) {
@@ -147,7 +155,7 @@ func TestClientV2OverStdio(t *testing.T) {
 			decisions = append(decisions, e["decision"].(string))
 		}
 	}
-	if !slices.Equal(decisions, []string{"awaiting_approval", "approved"}) {
+	if !slices.Equal(decisions, []string{"awaiting_approval", "approved"}) { // the held task's line, then the call's
 		t.Errorf("the audit log's approval decisions: %v, want awaiting_approval then approved", decisions)
 	}
 }

@@ -47,16 +47,22 @@ async function connect(token) {
     transport.send({ jsonrpc: '2.0', id, ...request }).catch(reject);
   });
   const framing = { protocolVersion: V, clientInfo: info, clientCapabilities: caps };
-  const session = createTaskSessionFromClient(client, { endpointId: `e2e-${mode}`, rawDispatch, v2RequestFraming: framing });
+  // The person, here: approves every request for approval it is shown.
+  const asked = [];
+  const onInputRequest = async (request, context) => {
+    asked.push({ kind: request.kind, message: request.params?.message, delivery: context.delivery });
+    return { action: 'accept', content: { approve: true } };
+  };
+  const session = createTaskSessionFromClient(client, { endpointId: `e2e-${mode}`, rawDispatch, v2RequestFraming: framing, onInputRequest });
   // A request of the new revision with its _meta, through the raw path.
   const raw = (method, params) => rawDispatch({ method, params: { ...params, _meta: {
     'io.modelcontextprotocol/protocolVersion': V, 'io.modelcontextprotocol/clientInfo': info,
     'io.modelcontextprotocol/clientCapabilities': caps } } });
-  return { client, session, raw };
+  return { client, session, raw, asked };
 }
 
 const out = {};
-const { client, session, raw } = await connect(arg2);
+const { client, session, raw, asked } = await connect(arg2);
 out.era = client.getProtocolEra();
 out.extensions = client.getServerCapabilities().extensions ?? null;
 
@@ -123,16 +129,15 @@ out.extensions = client.getServerCapabilities().extensions ?? null;
   await sub.close();
   await client.callTool({ name: 'delete_workspace', arguments: { name: ws } });
 }
-// An approval a person gives: the job names egress, which the policy holds;
-// the client asks its person (here: this handler) and calls again.
+// An approval a person gives: the job names egress, which the policy holds.
+// A client of the tasks extension gets the call as a task in input_required;
+// the session shows the request to its person and answers with tasks/update.
 {
-  let asked = null;
-  client.setRequestHandler('elicitation/create', async (req) => {
-    asked = req.params.message;
-    return { action: 'accept', content: { approve: true } };
-  });
-  const r = await client.callTool({ name: 'run_command', arguments: { command: 'echo approved', egress: ['example.com'] } });
-  out.approval = { asked, text: textOf(r), isError: r.isError ?? false };
+  const ex = await session.callTool('run_command', { command: 'echo approved', egress: ['example.com'] });
+  const statuses = [];
+  const { outcome } = await ex.settle({ onEvent: (e) => { if (e.type === 'task') statuses.push(e.task.status); } });
+  out.approval = { kind: ex.kind, statuses: [...new Set(statuses)], asked, status: outcome.status,
+    text: outcome.status === 'completed' ? textOf(resultFromTaskOutcome(outcome)) : '' };
 }
 // Another tenant sees none of it.
 if (mode === 'http') {
