@@ -69,6 +69,7 @@ type Manager struct {
 	recovered bool // restart recovery has run against a reachable engine
 	stop      chan struct{}
 	bg        sync.WaitGroup
+	created   chan struct{} // closed (and replaced) each time a job is recorded
 
 	observer observe.Observer
 	ext      Extension                // nil: none
@@ -195,6 +196,7 @@ func New(rt sandbox.Runtime, st *store.Store, pol *policy.Policy, stateDir strin
 		rt: rt, st: st, pol: pol, outDir: outDir, log: log,
 		server:   uuid.NewString(),
 		live:     map[string]*liveJob{},
+		created:  make(chan struct{}),
 		observer: observe.Nop{},
 		stop:     make(chan struct{}),
 	}
@@ -220,6 +222,14 @@ func (m *Manager) jobDir(id string) string { return filepath.Join(m.outDir, id) 
 
 func (m *Manager) openCapture(id string) (*output.Capture, error) {
 	return output.Open(m.jobDir(id), m.pol.Output.MaxBytesPerJob, int(m.pol.Output.RingBytes))
+}
+
+// Created is closed the next time any tenant's job is recorded (what a
+// listener to the resource list waits on; it looks at its own jobs then).
+func (m *Manager) Created() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.created
 }
 
 // Submit records a job and starts it, or queues it when every slot is taken.
@@ -310,6 +320,10 @@ func (m *Manager) Submit(ctx context.Context, req Request) (*record.Job, error) 
 		return nil, fmt.Errorf("record job: %w", err)
 	}
 	j.tl.Mark("recorded")
+	m.mu.Lock()
+	close(m.created)
+	m.created = make(chan struct{})
+	m.mu.Unlock()
 	if !startNow {
 		return j.snapshot(), nil
 	}

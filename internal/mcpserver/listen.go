@@ -33,9 +33,10 @@ import (
 // out of the acknowledgement (so the client learns what it got, and
 // nothing about other tenants). Updates are coalesced: at most one per
 // subscription per listenCoalesce, each saying "read again", so a slow
-// client loses nothing. The list-changed flags are never honoured: the
-// tool, prompt and resource lists of this server do not change while it
-// runs.
+// client loses nothing. resourcesListChanged is honoured (resources/list
+// lists the tenant's newest jobs: a new job changes it); the tool and
+// prompt lists of this server do not change while it runs, so their flags
+// are not.
 
 const (
 	// maxListenSubscriptions bounds resourceSubscriptions plus taskIds of
@@ -144,6 +145,12 @@ func (s *Server) listen(ctx context.Context, id json.RawMessage, params json.Raw
 			honoured.ResourceSubscriptions = append(honoured.ResourceSubscriptions, uri)
 			watchers = append(watchers, w)
 		}
+	}
+	if want.ResourcesListChanged && s.deps.Jobs != nil {
+		// resources/list lists the tenant's newest jobs: a new one changes it.
+		honoured.ResourcesListChanged = true
+		newest := s.newestJob(ctx)
+		watchers = append(watchers, func() { s.watchJobList(ctx, newest, emit) })
 	}
 	for _, tid := range dedupe(want.TaskIDs) {
 		if t, rerr := s.task(ctx, tid); rerr == nil {
@@ -266,6 +273,37 @@ func (s *Server) watchOutput(ctx context.Context, id string, past int64, updated
 			return
 		}
 		if !sleep(ctx, listenCoalesce) {
+			return
+		}
+	}
+}
+
+// newestJob is the id of the caller's newest job ("" for none).
+func (s *Server) newestJob(ctx context.Context) string {
+	jobs, _, err := s.deps.Jobs.List(ctx, record.ListFilter{Limit: 1})
+	if err != nil || len(jobs) == 0 {
+		return ""
+	}
+	return jobs[0].ID
+}
+
+// watchJobList sends notifications/resources/list_changed each time the
+// caller's newest job changes (a job of another tenant wakes it, and it
+// says nothing).
+func (s *Server) watchJobList(ctx context.Context, newest string, emit func(string, map[string]any)) {
+	for {
+		created := s.deps.Jobs.Created()
+		if n := s.newestJob(ctx); n != newest {
+			newest = n
+			emit(string(mcp.MethodNotificationResourcesListChanged), map[string]any{})
+			if !sleep(ctx, listenCoalesce) {
+				return
+			}
+			continue
+		}
+		select {
+		case <-created:
+		case <-ctx.Done():
 			return
 		}
 	}

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +138,37 @@ func TestListenToTasks(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// TestListenToTheResourceList: resourcesListChanged is granted, and a new
+// job (resources/list lists the newest) sends list_changed; 16 listens a
+// tenant, the 17th refused.
+func TestListenToTheResourceList(t *testing.T) {
+	ts := startTestServer(t, &fakeRuntime{output: "x\n"})
+	ts.send(`{"jsonrpc":"2.0","id":"R","method":"subscriptions/listen","params":` + modernParams(`"notifications":{"resourcesListChanged":true,"toolsListChanged":true}`, false) + `}`)
+	if n := ts.nextNote(5 * time.Second); string(n.Params.Notifications) != `{"resourcesListChanged":true}` {
+		t.Fatalf("acknowledged %s, want resourcesListChanged only", n.Params.Notifications)
+	}
+	ts.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":` + modernParams(`"name":"run_command","arguments":{"command":"x","background":true}`, false) + `}`)
+	sawList := false
+	for deadline := time.Now().Add(10 * time.Second); !sawList && time.Now().Before(deadline); {
+		n := ts.nextNote(time.Until(deadline))
+		sawList = n.Method == "notifications/resources/list_changed" && string(n.Params.Meta.SubscriptionID) == `"R"`
+	}
+	if !sawList {
+		t.Error("no list_changed after a new job")
+	}
+	for i := 0; i < 15; i++ { // 15 more: 16 in all
+		ts.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"M%d","method":"subscriptions/listen","params":%s}`, i, modernParams(`"notifications":{"resourcesListChanged":true}`, false)))
+	}
+	for acks := 0; acks < 15; { // each is open once acknowledged
+		if n := ts.nextNote(5 * time.Second); n.Method == "notifications/subscriptions/acknowledged" {
+			acks++
+		}
+	}
+	r := decodeReply(t, ts.call(`"over"`, "subscriptions/listen", modernParams(`"notifications":{"resourcesListChanged":true}`, false)))
+	if r.Error == nil || !strings.Contains(r.Error.Message, "16 listen streams") {
+		t.Errorf("the 17th listen: %+v", r)
 	}
 }
