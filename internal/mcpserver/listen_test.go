@@ -1,8 +1,11 @@
 package mcpserver
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -170,5 +173,75 @@ func TestListenToTheResourceList(t *testing.T) {
 	r := decodeReply(t, ts.call(`"over"`, "subscriptions/listen", modernParams(`"notifications":{"resourcesListChanged":true}`, false)))
 	if r.Error == nil || !strings.Contains(r.Error.Message, "16 listen streams") {
 		t.Errorf("the 17th listen: %+v", r)
+	}
+}
+
+// TestListenOverHTTP: over HTTP a listen is an SSE response: the
+// acknowledgement first, updates as the job's output grows, and the
+// closing answer, last, when the server closes.
+func TestListenOverHTTP(t *testing.T) {
+	rt := &fakeRuntime{output: "first\n"}
+	ts := startTestServer(t, rt)
+	ts.initialize()
+	r := decodeReply(t, ts.call(`1`, "tools/call", `{"name":"run_command","arguments":{"command":"x","background":true}}`))
+	var started struct {
+		Structured struct {
+			JobID string `json:"job_id"`
+		} `json:"structuredContent"`
+	}
+	if err := json.Unmarshal(r.Result, &started); err != nil || started.Structured.JobID == "" {
+		t.Fatalf("background job: %s %v", r.Result, err)
+	}
+	id := started.Structured.JobID
+	waitStatus(t, ts.jobs, id, record.StatusRunning)
+
+	closing := make(chan struct{})
+	web := httptest.NewServer(ts.srv.frontHTTP(http.NotFoundHandler(), closing))
+	defer web.Close()
+	body := `{"jsonrpc":"2.0","id":"H","method":"subscriptions/listen","params":` + modernParams(`"notifications":{"resourceSubscriptions":["job://`+id+`/output"]}`, false) + `}`
+	resp, err := http.Post(web.URL, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q, want text/event-stream", ct)
+	}
+	events := make(chan string, 16)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				events <- data
+			}
+		}
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatal("the stream ended")
+			}
+			return e
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event")
+		}
+		return ""
+	}
+	if e := next(); !strings.Contains(e, "notifications/subscriptions/acknowledged") || !strings.Contains(e, `"io.modelcontextprotocol/subscriptionId":"H"`) {
+		t.Fatalf("first event: %s", e)
+	}
+	rt.write("more\n")
+	if e := next(); !strings.Contains(e, "notifications/resources/updated") || !strings.Contains(e, "job://"+id+"/output") {
+		t.Errorf("after output grew: %s", e)
+	}
+	close(closing)
+	if e := next(); !strings.Contains(e, `"id":"H"`) || !strings.Contains(e, `"result":`) {
+		t.Errorf("the closing answer: %s", e)
+	}
+	if _, ok := <-events; ok {
+		t.Error("the stream went on after its answer")
 	}
 }
