@@ -35,7 +35,8 @@ type fakeRuntime struct {
 	last sandbox.Output // the last sandbox's output, for write
 }
 
-// write writes more output of the last sandbox started.
+// write writes more output of the last sandbox started (a test waits for
+// its first output, waitOutput: a job shows as running before its start).
 func (r *fakeRuntime) write(s string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -50,12 +51,12 @@ type fakeHandle struct {
 }
 
 func (r *fakeRuntime) Start(ctx context.Context, spec sandbox.Spec, out sandbox.Output) (sandbox.Handle, error) {
-	if r.output != "" {
-		out.Write(sandbox.Stdout, []byte(r.output))
-	}
 	r.mu.Lock()
 	r.last = out
 	r.mu.Unlock()
+	if r.output != "" {
+		out.Write(sandbox.Stdout, []byte(r.output))
+	}
 	h := &fakeHandle{id: "fake-" + spec.JobID, done: make(chan struct{})}
 	if r.exits {
 		h.code = new(int)
@@ -240,6 +241,17 @@ func decodeReply(t *testing.T, line string) rpcReply {
 		t.Fatalf("%v: %s", err, line)
 	}
 	return r
+}
+
+// waitOutput waits until a job has stored at least n bytes of output.
+func waitOutput(t *testing.T, jobs *job.Manager, id string, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if size, err := jobs.Size(context.Background(), id, 0); err == nil && size >= n {
+			return
+		}
+	}
+	t.Fatalf("job %s stored no %d bytes of output", id, n)
 }
 
 // waitStatus waits until a job has one of the statuses.

@@ -68,6 +68,7 @@ func TestListenOverStdio(t *testing.T) {
 	}
 	id := started.Structured.JobID
 	waitStatus(t, ts.jobs, id, record.StatusRunning)
+	waitOutput(t, ts.jobs, id, int64(len("first\n"))) // started: rt.write reaches it
 
 	ts.send(`{"jsonrpc":"2.0","id":"L1","method":"subscriptions/listen","params":` + modernParams(
 		`"notifications":{"resourceSubscriptions":["job://`+id+`/output","job://`+id+`","job://nope/output","workspace://w/a.txt","https://x"],"toolsListChanged":true}`, false) + `}`)
@@ -194,6 +195,7 @@ func TestListenOverHTTP(t *testing.T) {
 	}
 	id := started.Structured.JobID
 	waitStatus(t, ts.jobs, id, record.StatusRunning)
+	waitOutput(t, ts.jobs, id, int64(len("first\n"))) // started: rt.write reaches it
 
 	closing := make(chan struct{})
 	web := httptest.NewServer(ts.srv.frontHTTP(http.NotFoundHandler(), closing))
