@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandboxer/sandboxer/internal/record"
@@ -169,8 +171,11 @@ func (s *Server) callMayBecomeTask(ctx context.Context, params json.RawMessage) 
 		return created, nil
 	}
 	t, ok := s.tools[p.Name]
-	if !ok || t.TaskResult == nil {
+	if !ok || !taskTool(t) {
 		return answerOf(s.mcp.HandleMessage(ctx, msg))
+	}
+	if t.TaskResult == nil {
+		return s.callOrTask(ctx, p.Name, msg)
 	}
 	ttl, _ := s.taskTTL(nil)
 	call := &tools.TaskCall{TTLMS: ttl.Milliseconds(), Deferred: true}
@@ -182,6 +187,35 @@ func (s *Server) callMayBecomeTask(ctx context.Context, params json.RawMessage) 
 	if err := s.deps.Jobs.CreateTask(ctx, task); err != nil {
 		return nil, internalError(err)
 	}
+	created := s.extTaskOf(s.taskOf(ctx, task))
+	created.ResultType = "task"
+	return created, nil
+}
+
+// callOrTask runs a call of several jobs or none (benchmark_script,
+// install_packages) in this server: it answers as a plain call if it ends
+// within the policy's default wait (jobs.default_wait_s), and hands a task
+// otherwise, which keeps the call's result when it ends.
+func (s *Server) callOrTask(ctx context.Context, tool string, msg []byte) (any, *rpcError) {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	answered := make(chan mcp.JSONRPCMessage, 1)
+	go func() { answered <- s.mcp.HandleMessage(runCtx, msg) }()
+	wait := time.NewTimer(time.Duration(s.deps.Policy.Jobs.DefaultWaitS) * time.Second)
+	defer wait.Stop()
+	select {
+	case resp := <-answered:
+		cancel()
+		return answerOf(resp)
+	case <-wait.C:
+	case <-ctx.Done(): // the caller left: the call goes on as a task nobody polls
+	}
+	ttl, _ := s.taskTTL(nil)
+	task := &record.Task{ID: uuid.NewString(), Tool: tool, TTLMS: ttl.Milliseconds()}
+	if err := s.deps.Jobs.CreateTask(ctx, task); err != nil {
+		cancel()
+		return nil, internalError(err)
+	}
+	s.endInServer(runCtx, cancel, task, answered, nil)
 	created := s.extTaskOf(s.taskOf(ctx, task))
 	created.ResultType = "task"
 	return created, nil
@@ -214,6 +248,11 @@ func (s *Server) extTaskOf(task mcp.Task) *extTask {
 func (s *Server) detailedTask(ctx context.Context, t *record.Task, resultType mcp.ResultType) *extTask {
 	e := s.extTaskOf(s.taskOf(ctx, t))
 	e.ResultType = string(resultType)
+	if t.JobID == "" && e.Status == mcp.TaskStatusFailed && len(t.Result) > 0 {
+		// A call this server ran that ended with isError: the revision's
+		// tasks call that completed (failed is for JSON-RPC errors).
+		e.Status = mcp.TaskStatusCompleted
+	}
 	switch e.Status {
 	case mcp.TaskStatusInputRequired:
 		e.InputRequests = map[string]any{approvalKey: approvalRequest(t.Message)}

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/record"
 )
 
@@ -146,5 +148,38 @@ func TestQuickCallIsNoTask(t *testing.T) {
 	list := decodeReply(t, ts.call(`2`, "tools/call", modernParams(`"name":"list_languages","arguments":{}`, true)))
 	if list.Error != nil || !strings.Contains(string(list.Result), "bash") {
 		t.Errorf("list_languages with the extension: %s %+v", list.Result, list.Error)
+	}
+}
+
+// TestServerRunCallBecomesTask: a call of several jobs (benchmark_script)
+// that outlasts the default wait becomes a task the server runs; its
+// tasks/cancel ends it cancelled; a quick one answers plainly.
+func TestServerRunCallBecomesTask(t *testing.T) {
+	pol := policy.Default()
+	pol.Jobs.DefaultWaitS = 1
+	ts := startTestServerPolicy(t, &fakeRuntime{output: "x\n"}, pol)
+	call := `"name":"benchmark_script","arguments":{"language":"bash","code":"sleep 100","runs":2}`
+	created := decodeExtTask(t, decodeReply(t, ts.call(`1`, "tools/call", modernParams(call, true))))
+	if created.ResultType != "task" || created.Status != "working" || created.TaskID == "" {
+		t.Fatalf("a long benchmark_script: %+v, want a task", created)
+	}
+	if _, err := ts.jobs.Get(t.Context(), created.TaskID); err == nil {
+		t.Errorf("the task %s is a job's: it runs in the server", created.TaskID)
+	}
+	if r := decodeReply(t, ts.call(`2`, "tasks/cancel", modernParams(`"taskId":"`+created.TaskID+`"`, true))); r.Error != nil {
+		t.Fatalf("tasks/cancel: %+v", r.Error)
+	}
+	var got extTaskReply
+	for deadline := time.Now().Add(10 * time.Second); got.Status != "cancelled" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		got = decodeExtTask(t, decodeReply(t, ts.call(`3`, "tasks/get", modernParams(`"taskId":"`+created.TaskID+`"`, true))))
+	}
+	if got.Status != "cancelled" {
+		t.Errorf("after tasks/cancel: %+v", got)
+	}
+
+	quick := startTestServerPolicy(t, &fakeRuntime{output: "x\n", exits: true}, pol)
+	r := decodeExtTask(t, decodeReply(t, quick.call(`1`, "tools/call", modernParams(call, true))))
+	if r.TaskID != "" || r.ResultType != "complete" || !strings.Contains(string(r.Content), "run") {
+		t.Errorf("a quick benchmark_script: %+v, want a plain result", r)
 	}
 }

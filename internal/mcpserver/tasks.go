@@ -117,7 +117,7 @@ func (s *Server) isTaskRequest(method string, params []byte) bool {
 			return false
 		}
 		t, ok := s.tools[name]
-		return ok && t.TaskResult != nil
+		return ok && taskTool(t)
 	}
 	return false
 }
@@ -244,6 +244,14 @@ func (s *Server) runTask(ctx context.Context, task *record.Task, msg []byte, not
 // is kept with the task when it ends (notify, when set, hears the end).
 func (s *Server) runInServer(ctx context.Context, task *record.Task, msg []byte, notify notifyFunc) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	answered := make(chan mcp.JSONRPCMessage, 1)
+	go func() { answered <- s.mcp.HandleMessage(runCtx, msg) }()
+	s.endInServer(runCtx, cancel, task, answered, notify)
+}
+
+// endInServer keeps a running call's answer with its task when it comes:
+// tasks/cancel cancels runCtx meanwhile.
+func (s *Server) endInServer(runCtx context.Context, cancel context.CancelFunc, task *record.Task, answered <-chan mcp.JSONRPCMessage, notify notifyFunc) {
 	call := &runningCall{cancel: cancel, done: make(chan struct{})}
 	s.running.put(task.ID, call)
 	go func() {
@@ -252,8 +260,7 @@ func (s *Server) runInServer(ctx context.Context, task *record.Task, msg []byte,
 			close(call.done)
 			cancel()
 		}()
-		resp := s.mcp.HandleMessage(runCtx, msg)
-		res, _ := callResult(resp)
+		res, _ := callResult(<-answered)
 		status := record.TaskCompleted
 		switch {
 		case runCtx.Err() != nil:
@@ -263,7 +270,7 @@ func (s *Server) runInServer(ctx context.Context, task *record.Task, msg []byte,
 		}
 		line, _, _ := strings.Cut(tools.ResultText(res), "\n")
 		data, _ := json.Marshal(res)
-		endCtx := context.WithoutCancel(ctx)
+		endCtx := context.WithoutCancel(runCtx)
 		if _, err := s.deps.Jobs.EndTask(endCtx, task.ID, status, truncate(line, 200), data); err != nil && s.logf != nil {
 			s.logf("task %s: %v", task.ID, err)
 		}
