@@ -198,3 +198,41 @@ func TestApprovalsAsTasks(t *testing.T) {
 		t.Errorf("a held task cancelled: %+v", got)
 	}
 }
+
+// TestApprovalSentences: what each kind of held call tells the person, and
+// what the policy does not hold.
+func TestApprovalSentences(t *testing.T) {
+	a := newApprovals(policy.Approvals{InstallPackages: true, Egress: true, Secrets: true, ExpireS: 600})
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		want []string // "" : not held
+	}{
+		{"install_packages", map[string]any{"workspace": "w", "packages": []any{"requests==2.32.3"}, "manager": "pip"},
+			[]string{`install_packages wants to install requests==2.32.3 with pip into workspace "w"`}},
+		{"install_packages", map[string]any{"workspace": "w", "by_manager": map[string]any{"npm": []any{"left-pad"}, "apt": []any{"jq"}}},
+			[]string{"jq with apt, left-pad with npm"}},
+		{"run_script", map[string]any{"language": "python", "code": "print(1)", "secrets": []any{"GITHUB_TOKEN"}},
+			[]string{"use the secret(s) GITHUB_TOKEN", "Its code: print(1)"}},
+		{"run_command", map[string]any{"command": "curl x", "egress": []any{"pypi.org", "files.pythonhosted.org"}, "workspace": "w"},
+			[]string{"reach pypi.org, files.pythonhosted.org through the egress proxy", `In workspace "w"`}},
+		{"run_command", map[string]any{"command": "true", "egress": []any{}}, nil},
+		{"read_file", map[string]any{"workspace": "w", "path": "a"}, nil},
+	} {
+		got := a.needed(c.tool, c.args)
+		if c.want == nil {
+			if got != "" {
+				t.Errorf("%s %v is held: %q", c.tool, c.args, got)
+			}
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s %v: %q, want it to say %q", c.tool, c.args, got, w)
+			}
+		}
+	}
+	if got := newApprovals(policy.Approvals{Egress: true}).needed("install_packages", map[string]any{"workspace": "w", "packages": []any{"x"}}); got != "" {
+		t.Errorf("an install held by a policy holding only egress: %q", got)
+	}
+}
