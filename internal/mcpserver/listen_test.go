@@ -49,15 +49,12 @@ func (ts *testServer) expectQuiet(d time.Duration) {
 	}
 }
 
-// TestListenOverStdio: subscriptions/listen acknowledges what the tenant
-// may follow (a job's output and status), leaves out what it may not,
-// says "updated" as output grows and when the job ends, and stops without
-// an answer when the client cancels it.
-func TestListenOverStdio(t *testing.T) {
-	rt := &fakeRuntime{output: "first\n"}
-	ts := startTestServer(t, rt)
-	ts.initialize()
-	r := decodeReply(t, ts.call(`1`, "tools/call", `{"name":"run_command","arguments":{"command":"x","background":true}}`))
+// startedJob starts a background run_command on a fakeRuntime printing
+// "first\n" and returns its id once its sandbox has started (rt.write
+// reaches it: a job shows as running while its sandbox starts).
+func startedJob(t *testing.T, ts *testServer) string {
+	t.Helper()
+	r := decodeReply(t, ts.call(`"bg"`, "tools/call", `{"name":"run_command","arguments":{"command":"x","background":true}}`))
 	var started struct {
 		Structured struct {
 			JobID string `json:"job_id"`
@@ -68,7 +65,19 @@ func TestListenOverStdio(t *testing.T) {
 	}
 	id := started.Structured.JobID
 	waitStatus(t, ts.jobs, id, record.StatusRunning)
-	waitOutput(t, ts.jobs, id, int64(len("first\n"))) // started: rt.write reaches it
+	waitOutput(t, ts.jobs, id, int64(len("first\n")))
+	return id
+}
+
+// TestListenOverStdio: subscriptions/listen acknowledges what the tenant
+// may follow (a job's output and status), leaves out what it may not,
+// says "updated" as output grows and when the job ends, and stops without
+// an answer when the client cancels it.
+func TestListenOverStdio(t *testing.T) {
+	rt := &fakeRuntime{output: "first\n"}
+	ts := startTestServer(t, rt)
+	ts.initialize()
+	id := startedJob(t, ts)
 
 	ts.send(`{"jsonrpc":"2.0","id":"L1","method":"subscriptions/listen","params":` + modernParams(
 		`"notifications":{"resourceSubscriptions":["job://`+id+`/output","job://`+id+`","job://nope/output","workspace://w/a.txt","https://x"],"toolsListChanged":true}`, false) + `}`)
@@ -184,18 +193,7 @@ func TestListenOverHTTP(t *testing.T) {
 	rt := &fakeRuntime{output: "first\n"}
 	ts := startTestServer(t, rt)
 	ts.initialize()
-	r := decodeReply(t, ts.call(`1`, "tools/call", `{"name":"run_command","arguments":{"command":"x","background":true}}`))
-	var started struct {
-		Structured struct {
-			JobID string `json:"job_id"`
-		} `json:"structuredContent"`
-	}
-	if err := json.Unmarshal(r.Result, &started); err != nil || started.Structured.JobID == "" {
-		t.Fatalf("background job: %s %v", r.Result, err)
-	}
-	id := started.Structured.JobID
-	waitStatus(t, ts.jobs, id, record.StatusRunning)
-	waitOutput(t, ts.jobs, id, int64(len("first\n"))) // started: rt.write reaches it
+	id := startedJob(t, ts)
 
 	closing := make(chan struct{})
 	web := httptest.NewServer(ts.srv.frontHTTP(http.NotFoundHandler(), closing))
