@@ -42,8 +42,11 @@ type Config struct {
 	// HTTPAddr, when set, serves MCP over Streamable HTTP at /mcp there
 	// instead of stdio. HTTPRate is each tenant's requests a second (0 =
 	// unlimited); TLSCert and TLSKey make it HTTPS.
-	HTTPAddr        string
-	HTTPRate        float64
+	HTTPAddr string
+	HTTPRate float64
+	// E2BAddr, when set, serves E2B's API there (internal/e2b): the e2b
+	// SDK's E2B_API_URL and E2B_SANDBOX_URL; TLS as --http's.
+	E2BAddr         string
 	TLSCert, TLSKey string
 	// BuildImages builds the sandbox images the engine lacks in the
 	// background once the server serves (backend docker): a first start
@@ -67,7 +70,7 @@ func DefaultStateDir(getenv func(string) string) string {
 type Flags struct {
 	stateDir, policyPath, toolsets, logLevel *string
 	metricsAddr, tokenFile                   *string
-	httpAddr, tlsCert, tlsKey                *string
+	httpAddr, tlsCert, tlsKey, e2bAddr       *string
 	httpRate                                 *float64
 	allowBlockEdits, buildImages             *bool
 }
@@ -80,6 +83,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		logLevel:    fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)"),
 		metricsAddr: fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. :9464 (loopback) or 0.0.0.0:9464; needs --token-file (env "+EnvMetrics+"; default: not served)"),
 		httpAddr:    fs.String("http", "", "serve MCP over Streamable HTTP at /mcp on this address (e.g. 127.0.0.1:8080) instead of stdio; beyond loopback it needs --token-file (env "+EnvHTTP+")"),
+		e2bAddr:     fs.String("e2b", "", "serve E2B's API (control plane and envd, for the e2b SDK: E2B_API_URL and E2B_SANDBOX_URL) on this address, e.g. 127.0.0.1:3000; beyond loopback it needs --token-file (its tokens are the API keys)"),
 		httpRate:    fs.Float64("http-rate", 50, "requests a second one tenant may make over HTTP, bursts of twice that; past it, 429 with Retry-After (0 = unlimited)"),
 		tlsCert:     fs.String("tls-cert", "", "certificate file (PEM) for HTTPS on --http"),
 		tlsKey:      fs.String("tls-key", "", "private key file (PEM) for --tls-cert"),
@@ -112,6 +116,7 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 	}
 	if f.httpAddr != nil {
 		c.HTTPAddr, c.HTTPRate, c.TLSCert, c.TLSKey = pick(*f.httpAddr, EnvHTTP, ""), *f.httpRate, *f.tlsCert, *f.tlsKey
+		c.E2BAddr = *f.e2bAddr
 	}
 	if ts := pick(*f.toolsets, EnvToolsets, ""); ts != "" {
 		for _, t := range strings.Split(ts, ",") {
@@ -155,8 +160,8 @@ func (c *Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
 	}
-	if c.TLSCert != "" && c.HTTPAddr == "" {
-		errs = append(errs, errors.New("--tls-cert serves --http: give --http too"))
+	if c.TLSCert != "" && c.HTTPAddr == "" && c.E2BAddr == "" {
+		errs = append(errs, errors.New("--tls-cert serves --http or --e2b: give one of them too"))
 	}
 	if c.HTTPRate < 0 {
 		errs = append(errs, errors.New("--http-rate must be >= 0"))

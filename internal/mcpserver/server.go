@@ -195,6 +195,22 @@ func readOnly(t mcp.Tool) bool {
 	return t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint
 }
 
+// CallTool runs a tool as ctx's tenant through the whole tools/call path
+// (audit, roles, approvals, metrics), as a client's call would: what the
+// E2B API (internal/e2b) translates its calls into. A JSON-RPC error comes
+// back as an error result.
+func (s *Server) CallTool(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, error) {
+	msg, err := json.Marshal(map[string]any{
+		"jsonrpc": mcp.JSONRPC_VERSION, "id": fmt.Sprintf("call~%d", taskSeq.Add(1)),
+		"method": mcp.MethodToolsCall, "params": map[string]any{"name": name, "arguments": args},
+	})
+	if err != nil {
+		return nil, err
+	}
+	res, _ := callResult(s.mcp.HandleMessage(ctx, msg))
+	return res, nil
+}
+
 // MCP exposes the underlying server (for in-process tests).
 func (s *Server) MCP() *server.MCPServer { return s.mcp }
 

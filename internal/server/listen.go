@@ -11,7 +11,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sandboxer/sandboxer/internal/auth"
+	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/deps"
+	"github.com/sandboxer/sandboxer/internal/e2b"
 	"github.com/sandboxer/sandboxer/internal/lang"
 	"github.com/sandboxer/sandboxer/internal/mcpserver"
 	"github.com/sandboxer/sandboxer/internal/metrics"
@@ -139,3 +141,48 @@ func imageLanguages(languages *lang.Registry) map[string]string {
 	}
 	return m
 }
+
+// serveE2B serves E2B's API (internal/e2b) on its own listener behind the
+// server's front door, with TLS as --http's, until ctx ends; the sandboxes
+// past their timeout are killed meanwhile.
+func serveE2B(ctx context.Context, cfg *config.Config, api *e2b.Server, tokens *auth.Tokens, door *auth.Door, log zerolog.Logger) (func(), error) {
+	if tokens == nil && !mcpserver.IsLoopback(cfg.E2BAddr) {
+		return nil, fmt.Errorf("--e2b %s: without --token-file the E2B API listens on loopback only (127.0.0.1:PORT); give a token file (its tokens are the API keys) to listen elsewhere", cfg.E2BAddr)
+	}
+	ln, err := net.Listen("tcp", cfg.E2BAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--e2b: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           door.Wrap(api.Handler(), mcpserver.IsLoopback(ln.Addr().String()), cfg.Policy.HTTP.Hosts...),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var err error
+		if cfg.TLSCert != "" {
+			err = srv.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey)
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("E2B listener")
+		}
+	}()
+	reapCtx, stopReap := context.WithCancel(ctx)
+	go api.Reap(reapCtx, e2bReapEvery)
+	log.Info().Str("addr", ln.Addr().String()).Bool("tls", cfg.TLSCert != "").Msg("serving the E2B API on http")
+	stop := func() {
+		stopReap()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}
+	return stop, nil
+}
+
+// e2bReapEvery is how often sandboxes past their timeout are looked for.
+const e2bReapEvery = 5 * time.Second

@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/config"
 	"github.com/sandboxer/sandboxer/internal/console"
 	"github.com/sandboxer/sandboxer/internal/deps"
+	"github.com/sandboxer/sandboxer/internal/e2b"
 	"github.com/sandboxer/sandboxer/internal/gobuild"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/lang"
@@ -56,6 +57,7 @@ type Server struct {
 	lock      *serverlock.Lock
 	tokens    *auth.Tokens      // nil: no token file
 	tracer    *telemetry.Tracer // nil: no OTLP endpoint in the environment
+	e2b       *e2b.Server       // nil: no --e2b
 	mt        *metrics.Metrics  // nil: no metrics
 	engine    sandbox.Engine
 	audit     *audit.Log
@@ -168,6 +170,13 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 		Processes: s.engine.Capabilities().Processes, Templates: s.templates,
 	}, cfg.Toolsets, mcpserver.WithAudit(s.audit, s.lock.ID()), mcpserver.WithObserver(obs), mcpserver.WithIdleTrim(s.trim),
 		callTimelines(log, s.tracer))
+	if err == nil && cfg.E2BAddr != "" {
+		var keys e2b.Authenticator // an untyped nil without tokens
+		if s.tokens != nil {
+			keys = s.tokens
+		}
+		s.e2b = e2b.New(s.mcp, s.jobs, keys)
+	}
 	return s, err
 }
 
@@ -245,6 +254,13 @@ func (s *Server) Serve(ctx context.Context, stdin io.Reader, stdout io.Writer) e
 			return err
 		}
 		defer stopHTTP()
+	}
+	if s.e2b != nil {
+		stopE2B, err := serveE2B(ctx, cfg, s.e2b, s.tokens, door, log)
+		if err != nil {
+			return err
+		}
+		defer stopE2B()
 	}
 	// Start-up hashed the embedded image contexts (tens of MB, once): give
 	// that memory back before serving, so an idle server stays small.

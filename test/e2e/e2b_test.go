@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var e2bLine = regexp.MustCompile(`"addr":"([0-9.:\[\]]+)".*serving the E2B API on http`)
+
+// e2bSDK installs the pinned e2b SDK into testdata/e2b (npm ci) when it is
+// missing, and returns node.
+func e2bSDK(t *testing.T) string {
+	t.Helper()
+	node, _ := sdkClient(t) // conformance/'s node 22
+	sdkInstall.Lock()
+	defer sdkInstall.Unlock()
+	dir, _ := filepath.Abs("testdata/e2b")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules/e2b/package.json")); err != nil {
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in testdata/e2b: %v\n%s", err, out)
+		}
+	}
+	return node
+}
+
+// TestE2BSDK: a script an E2B user writes, run with the real e2b SDK and
+// only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY changed, against
+// `serve --e2b`: create, a command's output, error output and exit code,
+// a file written and read (also by a command), list, set the timeout,
+// connect again, kill; another tenant's key lists none of it and cannot
+// connect to it.
+func TestE2BSDK(t *testing.T) {
+	t.Parallel()
+	h := startHTTPServer(t, "--e2b", "127.0.0.1:0")
+	var addr string
+	for deadline := time.Now().Add(30 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := e2bLine.FindStringSubmatch(h.stderr.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no 'serving the E2B API' line:\n%s", tail(h.stderr.String(), 3000))
+	}
+	node := e2bSDK(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "client.mjs")
+	cmd.Dir = "testdata/e2b"
+	cmd.Env = append(os.Environ(), "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr,
+		"E2B_API_KEY="+aliceToken, "OTHER_KEY="+bobToken)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the e2b script: %v\n%s\nstderr:\n%s\nserver:\n%s", err, raw, tail(stderr.String(), 3000), tail(h.stderr.String(), 3000))
+	}
+	var out struct {
+		SandboxID string `json:"sandboxId"`
+		Run       struct {
+			Stdout, Stderr string
+			ExitCode       int
+		} `json:"run"`
+		OK struct {
+			Stdout   string
+			ExitCode int
+		} `json:"ok"`
+		Read, Cat, Reconnected string
+		Listed, OtherListed    []string
+		AfterKill              []string
+		OtherConnect           string
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("the script printed %q: %v", raw, err)
+	}
+	if out.Run.Stdout != "hello from /workspace\n" || out.Run.Stderr != "oops\n" || out.Run.ExitCode != 3 {
+		t.Errorf("a command with envs, error output and exit 3: %+v", out.Run)
+	}
+	if out.OK.Stdout != "done\n" || out.OK.ExitCode != 0 {
+		t.Errorf("a plain command: %+v", out.OK)
+	}
+	if out.Read != "some notes\n" || out.Cat != "some notes\n" || out.Reconnected != "some notes\n" {
+		t.Errorf("a file written: read %q, by a command %q, after connect %q", out.Read, out.Cat, out.Reconnected)
+	}
+	if !slices.Equal(out.Listed, []string{out.SandboxID}) || len(out.AfterKill) != 0 {
+		t.Errorf("list: %v, after kill %v", out.Listed, out.AfterKill)
+	}
+	if len(out.OtherListed) != 0 || !strings.Contains(out.OtherConnect, "not found") {
+		t.Errorf("another tenant: listed %v, connect %q", out.OtherListed, out.OtherConnect)
+	}
+}

@@ -1,0 +1,28 @@
+// An E2B user's script, unchanged but for E2B_API_URL, E2B_SANDBOX_URL and
+// E2B_API_KEY (the environment): create a sandbox, run a command, write and
+// read a file, list, set the timeout, kill. Prints what it saw as JSON.
+import { Sandbox } from 'e2b';
+
+const out = {};
+const sbx = await Sandbox.create({ timeoutMs: 120_000, envs: { GREETING: 'hello' } });
+out.sandboxId = sbx.sandboxId;
+const r = await sbx.commands.run('echo "$GREETING from $(pwd)"; echo oops >&2; exit 3').catch((e) => e);
+out.run = { stdout: r.stdout, stderr: r.stderr, exitCode: r.exitCode };
+const ok = await sbx.commands.run('echo done');
+out.ok = { stdout: ok.stdout, exitCode: ok.exitCode };
+await sbx.files.write('/home/user/notes/a.txt', 'some notes\n');
+out.read = await sbx.files.read('/home/user/notes/a.txt');
+out.cat = (await sbx.commands.run('cat notes/a.txt')).stdout;
+out.listed = (await Sandbox.list().nextItems()).map((s) => s.sandboxId);
+await sbx.setTimeout(60_000);
+const again = await Sandbox.connect(sbx.sandboxId);
+out.reconnected = (await again.commands.run('cat notes/a.txt')).stdout;
+if (process.env.OTHER_KEY) {
+  // Another tenant's key: sees none of the first's sandboxes.
+  const other = { apiKey: process.env.OTHER_KEY };
+  out.otherListed = (await Sandbox.list(other).nextItems()).map((s) => s.sandboxId);
+  out.otherConnect = await Sandbox.connect(sbx.sandboxId, other).then(() => 'connected', (e) => String(e));
+}
+await sbx.kill();
+out.afterKill = (await Sandbox.list().nextItems()).map((s) => s.sandboxId);
+console.log(JSON.stringify(out));
