@@ -72,7 +72,7 @@ func main() {
 	flag.IntVar(&o.concOff, "conc-off", 50, "trivial jobs from concurrent callers, pool off (0 = skip)")
 	flag.IntVar(&o.maxJobs, "max-jobs", 8, "jobs.max_concurrent of both servers (SANDBOXER_MAX_JOBS), so 8 jobs can run at once")
 	flag.DurationVar(&o.settle, "settle", 50*time.Millisecond, "pause once the pool is full before a measured warm call")
-	flag.StringVar(&o.only, "only", "", "run one part alone: core (the baselines, the pool on and off), gosuites, project, http, engines, workspace, features, kubernetes, secrets, load, templates, pause, hibernate (gVisor with checkpoints), traces, listen (subscriptions/listen's latency), or warm (warm true alone, for older binaries: git bisect)")
+	flag.StringVar(&o.only, "only", "", "run one part alone: core (the baselines, the pool on and off), gosuites, project, http, engines, workspace, features, kubernetes, secrets, load, templates, pause, hibernate (gVisor with checkpoints), traces, listen (subscriptions/listen's latency), e2b (the E2B API with the e2b SDK against MCP), or warm (warm true alone, for older binaries: git bisect)")
 	flag.DurationVar(&o.spacing, "spacing", 600*time.Millisecond, "-only warm: pause before each call, for the pool to refill")
 	flag.StringVar(&o.warmPolicy, "warm-policy", "", "-only warm: the server's policy file (default: none, the default policy)")
 	flag.BoolVar(&o.trace, "trace", false, "also print where the time of a warm call goes (from the job's timestamps)")
@@ -147,8 +147,8 @@ func startServer(ctx context.Context, o options, name string, policyYAML string,
 	}
 	s := &server{name: name, stateDir: filepath.Join(dir, "state")}
 	level := "warn"
-	if name == hibernateName {
-		level = "info" // its checkpoints' figures are the server's log lines
+	if name == hibernateName || name == e2bName {
+		level = "info" // its checkpoints' figures, the E2B listener's address: the server's log lines
 	}
 	if o.trace {
 		level = "debug" // the server logs each call's timeline (docs/benchmark.md)
@@ -626,6 +626,8 @@ func run(ctx context.Context, o options) error {
 		return tracesBench(ctx, o)
 	case "listen":
 		return listenBench(ctx, o)
+	case "e2b":
+		return e2bBench(ctx, o)
 	case "hibernate":
 		return hibernateBench(ctx, o)
 	case "warm":

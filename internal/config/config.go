@@ -26,6 +26,7 @@ const (
 	EnvMetrics  = "SANDBOXER_METRICS_ADDR"
 	EnvTokens   = "SANDBOXER_TOKEN_FILE"
 	EnvHTTP     = "SANDBOXER_HTTP_ADDR"
+	EnvE2B      = "SANDBOXER_E2B_ADDR"
 )
 
 // Config is everything the server needs to start.
@@ -83,7 +84,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		logLevel:    fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)"),
 		metricsAddr: fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. :9464 (loopback) or 0.0.0.0:9464; needs --token-file (env "+EnvMetrics+"; default: not served)"),
 		httpAddr:    fs.String("http", "", "serve MCP over Streamable HTTP at /mcp on this address (e.g. 127.0.0.1:8080) instead of stdio; beyond loopback it needs --token-file (env "+EnvHTTP+")"),
-		e2bAddr:     fs.String("e2b", "", "serve E2B's API (control plane and envd, for the e2b SDK: E2B_API_URL and E2B_SANDBOX_URL) on this address, e.g. 127.0.0.1:3000; beyond loopback it needs --token-file (its tokens are the API keys)"),
+		e2bAddr:     fs.String("e2b", "", "serve E2B's API (control plane and envd, for the e2b SDK: E2B_API_URL and E2B_SANDBOX_URL) on this address, e.g. 127.0.0.1:3000; beyond loopback it needs --token-file (its tokens are the API keys) (env "+EnvE2B+")"),
 		httpRate:    fs.Float64("http-rate", 50, "requests a second one tenant may make over HTTP, bursts of twice that; past it, 429 with Retry-After (0 = unlimited)"),
 		tlsCert:     fs.String("tls-cert", "", "certificate file (PEM) for HTTPS on --http"),
 		tlsKey:      fs.String("tls-key", "", "private key file (PEM) for --tls-cert"),
@@ -116,7 +117,7 @@ func (f *Flags) Load(getenv func(string) string) (*Config, error) {
 	}
 	if f.httpAddr != nil {
 		c.HTTPAddr, c.HTTPRate, c.TLSCert, c.TLSKey = pick(*f.httpAddr, EnvHTTP, ""), *f.httpRate, *f.tlsCert, *f.tlsKey
-		c.E2BAddr = *f.e2bAddr
+		c.E2BAddr = pick(*f.e2bAddr, EnvE2B, "")
 	}
 	if ts := pick(*f.toolsets, EnvToolsets, ""); ts != "" {
 		for _, t := range strings.Split(ts, ",") {
