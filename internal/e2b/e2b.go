@@ -25,6 +25,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandboxer/sandboxer/internal/e2b/envd/process"
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/process/processconnect"
 	"github.com/sandboxer/sandboxer/internal/job"
 	"github.com/sandboxer/sandboxer/internal/tenant"
@@ -69,9 +70,16 @@ type sandbox struct {
 	metadata                       map[string]string
 	started, endAt                 time.Time
 
-	mu   sync.Mutex
-	pids map[uint32]string // process pid -> job id
-	next uint32
+	mu    sync.Mutex
+	procs map[uint32]*proc // by pid
+	next  uint32
+}
+
+// proc is one process of a sandbox: its job and how it was started.
+type proc struct {
+	job    string
+	tag    string
+	config *process.ProcessConfig
 }
 
 // New makes the E2B API over the MCP tools (call) and the job manager's
@@ -226,7 +234,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	sb := &sandbox{id: id, tenant: tenant.Owner(r.Context()), template: req.TemplateID, language: languageOf(req.TemplateID),
-		token: randomHex(16), envs: req.EnvVars, metadata: req.Metadata, started: now, endAt: now.Add(timeout), pids: map[uint32]string{}}
+		token: randomHex(16), envs: req.EnvVars, metadata: req.Metadata, started: now, endAt: now.Add(timeout), procs: map[uint32]*proc{}}
 	s.mu.Lock()
 	s.sandboxes[id] = sb
 	s.mu.Unlock()

@@ -36,6 +36,9 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("PTY processes are not served by sandboxer's E2B API yet: use commands.run"))
 	}
 	args := map[string]any{"workspace": sb.id, "command": commandLine(pc.GetCmd(), pc.GetArgs()), "background": true}
+	if req.Msg.GetStdin() {
+		args["keep_stdin_open"] = true
+	}
 	if cwd := pc.GetCwd(); cwd != "" {
 		rel, err := workspacePath(cwd)
 		if err != nil {
@@ -61,7 +64,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if id == "" {
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("run_command started no job"))
 	}
-	pid := sb.newPid(id)
+	pid := sb.newProc(&proc{job: id, tag: req.Msg.GetTag(), config: pc})
 	if err := stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}}); err != nil {
 		return err
 	}
@@ -128,13 +131,110 @@ func (p *processService) follow(ctx context.Context, id string, send func(*proce
 	return send(&process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}})
 }
 
-// newPid numbers a sandbox's process.
-func (sb *sandbox) newPid(jobID string) uint32 {
+// newProc numbers a sandbox's process.
+func (sb *sandbox) newProc(p *proc) uint32 {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	sb.next++
-	sb.pids[sb.next] = jobID
+	sb.procs[sb.next] = p
 	return sb.next
+}
+
+// selected is the process a selector names (by pid or tag), or an error
+// the SDK reads as not found.
+func (sb *sandbox) selected(sel *process.ProcessSelector) (uint32, *proc, error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if tag := sel.GetTag(); tag != "" {
+		for pid, p := range sb.procs {
+			if p.tag == tag {
+				return pid, p, nil
+			}
+		}
+		return 0, nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %q not found", tag))
+	}
+	if p, ok := sb.procs[sel.GetPid()]; ok {
+		return sel.GetPid(), p, nil
+	}
+	return 0, nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", sel.GetPid()))
+}
+
+// List lists the sandbox's processes that still run.
+func (p *processService) List(ctx context.Context, _ *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
+	sb := sandboxOf(ctx)
+	sb.mu.Lock()
+	all := map[uint32]*proc{}
+	for pid, pr := range sb.procs {
+		all[pid] = pr
+	}
+	sb.mu.Unlock()
+	res := &process.ListResponse{}
+	for pid, pr := range all {
+		if rec, err := p.s.jobs.Get(ctx, pr.job); err != nil || record.Finished(rec.Status) {
+			continue
+		}
+		info := &process.ProcessInfo{Config: pr.config, Pid: pid}
+		if pr.tag != "" {
+			info.Tag = &pr.tag
+		}
+		res.Processes = append(res.Processes, info)
+	}
+	return connect.NewResponse(res), nil
+}
+
+// Connect streams a running process's events from now on.
+func (p *processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
+	pid, pr, err := sandboxOf(ctx).selected(req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&process.ConnectResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}}); err != nil {
+		return err
+	}
+	return p.follow(ctx, pr.job, func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) })
+}
+
+// SendInput writes to a process's stdin (send_input).
+func (p *processService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
+	_, pr, err := sandboxOf(ctx).selected(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if req.Msg.GetInput().GetPty() != nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("PTY input: PTY processes are not served yet"))
+	}
+	if _, err := p.s.tool(ctx, "send_input", map[string]any{"job_id": pr.job, "text": string(req.Msg.GetInput().GetStdin()), "read": false}); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	return connect.NewResponse(&process.SendInputResponse{}), nil
+}
+
+// CloseStdin closes a process's stdin (send_input with eof).
+func (p *processService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
+	_, pr, err := sandboxOf(ctx).selected(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.s.tool(ctx, "send_input", map[string]any{"job_id": pr.job, "eof": true, "read": false}); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	return connect.NewResponse(&process.CloseStdinResponse{}), nil
+}
+
+// SendSignal signals a process (kill_job: SIGTERM with a grace, SIGKILL at once).
+func (p *processService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
+	_, pr, err := sandboxOf(ctx).selected(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	args := map[string]any{"job_id": pr.job, "signal": "KILL"}
+	if req.Msg.GetSignal() == process.Signal_SIGNAL_SIGTERM {
+		args["signal"] = "TERM"
+	}
+	if _, err := p.s.tool(ctx, "kill_job", args); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	return connect.NewResponse(&process.SendSignalResponse{}), nil
 }
 
 // commandLine is the shell command line of a process: bash -c's script

@@ -37,8 +37,9 @@ func e2bSDK(t *testing.T) string {
 // TestE2BSDK: a script an E2B user writes, run with the real e2b SDK and
 // only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY changed, against
 // `serve --e2b`: create, a command's output, error output and exit code,
-// a file written and read (also by a command), list, set the timeout,
-// connect again, kill; another tenant's key lists none of it and cannot
+// a file written and read (also by a command), a background command fed
+// through stdin, listed and killed, list, set the timeout, connect again,
+// kill; another tenant's key lists none of it and cannot
 // connect to it.
 func TestE2BSDK(t *testing.T) {
 	t.Parallel()
@@ -75,10 +76,14 @@ func TestE2BSDK(t *testing.T) {
 			Stdout   string
 			ExitCode int
 		} `json:"ok"`
-		Read, Cat, Reconnected string
-		Listed, OtherListed    []string
-		AfterKill              []string
-		OtherConnect           string
+		Read, Cat, Reconnected    string
+		Fed, BgEnd                string
+		BgPid                     int
+		ListedPids, AfterKillPids []int
+		Killed                    bool
+		Listed, OtherListed       []string
+		AfterKill                 []string
+		OtherConnect              string
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("the script printed %q: %v", raw, err)
@@ -91,6 +96,11 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if out.Read != "some notes\n" || out.Cat != "some notes\n" || out.Reconnected != "some notes\n" {
 		t.Errorf("a file written: read %q, by a command %q, after connect %q", out.Read, out.Cat, out.Reconnected)
+	}
+	if out.Fed != "ping\n" || !slices.Contains(out.ListedPids, out.BgPid) || !out.Killed ||
+		!strings.Contains(out.BgEnd, "exit 137") || len(out.AfterKillPids) != 0 {
+		t.Errorf("a background command: fed %q, listed %v (pid %d), killed %v, its end %q, then listed %v",
+			out.Fed, out.ListedPids, out.BgPid, out.Killed, out.BgEnd, out.AfterKillPids)
 	}
 	if !slices.Equal(out.Listed, []string{out.SandboxID}) || len(out.AfterKill) != 0 {
 		t.Errorf("list: %v, after kill %v", out.Listed, out.AfterKill)

@@ -14,6 +14,17 @@ await sbx.files.write('/home/user/notes/a.txt', 'some notes\n');
 out.read = await sbx.files.read('/home/user/notes/a.txt');
 out.cat = (await sbx.commands.run('cat notes/a.txt')).stdout;
 out.listed = (await Sandbox.list().nextItems()).map((s) => s.sandboxId);
+// A background command fed through stdin, listed, then killed.
+let fed = '';
+const bg = await sbx.commands.run('cat', { background: true, stdin: true, onStdout: (d) => { fed += d; } });
+await sbx.commands.sendStdin(bg.pid, 'ping\n');
+for (let i = 0; i < 100 && !fed.includes('ping'); i++) await new Promise((r) => setTimeout(r, 100));
+out.fed = fed;
+out.listedPids = (await sbx.commands.list()).map((p) => p.pid);
+out.bgPid = bg.pid;
+out.killed = await sbx.commands.kill(bg.pid);
+out.bgEnd = await bg.wait().then((r) => `exit ${r.exitCode}`, (e) => `${e.name}: exit ${e.exitCode}`);
+out.afterKillPids = (await sbx.commands.list()).map((p) => p.pid);
 await sbx.setTimeout(60_000);
 const again = await Sandbox.connect(sbx.sandboxId);
 out.reconnected = (await again.commands.run('cat notes/a.txt')).stdout;
