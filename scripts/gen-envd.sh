@@ -10,4 +10,4 @@ cd "$(dirname "$0")/../internal/e2b/envd"
 PATH=$PATH:$(go env GOPATH)/bin protoc -I. \
 	--go_out=. --go_opt=module=github.com/sandboxer/sandboxer/internal/e2b/envd \
 	--connect-go_out=. --connect-go_opt=module=github.com/sandboxer/sandboxer/internal/e2b/envd \
-	process.proto
+	process.proto filesystem.proto

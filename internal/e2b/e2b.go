@@ -25,6 +25,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandboxer/sandboxer/internal/e2b/envd/filesystem/filesystemconnect"
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/process"
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/process/processconnect"
 	"github.com/sandboxer/sandboxer/internal/job"
@@ -56,6 +57,7 @@ type Authenticator interface {
 type Server struct {
 	call   Caller
 	jobs   *job.Manager
+	watch  Watcher // nil: no workspaces
 	tokens Authenticator
 
 	mu        sync.Mutex
@@ -82,10 +84,10 @@ type proc struct {
 	config *process.ProcessConfig
 }
 
-// New makes the E2B API over the MCP tools (call) and the job manager's
-// reads (jobs).
-func New(call Caller, jobs *job.Manager, tokens Authenticator) *Server {
-	return &Server{call: call, jobs: jobs, tokens: tokens, sandboxes: map[string]*sandbox{}}
+// New makes the E2B API over the MCP tools (call), the job manager's reads
+// (jobs) and the workspaces' watches (watch).
+func New(call Caller, jobs *job.Manager, watch Watcher, tokens Authenticator) *Server {
+	return &Server{call: call, jobs: jobs, watch: watch, tokens: tokens, sandboxes: map[string]*sandbox{}}
 }
 
 // Handler is the whole API on one listener: a request naming a sandbox
@@ -109,6 +111,8 @@ func (s *Server) Handler() http.Handler {
 	envd.HandleFunc("GET /files", s.readFile)
 	envd.HandleFunc("POST /files", s.writeFile)
 	path, h := processconnect.NewProcessHandler(&processService{s: s})
+	envd.Handle(path, h)
+	path, h = filesystemconnect.NewFilesystemHandler(&fsService{s: s})
 	envd.Handle(path, h)
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

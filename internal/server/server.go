@@ -175,7 +175,11 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 		if s.tokens != nil {
 			keys = s.tokens
 		}
-		s.e2b = e2b.New(s.mcp, s.jobs, keys)
+		var watch e2b.Watcher // an untyped nil without workspaces
+		if s.stack.workspaces != nil {
+			watch = s.stack.workspaces
+		}
+		s.e2b = e2b.New(s.mcp, s.jobs, watch, keys)
 	}
 	return s, err
 }

@@ -37,7 +37,8 @@ func e2bSDK(t *testing.T) string {
 // TestE2BSDK: a script an E2B user writes, run with the real e2b SDK and
 // only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY changed, against
 // `serve --e2b`: create, a command's output, error output and exit code,
-// a file written and read (also by a command), a background command fed
+// a file written and read (also by a command), the filesystem (list,
+// makeDir, watchDir, rename, getInfo, remove), a background command fed
 // through stdin, listed and killed, list, set the timeout, connect again,
 // kill; another tenant's key lists none of it and cannot
 // connect to it.
@@ -77,6 +78,10 @@ func TestE2BSDK(t *testing.T) {
 			ExitCode int
 		} `json:"ok"`
 		Read, Cat, Reconnected    string
+		List, Events              []string
+		MadeDir, MadeAgain        bool
+		Moved, Info               string
+		ExistsAfterRemove         bool
 		Fed, BgEnd                string
 		BgPid                     int
 		ListedPids, AfterKillPids []int
@@ -101,6 +106,11 @@ func TestE2BSDK(t *testing.T) {
 		!strings.Contains(out.BgEnd, "exit 137") || len(out.AfterKillPids) != 0 {
 		t.Errorf("a background command: fed %q, listed %v (pid %d), killed %v, its end %q, then listed %v",
 			out.Fed, out.ListedPids, out.BgPid, out.Killed, out.BgEnd, out.AfterKillPids)
+	}
+	if !slices.Equal(out.List, []string{"a.txt:file"}) || !out.MadeDir || out.MadeAgain || !slices.Contains(out.Events, "create:b.txt") ||
+		out.Moved != "/home/user/data/c.txt" || out.Info != "c.txt:file:1" || out.ExistsAfterRemove {
+		t.Errorf("the filesystem: list %v, makeDir %v then %v, watch %v, rename %q, getInfo %q, exists after remove %v",
+			out.List, out.MadeDir, out.MadeAgain, out.Events, out.Moved, out.Info, out.ExistsAfterRemove)
 	}
 	if !slices.Equal(out.Listed, []string{out.SandboxID}) || len(out.AfterKill) != 0 {
 		t.Errorf("list: %v, after kill %v", out.Listed, out.AfterKill)

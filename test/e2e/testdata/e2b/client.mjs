@@ -13,6 +13,20 @@ out.ok = { stdout: ok.stdout, exitCode: ok.exitCode };
 await sbx.files.write('/home/user/notes/a.txt', 'some notes\n');
 out.read = await sbx.files.read('/home/user/notes/a.txt');
 out.cat = (await sbx.commands.run('cat notes/a.txt')).stdout;
+// The filesystem: list, make a directory, stat, move, remove, watch.
+out.list = (await sbx.files.list('/home/user/notes')).map((e) => `${e.name}:${e.type}`);
+out.madeDir = await sbx.files.makeDir('/home/user/data');
+out.madeAgain = await sbx.files.makeDir('/home/user/data');
+const events = [];
+const watcher = await sbx.files.watchDir('/home/user/data', (e) => events.push(`${e.type}:${e.name}`));
+await sbx.files.write('/home/user/data/b.txt', 'b');
+for (let i = 0; i < 100 && !events.some((e) => e.endsWith(':b.txt')); i++) await new Promise((r) => setTimeout(r, 100));
+await watcher.stop();
+out.events = events;
+out.moved = (await sbx.files.rename('/home/user/data/b.txt', '/home/user/data/c.txt')).path;
+out.info = await sbx.files.getInfo('/home/user/data/c.txt').then((i) => `${i.name}:${i.type}:${i.size}`);
+await sbx.files.remove('/home/user/data');
+out.existsAfterRemove = await sbx.files.exists('/home/user/data');
 out.listed = (await Sandbox.list().nextItems()).map((s) => s.sandboxId);
 // A background command fed through stdin, listed, then killed.
 let fed = '';
