@@ -82,6 +82,7 @@ type proc struct {
 	job    string
 	tag    string
 	config *process.ProcessConfig
+	pty    bool // a terminal: a session's job
 }
 
 // New makes the E2B API over the MCP tools (call), the job manager's reads

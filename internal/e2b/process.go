@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"fmt"
+	"path"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -32,12 +33,20 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if pc == nil || pc.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("process.cmd is required"))
 	}
-	if req.Msg.Pty != nil {
-		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("PTY processes are not served by sandboxer's E2B API yet: use commands.run"))
-	}
+	pty := req.Msg.Pty != nil
+	tool := "run_command"
 	args := map[string]any{"workspace": sb.id, "command": commandLine(pc.GetCmd(), pc.GetArgs()), "background": true}
 	if req.Msg.GetStdin() {
 		args["keep_stdin_open"] = true
+	}
+	if pty {
+		// A terminal is a session (start_session, mode pty): a program on
+		// PATH with its arguments, resized with resize_terminal.
+		tool = "start_session"
+		args = map[string]any{"workspace": sb.id, "command": path.Base(pc.GetCmd()), "args": pc.GetArgs(), "mode": "pty", "wait_s": 0}
+		if size := req.Msg.GetPty().GetSize(); size != nil && size.GetRows() > 0 && size.GetCols() > 0 {
+			args["rows"], args["cols"] = int(size.GetRows()), int(size.GetCols())
+		}
 	}
 	if cwd := pc.GetCwd(); cwd != "" {
 		rel, err := workspacePath(cwd)
@@ -56,28 +65,33 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if len(env) > 0 {
 		args["env"] = env
 	}
-	out, err := p.s.tool(ctx, "run_command", args)
+	out, err := p.s.tool(ctx, tool, args)
 	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	id, _ := out["job_id"].(string)
 	if id == "" {
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("run_command started no job"))
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("%s started no job", tool))
 	}
-	pid := sb.newProc(&proc{job: id, tag: req.Msg.GetTag(), config: pc})
+	pid := sb.newProc(&proc{job: id, tag: req.Msg.GetTag(), config: pc, pty: pty})
 	if err := stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}}); err != nil {
 		return err
 	}
-	return p.follow(ctx, id, func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) })
+	return p.follow(ctx, id, pty, func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) })
 }
 
-// follow sends a job's output as data events, then its end.
-func (p *processService) follow(ctx context.Context, id string, send func(*process.ProcessEvent) error) error {
+// follow sends a job's output as data events (a terminal's as pty data),
+// then its end.
+func (p *processService) follow(ctx context.Context, id string, pty bool, send func(*process.ProcessEvent) error) error {
 	jobs := p.s.jobs
 	var seen int64
 	cursors := map[output.Selector]int64{}
+	streams := []output.Selector{output.StdoutOnly, output.StderrOnly}
+	if pty {
+		streams = []output.Selector{output.Both}
+	}
 	drain := func() error {
-		for _, sel := range []output.Selector{output.StdoutOnly, output.StderrOnly} {
+		for _, sel := range streams {
 			for {
 				from := cursors[sel]
 				res, err := jobs.Read(ctx, id, job.ReadRequest{Stream: sel, Cursor: &from, MaxBytes: readChunk, Peek: true})
@@ -89,7 +103,10 @@ func (p *processService) follow(ctx context.Context, id string, send func(*proce
 					break
 				}
 				data := &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stdout{Stdout: res.Data}}
-				if sel == output.StderrOnly {
+				switch {
+				case pty:
+					data.Output = &process.ProcessEvent_DataEvent_Pty{Pty: res.Data}
+				case sel == output.StderrOnly:
 					data.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: res.Data}
 				}
 				if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: data}}); err != nil {
@@ -191,7 +208,7 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err := stream.Send(&process.ConnectResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}}); err != nil {
 		return err
 	}
-	return p.follow(ctx, pr.job, func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) })
+	return p.follow(ctx, pr.job, pr.pty, func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) })
 }
 
 // SendInput writes to a process's stdin (send_input).
@@ -200,10 +217,11 @@ func (p *processService) SendInput(ctx context.Context, req *connect.Request[pro
 	if err != nil {
 		return nil, err
 	}
-	if req.Msg.GetInput().GetPty() != nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("PTY input: PTY processes are not served yet"))
+	data := req.Msg.GetInput().GetStdin()
+	if pty := req.Msg.GetInput().GetPty(); pty != nil {
+		data = pty
 	}
-	if _, err := p.s.tool(ctx, "send_input", map[string]any{"job_id": pr.job, "text": string(req.Msg.GetInput().GetStdin()), "read": false}); err != nil {
+	if _, err := p.s.tool(ctx, "send_input", map[string]any{"job_id": pr.job, "text": string(data), "read": false}); err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	return connect.NewResponse(&process.SendInputResponse{}), nil
@@ -219,6 +237,22 @@ func (p *processService) CloseStdin(ctx context.Context, req *connect.Request[pr
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	return connect.NewResponse(&process.CloseStdinResponse{}), nil
+}
+
+// Update resizes a terminal (resize_terminal).
+func (p *processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
+	_, pr, err := sandboxOf(ctx).selected(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	size := req.Msg.GetPty().GetSize()
+	if !pr.pty || size == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("only a terminal (pty) process can be resized"))
+	}
+	if _, err := p.s.tool(ctx, "resize_terminal", map[string]any{"job_id": pr.job, "rows": int(size.GetRows()), "cols": int(size.GetCols())}); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return connect.NewResponse(&process.UpdateResponse{}), nil
 }
 
 // SendSignal signals a process (kill_job: SIGTERM with a grace, SIGKILL at once).

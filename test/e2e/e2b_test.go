@@ -38,7 +38,8 @@ func e2bSDK(t *testing.T) string {
 // only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY changed, against
 // `serve --e2b`: create, a command's output, error output and exit code,
 // a file written and read (also by a command), the filesystem (list,
-// makeDir, watchDir, rename, getInfo, remove), a background command fed
+// makeDir, watchDir, rename, getInfo, remove), a terminal typed into,
+// resized and killed, a background command fed
 // through stdin, listed and killed, list, set the timeout, connect again,
 // kill; another tenant's key lists none of it and cannot
 // connect to it.
@@ -82,6 +83,8 @@ func TestE2BSDK(t *testing.T) {
 		MadeDir, MadeAgain        bool
 		Moved, Info               string
 		ExistsAfterRemove         bool
+		PtyAnswered, PtyResized   bool
+		PtyKilled                 bool
 		Fed, BgEnd                string
 		BgPid                     int
 		ListedPids, AfterKillPids []int
@@ -111,6 +114,9 @@ func TestE2BSDK(t *testing.T) {
 		out.Moved != "/home/user/data/c.txt" || out.Info != "c.txt:file:1" || out.ExistsAfterRemove {
 		t.Errorf("the filesystem: list %v, makeDir %v then %v, watch %v, rename %q, getInfo %q, exists after remove %v",
 			out.List, out.MadeDir, out.MadeAgain, out.Events, out.Moved, out.Info, out.ExistsAfterRemove)
+	}
+	if !out.PtyAnswered || !out.PtyResized || !out.PtyKilled {
+		t.Errorf("a terminal: answered %v, resized %v, killed %v", out.PtyAnswered, out.PtyResized, out.PtyKilled)
 	}
 	if !slices.Equal(out.Listed, []string{out.SandboxID}) || len(out.AfterKill) != 0 {
 		t.Errorf("list: %v, after kill %v", out.Listed, out.AfterKill)

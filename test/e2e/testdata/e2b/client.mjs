@@ -39,6 +39,17 @@ out.bgPid = bg.pid;
 out.killed = await sbx.commands.kill(bg.pid);
 out.bgEnd = await bg.wait().then((r) => `exit ${r.exitCode}`, (e) => `${e.name}: exit ${e.exitCode}`);
 out.afterKillPids = (await sbx.commands.list()).map((p) => p.pid);
+// A terminal: typed into, resized, killed.
+let screen = '';
+const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { screen += new TextDecoder().decode(d); } });
+await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo pty-$((6*7))\n'));
+for (let i = 0; i < 100 && !screen.includes('pty-42'); i++) await new Promise((r) => setTimeout(r, 100));
+out.ptyAnswered = screen.includes('pty-42');
+await sbx.pty.resize(term.pid, { cols: 100, rows: 30 });
+await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size\n'));
+for (let i = 0; i < 100 && !screen.includes('30 100'); i++) await new Promise((r) => setTimeout(r, 100));
+out.ptyResized = screen.includes('30 100');
+out.ptyKilled = await sbx.pty.kill(term.pid);
 await sbx.setTimeout(60_000);
 const again = await Sandbox.connect(sbx.sandboxId);
 out.reconnected = (await again.commands.run('cat notes/a.txt')).stdout;
