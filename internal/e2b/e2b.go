@@ -55,10 +55,10 @@ type Authenticator interface {
 
 // Server is the E2B API of one sandboxer server.
 type Server struct {
-	call   Caller
-	jobs   *job.Manager
-	watch  Watcher // nil: no workspaces
-	tokens Authenticator
+	call       Caller
+	jobs       *job.Manager
+	workspaces Workspaces // nil: no workspaces
+	tokens     Authenticator
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -86,9 +86,9 @@ type proc struct {
 }
 
 // New makes the E2B API over the MCP tools (call), the job manager's reads
-// (jobs) and the workspaces' watches (watch).
-func New(call Caller, jobs *job.Manager, watch Watcher, tokens Authenticator) *Server {
-	return &Server{call: call, jobs: jobs, watch: watch, tokens: tokens, sandboxes: map[string]*sandbox{}}
+// (jobs) and the workspace manager (workspaces).
+func New(call Caller, jobs *job.Manager, workspaces Workspaces, tokens Authenticator) *Server {
+	return &Server{call: call, jobs: jobs, workspaces: workspaces, tokens: tokens, sandboxes: map[string]*sandbox{}}
 }
 
 // Handler is the whole API on one listener: a request naming a sandbox
@@ -103,7 +103,9 @@ func (s *Server) Handler() http.Handler {
 	control.HandleFunc("DELETE /sandboxes/{id}", s.kill)
 	control.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
 	control.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
-	for _, op := range []string{"pause", "resume", "fork", "snapshots", "network"} {
+	control.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
+	control.HandleFunc("POST /sandboxes/{id}/resume", s.connect)
+	for _, op := range []string{"fork", "snapshots", "network", "metrics"} {
 		control.HandleFunc("POST /sandboxes/{id}/"+op, notYet(op))
 	}
 
@@ -250,7 +252,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 }
 
 // listed is a sandbox as list and get state it (E2B's ListedSandbox).
-func listed(sb *sandbox) map[string]any {
+func (s *Server) listed(ctx context.Context, sb *sandbox) map[string]any {
+	state := "running"
+	if s.workspaces != nil {
+		if w, err := s.workspaces.Get(ctx, sb.id); err == nil && (w.State == "paused" || w.State == "hibernated") {
+			state = "paused"
+		}
+	}
 	md := sb.metadata
 	if md == nil {
 		md = map[string]string{}
@@ -258,7 +266,7 @@ func listed(sb *sandbox) map[string]any {
 	return map[string]any{
 		"templateID": sb.template, "sandboxID": sb.id, "clientID": "sandboxer",
 		"startedAt": sb.started.UTC().Format(time.RFC3339Nano), "endAt": sb.endAt.UTC().Format(time.RFC3339Nano),
-		"cpuCount": 1, "memoryMB": 512, "diskSizeMB": 0, "metadata": md, "state": "running", "envdVersion": EnvdVersion,
+		"cpuCount": 1, "memoryMB": 512, "diskSizeMB": 0, "metadata": md, "state": state, "envdVersion": EnvdVersion,
 	}
 }
 
@@ -268,7 +276,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	out := []map[string]any{}
 	for _, sb := range s.sandboxes {
 		if sb.tenant == owner {
-			out = append(out, listed(sb))
+			out = append(out, s.listed(r.Context(), sb))
 		}
 	}
 	s.mu.Unlock()
@@ -281,7 +289,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if sb == nil {
 		return
 	}
-	d := listed(sb)
+	d := s.listed(r.Context(), sb)
 	d["envdAccessToken"] = sb.token
 	writeJSON(w, http.StatusOK, d)
 }
@@ -327,6 +335,28 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		"templateID": sb.template, "sandboxID": sb.id, "clientID": "sandboxer", "envdVersion": EnvdVersion,
 		"envdAccessToken": sb.token,
 	})
+}
+
+// pause freezes a sandbox's workspace with its processes (the workspace
+// pause of an idle one); the next call into it, or connect, resumes it.
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	sb := s.ownedOr404(w, r)
+	if sb == nil {
+		return
+	}
+	if s.workspaces == nil {
+		apiError(w, http.StatusNotImplemented, "pause: this server has no workspaces")
+		return
+	}
+	if err := s.workspaces.PauseNow(r.Context(), sb.id); err != nil {
+		apiError(w, http.StatusConflict, "pause %s: %v", sb.id, err)
+		return
+	}
+	if ws, err := s.workspaces.Get(r.Context(), sb.id); err != nil || ws.State != "paused" {
+		apiError(w, http.StatusConflict, "pause %s: it is busy (a job or process runs in it): kill it first, or let the workspace pause when idle", sb.id)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // notYet refuses an operation sandboxer's E2B API does not serve, saying so.

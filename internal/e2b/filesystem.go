@@ -13,11 +13,15 @@ import (
 
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/filesystem"
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/filesystem/filesystemconnect"
+	"github.com/sandboxer/sandboxer/internal/record"
 )
 
-// Watcher follows changes under a workspace's path (workspace.Manager).
-type Watcher interface {
+// Workspaces are the workspace manager's parts the E2B API uses beside the
+// tools: a watch of a path (watchDir), a pause (pause), a record (state).
+type Workspaces interface {
 	Watch(ctx context.Context, name, rel string, changed func(paths []string, more bool)) (<-chan error, error)
+	PauseNow(ctx context.Context, name string) error
+	Get(ctx context.Context, name string) (*record.Workspace, error)
 }
 
 // fsService is envd's Filesystem service: list_files describes entries;
@@ -227,7 +231,7 @@ func (f *fsService) Remove(ctx context.Context, req *connect.Request[filesystem.
 // WatchDir streams the changes under a directory: the supervisor's watch,
 // each changed path an event (create, write or remove, as the path is then).
 func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	if f.s.watch == nil {
+	if f.s.workspaces == nil {
 		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("this server has no workspaces to watch"))
 	}
 	rel, err := fsPath(req.Msg.GetPath())
@@ -237,7 +241,7 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesyste
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	changes := make(chan []string, 64)
-	done, err := f.s.watch.Watch(ctx, sandboxOf(ctx).id, rel, func(paths []string, _ bool) {
+	done, err := f.s.workspaces.Watch(ctx, sandboxOf(ctx).id, rel, func(paths []string, _ bool) {
 		select {
 		case changes <- paths:
 		default: // the stream is behind: a later batch says as much

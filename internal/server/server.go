@@ -175,11 +175,11 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 		if s.tokens != nil {
 			keys = s.tokens
 		}
-		var watch e2b.Watcher // an untyped nil without workspaces
+		var workspaces e2b.Workspaces // an untyped nil without workspaces
 		if s.stack.workspaces != nil {
-			watch = s.stack.workspaces
+			workspaces = s.stack.workspaces
 		}
-		s.e2b = e2b.New(s.mcp, s.jobs, watch, keys)
+		s.e2b = e2b.New(s.mcp, s.jobs, workspaces, keys)
 	}
 	return s, err
 }

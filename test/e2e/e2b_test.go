@@ -39,7 +39,7 @@ func e2bSDK(t *testing.T) string {
 // `serve --e2b`: create, a command's output, error output and exit code,
 // a file written and read (also by a command), the filesystem (list,
 // makeDir, watchDir, rename, getInfo, remove), a terminal typed into,
-// resized and killed, a background command fed
+// resized and killed, a pause (and connect resuming it), a background command fed
 // through stdin, listed and killed, list, set the timeout, connect again,
 // kill; another tenant's key lists none of it and cannot
 // connect to it.
@@ -85,6 +85,8 @@ func TestE2BSDK(t *testing.T) {
 		ExistsAfterRemove         bool
 		PtyAnswered, PtyResized   bool
 		PtyKilled                 bool
+		Paused                    bool
+		PausedState               string
 		Fed, BgEnd                string
 		BgPid                     int
 		ListedPids, AfterKillPids []int
@@ -114,6 +116,9 @@ func TestE2BSDK(t *testing.T) {
 		out.Moved != "/home/user/data/c.txt" || out.Info != "c.txt:file:1" || out.ExistsAfterRemove {
 		t.Errorf("the filesystem: list %v, makeDir %v then %v, watch %v, rename %q, getInfo %q, exists after remove %v",
 			out.List, out.MadeDir, out.MadeAgain, out.Events, out.Moved, out.Info, out.ExistsAfterRemove)
+	}
+	if !out.Paused || out.PausedState != "paused" {
+		t.Errorf("pause: %v, then the state %q", out.Paused, out.PausedState)
 	}
 	if !out.PtyAnswered || !out.PtyResized || !out.PtyKilled {
 		t.Errorf("a terminal: answered %v, resized %v, killed %v", out.PtyAnswered, out.PtyResized, out.PtyKilled)

@@ -51,6 +51,9 @@ for (let i = 0; i < 100 && !screen.includes('30 100'); i++) await new Promise((r
 out.ptyResized = screen.includes('30 100');
 out.ptyKilled = await sbx.pty.kill(term.pid);
 await sbx.setTimeout(60_000);
+// Paused (frozen with its processes), then resumed by connect.
+out.paused = await sbx.pause();
+out.pausedState = (await Sandbox.getInfo(sbx.sandboxId)).state;
 const again = await Sandbox.connect(sbx.sandboxId);
 out.reconnected = (await again.commands.run('cat notes/a.txt')).stdout;
 if (process.env.OTHER_KEY) {
