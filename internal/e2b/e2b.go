@@ -66,11 +66,11 @@ type Server struct {
 
 // sandbox is one E2B sandbox: a workspace of a tenant.
 type sandbox struct {
-	id, tenant, template, language string
-	token                          string // envd's access token
-	envs                           map[string]string
-	metadata                       map[string]string
-	started, endAt                 time.Time
+	id, tenant, template string
+	token                string // envd's access token
+	envs                 map[string]string
+	metadata             map[string]string
+	started, endAt       time.Time
 
 	mu    sync.Mutex
 	procs map[uint32]*proc // by pid
@@ -240,15 +240,20 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	sb := &sandbox{id: id, tenant: tenant.Owner(r.Context()), template: req.TemplateID, language: languageOf(req.TemplateID),
+	sb := &sandbox{id: id, tenant: tenant.Owner(r.Context()), template: req.TemplateID,
 		token: randomHex(16), envs: req.EnvVars, metadata: req.Metadata, started: now, endAt: now.Add(timeout), procs: map[uint32]*proc{}}
 	s.mu.Lock()
 	s.sandboxes[id] = sb
 	s.mu.Unlock()
-	writeJSON(w, http.StatusCreated, map[string]any{
-		"templateID": req.TemplateID, "sandboxID": id, "clientID": "sandboxer", "envdVersion": EnvdVersion,
+	writeJSON(w, http.StatusCreated, connection(sb))
+}
+
+// connection is what create and connect answer (E2B's Sandbox).
+func connection(sb *sandbox) map[string]any {
+	return map[string]any{
+		"templateID": sb.template, "sandboxID": sb.id, "clientID": "sandboxer", "envdVersion": EnvdVersion,
 		"envdAccessToken": sb.token,
-	})
+	}
 }
 
 // listed is a sandbox as list and get state it (E2B's ListedSandbox).
@@ -331,10 +336,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		sb.endAt = time.Now().Add(time.Duration(*req.Timeout) * time.Second)
 		s.mu.Unlock()
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"templateID": sb.template, "sandboxID": sb.id, "clientID": "sandboxer", "envdVersion": EnvdVersion,
-		"envdAccessToken": sb.token,
-	})
+	writeJSON(w, http.StatusOK, connection(sb))
 }
 
 // pause freezes a sandbox's workspace with its processes (the workspace

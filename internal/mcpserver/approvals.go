@@ -318,10 +318,7 @@ func (s *Server) answerHeldTask(ctx context.Context, t *record.Task, yes bool) *
 		s.auditDecision(ctx, t.Tool, audit.Declined, "", nil)
 		return nil
 	}
-	msg, err := json.Marshal(map[string]any{
-		"jsonrpc": mcp.JSONRPC_VERSION, "id": fmt.Sprintf("task~%d", taskSeq.Add(1)),
-		"method": mcp.MethodToolsCall, "params": t.Pending,
-	})
+	msg, err := toolCallMessage(t.Pending)
 	if err != nil {
 		return internalError(err)
 	}

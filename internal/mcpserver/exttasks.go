@@ -155,10 +155,7 @@ func (s *Server) callMayBecomeTask(ctx context.Context, params json.RawMessage) 
 	if err := json.Unmarshal(params, &p); err != nil {
 		return nil, invalidParams("tools/call: params: %v", err)
 	}
-	msg, err := json.Marshal(map[string]any{
-		"jsonrpc": mcp.JSONRPC_VERSION, "id": fmt.Sprintf("task~%d", taskSeq.Add(1)),
-		"method": mcp.MethodToolsCall, "params": params,
-	})
+	msg, err := toolCallMessage(params)
 	if err != nil {
 		return nil, internalError(err)
 	}

@@ -200,10 +200,7 @@ func readOnly(t mcp.Tool) bool {
 // E2B API (internal/e2b) translates its calls into. A JSON-RPC error comes
 // back as an error result.
 func (s *Server) CallTool(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, error) {
-	msg, err := json.Marshal(map[string]any{
-		"jsonrpc": mcp.JSONRPC_VERSION, "id": fmt.Sprintf("call~%d", taskSeq.Add(1)),
-		"method": mcp.MethodToolsCall, "params": map[string]any{"name": name, "arguments": args},
-	})
+	msg, err := toolCallMessage(map[string]any{"name": name, "arguments": args})
 	if err != nil {
 		return nil, err
 	}

@@ -61,6 +61,15 @@ type notifyFunc func(method string, params any)
 
 var taskSeq atomic.Uint64
 
+// toolCallMessage is a tools/call request of the server's own (an id of
+// its own) with these params, for mcp-go to handle.
+func toolCallMessage(params any) ([]byte, error) {
+	return json.Marshal(map[string]any{
+		"jsonrpc": mcp.JSONRPC_VERSION, "id": fmt.Sprintf("task~%d", taskSeq.Add(1)),
+		"method": mcp.MethodToolsCall, "params": params,
+	})
+}
+
 // running are the tasks this server runs itself, by id.
 type running struct {
 	mu    sync.Mutex
@@ -202,10 +211,7 @@ func (s *Server) callAsTask(ctx context.Context, params json.RawMessage, notify 
 	if len(p.Arguments) > 0 {
 		inner["arguments"] = p.Arguments
 	}
-	msg, err := json.Marshal(map[string]any{
-		"jsonrpc": mcp.JSONRPC_VERSION, "id": fmt.Sprintf("task~%d", taskSeq.Add(1)),
-		"method": mcp.MethodToolsCall, "params": inner,
-	})
+	msg, err := toolCallMessage(inner)
 	if err != nil {
 		return nil, internalError(err)
 	}
