@@ -17,8 +17,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
-	"sort"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +32,8 @@ import (
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/process"
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/process/processconnect"
 	"github.com/sandboxer/sandboxer/internal/job"
+	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
@@ -42,9 +47,11 @@ const defaultTimeout = 300 * time.Second
 // maxTimeout bounds a sandbox's timeout.
 const maxTimeout = 24 * time.Hour
 
-// Caller runs an MCP tool as ctx's tenant, as a tools/call would.
+// Caller runs an MCP tool as ctx's tenant, as a tools/call would
+// (internal/mcpserver), and says which tools its toolsets serve.
 type Caller interface {
 	CallTool(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, error)
+	HasTool(name string) bool
 }
 
 // Authenticator names a token's tenant (internal/auth.Tokens); nil: every
@@ -53,28 +60,39 @@ type Authenticator interface {
 	Authenticate(token string) (name, role string, ok bool)
 }
 
+// Registry keeps the sandboxes (internal/store), each its tenant's.
+type Registry interface {
+	PutE2BSandbox(ctx context.Context, sb *record.E2BSandbox) error
+	E2BSandbox(ctx context.Context, id string) (*record.E2BSandbox, error)
+	E2BSandboxForToken(ctx context.Context, id string) (*record.E2BSandbox, error)
+	ListE2BSandboxes(ctx context.Context) ([]*record.E2BSandbox, error)
+	DueE2BSandboxes(ctx context.Context, now time.Time) ([]*record.E2BSandbox, error)
+	DeleteE2BSandbox(ctx context.Context, id string) error
+}
+
 // Server is the E2B API of one sandboxer server.
 type Server struct {
 	call       Caller
 	jobs       *job.Manager
 	workspaces Workspaces // nil: no workspaces
 	tokens     Authenticator
+	reg        Registry
+	templates  Templates // nil: no templates
+	pol        *policy.Policy
 
-	mu        sync.Mutex
-	sandboxes map[string]*sandbox
+	mu   sync.Mutex
+	live map[string]*sandbox // by id: the processes this server started
 }
 
-// sandbox is one E2B sandbox: a workspace of a tenant.
+// sandbox is one E2B sandbox (its record) with the processes this server
+// started in it.
 type sandbox struct {
-	id, tenant, template string
-	token                string // envd's access token
-	envs                 map[string]string
-	metadata             map[string]string
-	started, endAt       time.Time
+	*record.E2BSandbox
 
-	mu    sync.Mutex
-	procs map[uint32]*proc // by pid
-	next  uint32
+	mu       sync.Mutex
+	procs    map[uint32]*proc // by pid
+	next     uint32
+	watchers map[string]*watcher // polled watches, by id
 }
 
 // proc is one process of a sandbox: its job and how it was started.
@@ -85,10 +103,21 @@ type proc struct {
 	pty    bool // a terminal: a session's job
 }
 
-// New makes the E2B API over the MCP tools (call), the job manager's reads
-// (jobs) and the workspace manager (workspaces).
-func New(call Caller, jobs *job.Manager, workspaces Workspaces, tokens Authenticator) *Server {
-	return &Server{call: call, jobs: jobs, workspaces: workspaces, tokens: tokens, sandboxes: map[string]*sandbox{}}
+// Deps are what the E2B API works through.
+type Deps struct {
+	Call       Caller         // the MCP tools
+	Jobs       *job.Manager   // job records and output, read
+	Workspaces Workspaces     // nil: no workspaces
+	Tokens     Authenticator  // nil: every key is the local tenant (loopback)
+	Registry   Registry       // the sandboxes' records
+	Templates  Templates      // nil: no templates (no snapshots listed)
+	Policy     *policy.Policy // its limits bound commands' time
+}
+
+// New makes the E2B API.
+func New(d Deps) *Server {
+	return &Server{call: d.Call, jobs: d.Jobs, workspaces: d.Workspaces, tokens: d.Tokens, reg: d.Registry,
+		templates: d.Templates, pol: d.Policy, live: map[string]*sandbox{}}
 }
 
 // Handler is the whole API on one listener: a request naming a sandbox
@@ -105,9 +134,13 @@ func (s *Server) Handler() http.Handler {
 	control.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
 	control.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
 	control.HandleFunc("POST /sandboxes/{id}/resume", s.connect)
-	for _, op := range []string{"fork", "snapshots", "network", "metrics"} {
-		control.HandleFunc("POST /sandboxes/{id}/"+op, notYet(op))
-	}
+	control.HandleFunc("GET /sandboxes/{id}/metrics", s.metrics)
+	control.HandleFunc("POST /sandboxes/{id}/snapshots", s.snapshot)
+	control.HandleFunc("GET /snapshots", s.listSnapshots)
+	control.HandleFunc("DELETE /templates/{id}", s.deleteSnapshot)
+	control.HandleFunc("POST /sandboxes/{id}/fork", s.fork)
+	control.HandleFunc("PUT /sandboxes/{id}/network", unsupported("network",
+		"a sandbox's egress is the policy's allowlist, fixed at create (allow_internet_access: false turns it off)"))
 
 	envd := http.NewServeMux()
 	envd.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
@@ -120,13 +153,13 @@ func (s *Server) Handler() http.Handler {
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
-			sb := s.sandbox(id)
-			if sb == nil || subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(sb.token)) != 1 {
+			rec, err := s.reg.E2BSandboxForToken(r.Context(), id)
+			if err != nil || subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(rec.Token)) != 1 {
 				// Another tenant's sandbox is as unknown as a missing one.
 				apiError(w, http.StatusNotFound, "sandbox %q not found (or its access token is wrong)", id)
 				return
 			}
-			envd.ServeHTTP(w, r.WithContext(withSandbox(tenant.With(r.Context(), tenant.Tenant{Name: sb.tenant}), sb)))
+			envd.ServeHTTP(w, r.WithContext(withSandbox(tenant.With(r.Context(), tenant.Tenant{Name: rec.Tenant}), s.liveOf(rec))))
 			return
 		}
 		t, ok := s.tenantOf(r)
@@ -171,19 +204,26 @@ func (s *Server) ownedOr404(w http.ResponseWriter, r *http.Request) *sandbox {
 	return sb
 }
 
-func (s *Server) sandbox(id string) *sandbox {
+// liveOf is the sandbox of rec with the processes this server started in it.
+func (s *Server) liveOf(rec *record.E2BSandbox) *sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.sandboxes[id]
+	sb := s.live[rec.ID]
+	if sb == nil || sb.Tenant != rec.Tenant {
+		sb = &sandbox{procs: map[uint32]*proc{}, watchers: map[string]*watcher{}}
+		s.live[rec.ID] = sb
+	}
+	sb.E2BSandbox = rec
+	return sb
 }
 
 // owned is ctx's tenant's sandbox id, or nil.
 func (s *Server) owned(ctx context.Context, id string) *sandbox {
-	sb := s.sandbox(id)
-	if sb == nil || sb.tenant != tenant.Owner(ctx) {
+	rec, err := s.reg.E2BSandbox(ctx, id)
+	if err != nil {
 		return nil
 	}
-	return sb
+	return s.liveOf(rec)
 }
 
 // templateLanguages maps E2B template names to sandboxer languages; any
@@ -209,6 +249,13 @@ type newSandbox struct {
 	AutoPause           *bool             `json:"autoPause"`
 }
 
+// Bounds of what a create may ask.
+const (
+	maxEnvs     = 256
+	maxMetadata = 64
+	maxEntry    = 4096 // bytes of one key plus its value
+)
+
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	var req newSandbox
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
@@ -219,18 +266,23 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		req.TemplateID = "base"
 	}
 	if req.AutoPause != nil && *req.AutoPause {
-		apiError(w, http.StatusBadRequest, "autoPause: pausing E2B sandboxes is not supported by sandboxer yet (workspaces pause on their own when idle)")
+		apiError(w, http.StatusBadRequest, "autoPause: pausing E2B sandboxes on their timeout is not supported by sandboxer (workspaces pause on their own when idle)")
 		return
 	}
-	timeout := defaultTimeout
-	if req.Timeout != nil {
-		timeout = time.Duration(*req.Timeout) * time.Second
-		if timeout <= 0 || timeout > maxTimeout {
-			apiError(w, http.StatusBadRequest, "timeout %d s is out of range: 1 to %d", *req.Timeout, int(maxTimeout.Seconds()))
-			return
-		}
+	timeout, problem := timeoutOf(req.Timeout, defaultTimeout)
+	if problem != "" {
+		apiError(w, http.StatusBadRequest, "%s", problem)
+		return
 	}
-	id := "e2b-" + randomHex(6)
+	if problem := checkStrings("envVars", req.EnvVars, maxEnvs); problem != "" {
+		apiError(w, http.StatusBadRequest, "%s", problem)
+		return
+	}
+	if problem := checkStrings("metadata", req.Metadata, maxMetadata); problem != "" {
+		apiError(w, http.StatusBadRequest, "%s", problem)
+		return
+	}
+	id := newID()
 	args := map[string]any{"name": id, "language": languageOf(req.TemplateID)}
 	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
 		args["egress"] = []string{}
@@ -240,53 +292,189 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	sb := &sandbox{id: id, tenant: tenant.Owner(r.Context()), template: req.TemplateID,
-		token: randomHex(16), envs: req.EnvVars, metadata: req.Metadata, started: now, endAt: now.Add(timeout), procs: map[uint32]*proc{}}
-	s.mu.Lock()
-	s.sandboxes[id] = sb
-	s.mu.Unlock()
+	sb, err := s.register(r.Context(), &record.E2BSandbox{ID: id, Template: req.TemplateID, Token: randomHex(16),
+		Envs: req.EnvVars, Metadata: req.Metadata, StartedAt: now, EndAt: now.Add(timeout)})
+	if err != nil {
+		apiError(w, http.StatusInternalServerError, "create %s: %v", id, err)
+		return
+	}
 	writeJSON(w, http.StatusCreated, connection(sb))
+}
+
+func newID() string { return "e2b-" + randomHex(6) }
+
+// register stores a new sandbox as ctx's tenant's; a failure removes its
+// workspace again.
+func (s *Server) register(ctx context.Context, rec *record.E2BSandbox) (*sandbox, error) {
+	if err := s.reg.PutE2BSandbox(ctx, rec); err != nil {
+		_, _ = s.tool(context.WithoutCancel(ctx), "delete_workspace", map[string]any{"name": rec.ID})
+		return nil, err
+	}
+	return s.liveOf(rec), nil
+}
+
+// timeoutOf reads a timeout in seconds (def when absent), or says what is wrong.
+func timeoutOf(secs *int, def time.Duration) (time.Duration, string) {
+	if secs == nil {
+		return def, ""
+	}
+	d := time.Duration(*secs) * time.Second
+	if d <= 0 || d > maxTimeout {
+		return 0, fmt.Sprintf("timeout %d s is out of range: 1 to %d", *secs, int(maxTimeout.Seconds()))
+	}
+	return d, ""
+}
+
+// checkStrings bounds a map of create's body, naming it.
+func checkStrings(name string, m map[string]string, most int) string {
+	if len(m) > most {
+		return fmt.Sprintf("%s: %d entries, at most %d", name, len(m), most)
+	}
+	for k, v := range m {
+		if k == "" || len(k)+len(v) > maxEntry {
+			return fmt.Sprintf("%s: the key %q is empty or its entry is over %d bytes", name, truncate(k, 40), maxEntry)
+		}
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // connection is what create and connect answer (E2B's Sandbox).
 func connection(sb *sandbox) map[string]any {
 	return map[string]any{
-		"templateID": sb.template, "sandboxID": sb.id, "clientID": "sandboxer", "envdVersion": EnvdVersion,
-		"envdAccessToken": sb.token,
+		"templateID": sb.Template, "sandboxID": sb.ID, "clientID": "sandboxer", "envdVersion": EnvdVersion,
+		"envdAccessToken": sb.Token,
 	}
 }
 
-// listed is a sandbox as list and get state it (E2B's ListedSandbox).
+// listed is a sandbox as list and get state it (E2B's ListedSandbox), from
+// its workspace; nil once the workspace is gone (deleted over MCP), and the
+// sandbox is then forgotten.
 func (s *Server) listed(ctx context.Context, sb *sandbox) map[string]any {
-	state := "running"
+	state, cpus, memMB, diskMB := "running", 1, int64(0), int64(0)
 	if s.workspaces != nil {
-		if w, err := s.workspaces.Get(ctx, sb.id); err == nil && (w.State == "paused" || w.State == "hibernated") {
-			state = "paused"
+		ws, err := s.workspaces.Get(ctx, sb.ID)
+		if errors.Is(err, record.ErrWorkspaceNotFound) {
+			s.forget(ctx, sb.ID)
+			return nil
+		}
+		if err == nil {
+			if ws.State == "paused" || ws.State == "hibernated" {
+				state = "paused"
+			}
+			cpus = max(1, int(math.Ceil(float64(ws.Limits.NanoCPUs)/1e9)))
+			memMB, diskMB = ws.Limits.MemoryBytes>>20, ws.Limits.DiskBytes>>20
 		}
 	}
-	md := sb.metadata
+	md := sb.Metadata
 	if md == nil {
 		md = map[string]string{}
 	}
 	return map[string]any{
-		"templateID": sb.template, "sandboxID": sb.id, "clientID": "sandboxer",
-		"startedAt": sb.started.UTC().Format(time.RFC3339Nano), "endAt": sb.endAt.UTC().Format(time.RFC3339Nano),
-		"cpuCount": 1, "memoryMB": 512, "diskSizeMB": 0, "metadata": md, "state": state, "envdVersion": EnvdVersion,
+		"templateID": sb.Template, "sandboxID": sb.ID, "clientID": "sandboxer",
+		"startedAt": sb.StartedAt.UTC().Format(time.RFC3339Nano), "endAt": sb.EndAt.UTC().Format(time.RFC3339Nano),
+		"cpuCount": cpus, "memoryMB": memMB, "diskSizeMB": diskMB, "metadata": md, "state": state, "envdVersion": EnvdVersion,
 	}
 }
 
-func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	owner := tenant.Owner(r.Context())
+// forget drops a sandbox's record and what this server kept of it (its
+// watchers end).
+func (s *Server) forget(ctx context.Context, id string) {
+	_ = s.reg.DeleteE2BSandbox(ctx, id)
 	s.mu.Lock()
-	out := []map[string]any{}
-	for _, sb := range s.sandboxes {
-		if sb.tenant == owner {
-			out = append(out, s.listed(r.Context(), sb))
+	sb := s.live[id]
+	delete(s.live, id)
+	s.mu.Unlock()
+	if sb != nil {
+		sb.mu.Lock()
+		var ids []string
+		for id := range sb.watchers {
+			ids = append(ids, id)
+		}
+		sb.mu.Unlock()
+		for _, id := range ids {
+			sb.removeWatcher(id)
 		}
 	}
-	s.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i]["sandboxID"].(string) < out[j]["sandboxID"].(string) })
+}
+
+// maxListLimit bounds one page of list.
+const maxListLimit = 1000
+
+// pageLimit is a list's page size (limit, at most maxListLimit), or false
+// after answering 400.
+func pageLimit(w http.ResponseWriter, q url.Values) (int, bool) {
+	v := q.Get("limit")
+	if v == "" {
+		return maxListLimit, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxListLimit {
+		apiError(w, http.StatusBadRequest, "limit %q: must be 1 to %d", truncate(v, 20), maxListLimit)
+		return 0, false
+	}
+	return n, true
+}
+
+// list answers ctx's tenant's sandboxes by id, filtered as E2B's list is
+// (metadata, state, template), a page at a time (limit, nextToken).
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, ok := pageLimit(w, q)
+	if !ok {
+		return
+	}
+	md, err := url.ParseQuery(q.Get("metadata"))
+	if err != nil {
+		apiError(w, http.StatusBadRequest, "metadata %q: not key=value pairs: %v", truncate(q.Get("metadata"), 80), err)
+		return
+	}
+	var states []string
+	for _, v := range q["state"] {
+		states = append(states, strings.Split(v, ",")...)
+	}
+	recs, err := s.reg.ListE2BSandboxes(r.Context())
+	if err != nil {
+		apiError(w, http.StatusInternalServerError, "list: %v", err)
+		return
+	}
+	after := q.Get("nextToken")
+	out := []map[string]any{}
+	for _, rec := range recs {
+		if rec.ID <= after || (q.Get("template") != "" && rec.Template != q.Get("template")) || !hasMetadata(rec.Metadata, md) {
+			continue
+		}
+		if len(out) == limit {
+			w.Header().Set("X-Next-Token", out[len(out)-1]["sandboxID"].(string))
+			break
+		}
+		d := s.listed(r.Context(), s.liveOf(rec))
+		if d == nil || (len(states) > 0 && !slices.Contains(states, d["state"].(string))) {
+			continue
+		}
+		out = append(out, d)
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// hasMetadata says whether md holds every pair of want (E2B's decoded filter).
+func hasMetadata(md map[string]string, want url.Values) bool {
+	for k, vs := range want {
+		key, _ := url.QueryUnescape(k)
+		for _, v := range vs {
+			val, _ := url.QueryUnescape(v)
+			if md[key] != val {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -295,7 +483,11 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := s.listed(r.Context(), sb)
-	d["envdAccessToken"] = sb.token
+	if d == nil {
+		apiError(w, http.StatusNotFound, "sandbox %q not found (its workspace was deleted)", sb.ID)
+		return
+	}
+	d["envdAccessToken"] = sb.Token
 	writeJSON(w, http.StatusOK, d)
 }
 
@@ -304,24 +496,30 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 	if sb == nil {
 		return
 	}
-	if err := s.remove(r.Context(), sb); err != nil {
-		apiError(w, http.StatusInternalServerError, "kill %s: %v", sb.id, err)
+	if err := s.remove(r.Context(), sb.ID); err != nil {
+		apiError(w, http.StatusInternalServerError, "kill %s: %v", sb.ID, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// remove deletes a sandbox's workspace and forgets it.
-func (s *Server) remove(ctx context.Context, sb *sandbox) error {
-	s.mu.Lock()
-	delete(s.sandboxes, sb.id)
-	s.mu.Unlock()
-	_, err := s.tool(ctx, "delete_workspace", map[string]any{"name": sb.id})
-	return err
+// remove deletes a sandbox's workspace, then forgets it (one already
+// deleted is forgotten too; another failure keeps it, to be tried again).
+func (s *Server) remove(ctx context.Context, id string) error {
+	if _, err := s.tool(ctx, "delete_workspace", map[string]any{"name": id}); err != nil && !isNotFound(err) {
+		return err
+	}
+	s.forget(ctx, id)
+	return nil
 }
 
-// connect answers an owned, running sandbox's connection details, and
-// extends its timeout when the body names one.
+// isNotFound says whether a tool's error sentence is a missing workspace's.
+func isNotFound(err error) bool {
+	return strings.Contains(err.Error(), record.ErrWorkspaceNotFound.Error())
+}
+
+// connect answers an owned sandbox's connection details (waking a paused
+// one on its next call), and moves its timeout when the body names one.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	sb := s.ownedOr404(w, r)
 	if sb == nil {
@@ -331,12 +529,24 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		Timeout *int `json:"timeout"`
 	}
 	_ = json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req)
-	if req.Timeout != nil && *req.Timeout > 0 && time.Duration(*req.Timeout)*time.Second <= maxTimeout {
-		s.mu.Lock()
-		sb.endAt = time.Now().Add(time.Duration(*req.Timeout) * time.Second)
-		s.mu.Unlock()
+	if d, problem := timeoutOf(req.Timeout, 0); problem == "" && d > 0 {
+		if err := s.moveTimeout(r.Context(), sb, d); err != nil {
+			apiError(w, http.StatusInternalServerError, "connect %s: %v", sb.ID, err)
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, connection(sb))
+}
+
+// moveTimeout makes a sandbox end d from now.
+func (s *Server) moveTimeout(ctx context.Context, sb *sandbox, d time.Duration) error {
+	rec := *sb.E2BSandbox
+	rec.EndAt = time.Now().Add(d)
+	if err := s.reg.PutE2BSandbox(ctx, &rec); err != nil {
+		return err
+	}
+	s.liveOf(&rec)
+	return nil
 }
 
 // pause freezes a sandbox's workspace with its processes (the workspace
@@ -350,21 +560,21 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusNotImplemented, "pause: this server has no workspaces")
 		return
 	}
-	if err := s.workspaces.PauseNow(r.Context(), sb.id); err != nil {
-		apiError(w, http.StatusConflict, "pause %s: %v", sb.id, err)
+	if err := s.workspaces.PauseNow(r.Context(), sb.ID); err != nil {
+		apiError(w, http.StatusConflict, "pause %s: %v", sb.ID, err)
 		return
 	}
-	if ws, err := s.workspaces.Get(r.Context(), sb.id); err != nil || ws.State != "paused" {
-		apiError(w, http.StatusConflict, "pause %s: it is busy (a job or process runs in it): kill it first, or let the workspace pause when idle", sb.id)
+	if ws, err := s.workspaces.Get(r.Context(), sb.ID); err != nil || ws.State != "paused" {
+		apiError(w, http.StatusConflict, "pause %s: it is busy (a job or process runs in it): kill it first, or let the workspace pause when idle", sb.ID)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// notYet refuses an operation sandboxer's E2B API does not serve, saying so.
-func notYet(op string) http.HandlerFunc {
+// unsupported refuses an operation sandboxer's E2B API does not serve, saying why.
+func unsupported(op, why string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
-		apiError(w, http.StatusNotImplemented, "%s is not served by sandboxer's E2B API yet (docs/e2b.md lists what is)", op)
+		apiError(w, http.StatusNotImplemented, "%s is not served by sandboxer's E2B API: %s (docs/e2b.md lists what is)", op, why)
 	}
 }
 
@@ -374,20 +584,23 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req struct {
-		Timeout int `json:"timeout"`
+		Timeout *int `json:"timeout"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil || req.Timeout <= 0 || time.Duration(req.Timeout)*time.Second > maxTimeout {
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req)
+	d, problem := timeoutOf(req.Timeout, 0)
+	if err != nil || req.Timeout == nil || problem != "" {
 		apiError(w, http.StatusBadRequest, "timeout must be 1 to %d seconds", int(maxTimeout.Seconds()))
 		return
 	}
-	s.mu.Lock()
-	sb.endAt = time.Now().Add(time.Duration(req.Timeout) * time.Second)
-	s.mu.Unlock()
+	if err := s.moveTimeout(r.Context(), sb, d); err != nil {
+		apiError(w, http.StatusInternalServerError, "timeout of %s: %v", sb.ID, err)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // Reap kills the sandboxes whose timeout has passed, every interval,
-// until ctx ends.
+// until ctx ends: the store's, so a restart loses none.
 func (s *Server) Reap(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -396,18 +609,19 @@ func (s *Server) Reap(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			s.mu.Lock()
-			var due []*sandbox
-			for _, sb := range s.sandboxes {
-				if now.After(sb.endAt) {
-					due = append(due, sb)
-				}
-			}
-			s.mu.Unlock()
-			for _, sb := range due {
-				_ = s.remove(tenant.With(ctx, tenant.Tenant{Name: sb.tenant}), sb)
-			}
+			s.reapDue(ctx, now)
 		}
+	}
+}
+
+// reapDue kills the sandboxes due at now.
+func (s *Server) reapDue(ctx context.Context, now time.Time) {
+	due, err := s.reg.DueE2BSandboxes(ctx, now)
+	if err != nil {
+		return
+	}
+	for _, rec := range due {
+		_ = s.remove(tenant.With(ctx, tenant.Tenant{Name: rec.Tenant}), rec.ID)
 	}
 }
 

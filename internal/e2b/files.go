@@ -50,7 +50,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "path: %v", err)
 		return
 	}
-	out, err := s.tool(r.Context(), "read_file", map[string]any{"workspace": sb.id, "path": rel})
+	out, err := s.tool(r.Context(), "read_file", map[string]any{"workspace": sb.ID, "path": rel})
 	if err != nil {
 		status := http.StatusBadRequest
 		if strings.Contains(err.Error(), "no such file") {
@@ -91,7 +91,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return err
 		}
-		if _, err := s.tool(r.Context(), "write_file", map[string]any{"workspace": sb.id, "path": rel,
+		if _, err := s.tool(r.Context(), "write_file", map[string]any{"workspace": sb.ID, "path": rel,
 			"content": base64.StdEncoding.EncodeToString(data), "encoding": "base64"}); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,6 +15,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/filesystem"
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/filesystem/filesystemconnect"
 	"github.com/sandboxer/sandboxer/internal/record"
+	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
 // Workspaces are the workspace manager's parts the E2B API uses beside the
@@ -22,6 +24,7 @@ type Workspaces interface {
 	Watch(ctx context.Context, name, rel string, changed func(paths []string, more bool)) (<-chan error, error)
 	PauseNow(ctx context.Context, name string) error
 	Get(ctx context.Context, name string) (*record.Workspace, error)
+	Metrics(ctx context.Context, name string) (*workspace.Metrics, error)
 }
 
 // fsService is envd's Filesystem service: list_files describes entries;
@@ -92,7 +95,7 @@ func permissions(t filesystem.FileType, mode uint32) string {
 
 // list lists a directory of the sandbox's workspace.
 func (f *fsService) list(ctx context.Context, rel string, recursive bool, glob string) ([]*filesystem.EntryInfo, error) {
-	args := map[string]any{"workspace": sandboxOf(ctx).id, "path": rel, "recursive": recursive}
+	args := map[string]any{"workspace": sandboxOf(ctx).ID, "path": rel, "recursive": recursive}
 	if glob != "" {
 		args["glob"] = glob
 	}
@@ -134,7 +137,7 @@ func (f *fsService) stat(ctx context.Context, rel string) (*filesystem.EntryInfo
 
 // shell runs a command in the sandbox's workspace to its end.
 func (f *fsService) shell(ctx context.Context, command string) error {
-	out, err := f.s.tool(ctx, "run_command", map[string]any{"workspace": sandboxOf(ctx).id, "command": command})
+	out, err := f.s.tool(ctx, "run_command", map[string]any{"workspace": sandboxOf(ctx).ID, "command": command})
 	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
@@ -231,52 +234,160 @@ func (f *fsService) Remove(ctx context.Context, req *connect.Request[filesystem.
 // WatchDir streams the changes under a directory: the supervisor's watch,
 // each changed path an event (create, write or remove, as the path is then).
 func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	if f.s.workspaces == nil {
-		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("this server has no workspaces to watch"))
-	}
-	rel, err := fsPath(req.Msg.GetPath())
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	changes := make(chan []string, 64)
-	done, err := f.s.workspaces.Watch(ctx, sandboxOf(ctx).id, rel, func(paths []string, _ bool) {
-		select {
-		case changes <- paths:
-		default: // the stream is behind: a later batch says as much
-		}
+	run, err := f.watch(ctx, req.Msg.GetPath(), req.Msg.GetRecursive(), func(ev *filesystem.FilesystemEvent) error {
+		return stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}})
 	})
 	if err != nil {
-		return connect.NewError(connect.CodeNotFound, err)
+		return err
 	}
 	if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err
 	}
-	seen := map[string]bool{}
-	for {
+	return run()
+}
+
+// watch begins following the changes under an E2B path of ctx's sandbox;
+// run then hands each to emit as an E2B event until ctx ends, the path
+// goes, or emit fails.
+func (f *fsService) watch(ctx context.Context, e2bPath string, recursive bool, emit func(*filesystem.FilesystemEvent) error) (run func() error, err error) {
+	if f.s.workspaces == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("this server has no workspaces to watch"))
+	}
+	rel, err := fsPath(e2bPath)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	changes := make(chan []string, 64)
+	done, err := f.s.workspaces.Watch(ctx, sandboxOf(ctx).ID, rel, func(paths []string, _ bool) {
 		select {
-		case <-ctx.Done():
-			return nil
-		case <-done:
-			return nil
-		case paths := <-changes:
-			for _, p := range paths {
-				name := strings.TrimPrefix(strings.TrimPrefix(p, rel), "/")
-				if !req.Msg.GetRecursive() && strings.Contains(name, "/") {
-					continue
-				}
-				typ := filesystem.EventType_EVENT_TYPE_WRITE
-				if _, err := f.stat(ctx, p); err != nil {
-					typ = filesystem.EventType_EVENT_TYPE_REMOVE
-				} else if !seen[p] {
-					typ = filesystem.EventType_EVENT_TYPE_CREATE
-				}
-				seen[p] = typ != filesystem.EventType_EVENT_TYPE_REMOVE
-				if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: &filesystem.FilesystemEvent{Name: name, Type: typ}}}); err != nil {
-					return err
+		case changes <- paths:
+		default: // the reader is behind: a later batch says as much
+		}
+	})
+	if err != nil {
+		cancel()
+		return nil, connect.NewError(connect.CodeNotFound, err)
+	}
+	return func() error {
+		defer cancel()
+		seen := map[string]bool{}
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-done:
+				return nil
+			case paths := <-changes:
+				for _, p := range paths {
+					name := strings.TrimPrefix(strings.TrimPrefix(p, rel), "/")
+					if !recursive && strings.Contains(name, "/") {
+						continue
+					}
+					typ := filesystem.EventType_EVENT_TYPE_WRITE
+					if _, err := f.stat(ctx, p); err != nil {
+						typ = filesystem.EventType_EVENT_TYPE_REMOVE
+					} else if !seen[p] {
+						typ = filesystem.EventType_EVENT_TYPE_CREATE
+					}
+					seen[p] = typ != filesystem.EventType_EVENT_TYPE_REMOVE
+					if err := emit(&filesystem.FilesystemEvent{Name: name, Type: typ}); err != nil {
+						return err
+					}
 				}
 			}
 		}
+	}, nil
+}
+
+// Bounds of the polled watchers (CreateWatcher): how many a sandbox keeps,
+// the events one holds between polls (the oldest go first), and how long
+// one lives without a poll.
+const (
+	maxWatchers      = 16
+	maxWatcherEvents = 1000
+	watcherIdle      = 10 * time.Minute
+)
+
+// watcher is a polled watch: its events since the last poll.
+type watcher struct {
+	cancel context.CancelFunc
+	idle   *time.Timer
+
+	mu     sync.Mutex
+	events []*filesystem.FilesystemEvent
+}
+
+// CreateWatcher begins a watch whose events GetWatcherEvents collects.
+func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
+	sb := sandboxOf(ctx)
+	sb.mu.Lock()
+	n := len(sb.watchers)
+	sb.mu.Unlock()
+	if n >= maxWatchers {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("sandbox %s has %d watchers, the most it keeps: remove one first", sb.ID, maxWatchers))
 	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // it outlives this request
+	wt := &watcher{cancel: cancel}
+	run, err := f.watch(wctx, req.Msg.GetPath(), req.Msg.GetRecursive(), func(ev *filesystem.FilesystemEvent) error {
+		wt.mu.Lock()
+		defer wt.mu.Unlock()
+		if len(wt.events) == maxWatcherEvents {
+			wt.events = wt.events[1:]
+		}
+		wt.events = append(wt.events, ev)
+		return nil
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	id := "w-" + randomHex(8)
+	wt.idle = time.AfterFunc(watcherIdle, func() { sb.removeWatcher(id) })
+	sb.mu.Lock()
+	sb.watchers[id] = wt
+	sb.mu.Unlock()
+	go func() {
+		_ = run()
+	}()
+	return connect.NewResponse(&filesystem.CreateWatcherResponse{WatcherId: id}), nil
+}
+
+// GetWatcherEvents hands over a watcher's events since the last call.
+func (f *fsService) GetWatcherEvents(ctx context.Context, req *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
+	sb := sandboxOf(ctx)
+	sb.mu.Lock()
+	wt := sb.watchers[req.Msg.GetWatcherId()]
+	sb.mu.Unlock()
+	if wt == nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher %q not found", truncate(req.Msg.GetWatcherId(), 40)))
+	}
+	wt.idle.Reset(watcherIdle)
+	wt.mu.Lock()
+	events := wt.events
+	wt.events = nil
+	wt.mu.Unlock()
+	return connect.NewResponse(&filesystem.GetWatcherEventsResponse{Events: events}), nil
+}
+
+// RemoveWatcher ends a watcher.
+func (f *fsService) RemoveWatcher(ctx context.Context, req *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
+	if !sandboxOf(ctx).removeWatcher(req.Msg.GetWatcherId()) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher %q not found", truncate(req.Msg.GetWatcherId(), 40)))
+	}
+	return connect.NewResponse(&filesystem.RemoveWatcherResponse{}), nil
+}
+
+// removeWatcher ends watcher id, if the sandbox has it.
+func (sb *sandbox) removeWatcher(id string) bool {
+	sb.mu.Lock()
+	wt := sb.watchers[id]
+	delete(sb.watchers, id)
+	sb.mu.Unlock()
+	if wt == nil {
+		return false
+	}
+	wt.idle.Stop()
+	wt.cancel()
+	return true
 }

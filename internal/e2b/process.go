@@ -3,8 +3,10 @@ package e2b
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -35,15 +37,18 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	}
 	pty := req.Msg.Pty != nil
 	tool := "run_command"
-	args := map[string]any{"workspace": sb.id, "command": commandLine(pc.GetCmd(), pc.GetArgs()), "background": true}
+	args := map[string]any{"workspace": sb.ID, "command": commandLine(pc.GetCmd(), pc.GetArgs()), "background": true}
 	if req.Msg.GetStdin() {
 		args["keep_stdin_open"] = true
+	}
+	if limit := p.s.commandLimit(ctx); limit > 0 {
+		args["timeout_s"] = limit
 	}
 	if pty {
 		// A terminal is a session (start_session, mode pty): a program on
 		// PATH with its arguments, resized with resize_terminal.
 		tool = "start_session"
-		args = map[string]any{"workspace": sb.id, "command": path.Base(pc.GetCmd()), "args": pc.GetArgs(), "mode": "pty", "wait_s": 0}
+		args = map[string]any{"workspace": sb.ID, "command": path.Base(pc.GetCmd()), "args": pc.GetArgs(), "mode": "pty", "wait_s": 0}
 		if size := req.Msg.GetPty().GetSize(); size != nil && size.GetRows() > 0 && size.GetCols() > 0 {
 			args["rows"], args["cols"] = int(size.GetRows()), int(size.GetCols())
 		}
@@ -56,7 +61,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 		args["cwd"] = "/workspace/" + strings.TrimPrefix(rel, ".")
 	}
 	env := map[string]string{}
-	for k, v := range sb.envs {
+	for k, v := range sb.Envs {
 		env[k] = v
 	}
 	for k, v := range pc.GetEnvs() {
@@ -78,6 +83,26 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 		return err
 	}
 	return p.follow(ctx, id, pty, func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) })
+}
+
+// commandLimit is a command's time limit in seconds: what the client's
+// deadline leaves (the SDK's timeoutMs, 60 s unless given, sent as
+// Connect-Timeout-Ms), at most the policy's limits.timeout_s.max; that max
+// without a deadline (timeoutMs 0); 0 (the policy's default) without a policy.
+func (s *Server) commandLimit(ctx context.Context) float64 {
+	most := 0.0
+	if s.pol != nil {
+		most = float64(s.pol.Limits.TimeoutS.Max)
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return most
+	}
+	left := max(time.Until(dl).Seconds(), 0.1)
+	if most > 0 && left > most {
+		return most
+	}
+	return left
 }
 
 // follow sends a job's output as data events (a terminal's as pty data),
@@ -148,6 +173,19 @@ func (p *processService) follow(ctx context.Context, id string, pty bool, send f
 	return send(&process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}})
 }
 
+// running are a sandbox's processes whose jobs still run, by pid.
+func (s *Server) running(ctx context.Context, sb *sandbox) map[uint32]*proc {
+	sb.mu.Lock()
+	all := maps.Clone(sb.procs)
+	sb.mu.Unlock()
+	for pid, pr := range all {
+		if rec, err := s.jobs.Get(ctx, pr.job); err != nil || record.Finished(rec.Status) {
+			delete(all, pid)
+		}
+	}
+	return all
+}
+
 // newProc numbers a sandbox's process.
 func (sb *sandbox) newProc(p *proc) uint32 {
 	sb.mu.Lock()
@@ -178,18 +216,8 @@ func (sb *sandbox) selected(sel *process.ProcessSelector) (uint32, *proc, error)
 
 // List lists the sandbox's processes that still run.
 func (p *processService) List(ctx context.Context, _ *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
-	sb := sandboxOf(ctx)
-	sb.mu.Lock()
-	all := map[uint32]*proc{}
-	for pid, pr := range sb.procs {
-		all[pid] = pr
-	}
-	sb.mu.Unlock()
 	res := &process.ListResponse{}
-	for pid, pr := range all {
-		if rec, err := p.s.jobs.Get(ctx, pr.job); err != nil || record.Finished(rec.Status) {
-			continue
-		}
+	for pid, pr := range p.s.running(ctx, sandboxOf(ctx)) {
 		info := &process.ProcessInfo{Config: pr.config, Pid: pid}
 		if pr.tag != "" {
 			info.Tag = &pr.tag
@@ -217,14 +245,49 @@ func (p *processService) SendInput(ctx context.Context, req *connect.Request[pro
 	if err != nil {
 		return nil, err
 	}
-	data := req.Msg.GetInput().GetStdin()
-	if pty := req.Msg.GetInput().GetPty(); pty != nil {
+	if err := p.input(ctx, pr, req.Msg.GetInput()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.SendInputResponse{}), nil
+}
+
+// input writes stdin or terminal bytes to a process (send_input).
+func (p *processService) input(ctx context.Context, pr *proc, in *process.ProcessInput) error {
+	data := in.GetStdin()
+	if pty := in.GetPty(); pty != nil {
 		data = pty
 	}
 	if _, err := p.s.tool(ctx, "send_input", map[string]any{"job_id": pr.job, "text": string(data), "read": false}); err != nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	return connect.NewResponse(&process.SendInputResponse{}), nil
+	return nil
+}
+
+// StreamInput writes a client stream's input to a process: its first
+// message names the process, each data message is a send_input.
+func (p *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
+	var pr *proc
+	for stream.Receive() {
+		msg := stream.Msg()
+		switch {
+		case msg.GetStart() != nil:
+			var err error
+			if _, pr, err = sandboxOf(ctx).selected(msg.GetStart().GetProcess()); err != nil {
+				return nil, err
+			}
+		case msg.GetData() != nil:
+			if pr == nil {
+				return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("the stream's first message must name the process (start)"))
+			}
+			if err := p.input(ctx, pr, msg.GetData().GetInput()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&process.StreamInputResponse{}), nil
 }
 
 // CloseStdin closes a process's stdin (send_input with eof).

@@ -208,6 +208,9 @@ func (s *Server) CallTool(ctx context.Context, name string, args map[string]any)
 	return res, nil
 }
 
+// HasTool says whether the server's toolsets serve the tool name.
+func (s *Server) HasTool(name string) bool { return s.mcp.GetTool(name) != nil }
+
 // MCP exposes the underlying server (for in-process tests).
 func (s *Server) MCP() *server.MCPServer { return s.mcp }
 

@@ -315,6 +315,24 @@ type Template struct {
 	UsedAt    time.Time // last job or workspace started from it
 }
 
+// E2BSandbox is a sandbox of the E2B API (internal/e2b): a workspace of
+// its tenant's, with what E2B's control plane keeps about it.
+type E2BSandbox struct {
+	ID       string // the sandbox's id, also its workspace's name
+	Tenant   string // set from the context at PutE2BSandbox
+	Template string // as create named it
+	// Token is its in-sandbox API's access token (envdAccessToken), which
+	// E2B's get and connect answer again; the state directory is 0700.
+	Token     string
+	Envs      map[string]string // every command's environment
+	Metadata  map[string]string
+	StartedAt time.Time
+	EndAt     time.Time // when its timeout kills it
+}
+
+// ErrE2BSandboxNotFound is an E2B sandbox its caller's tenant does not have.
+var ErrE2BSandboxNotFound = errors.New("no such sandbox")
+
 // Template sources.
 const (
 	TemplateDockerfile = "dockerfile"

@@ -175,11 +175,14 @@ func New(cfg *config.Config, log zerolog.Logger) (_ *Server, err error) {
 		if s.tokens != nil {
 			keys = s.tokens
 		}
-		var workspaces e2b.Workspaces // an untyped nil without workspaces
-		if s.stack.workspaces != nil {
-			workspaces = s.stack.workspaces
+		d := e2b.Deps{Call: s.mcp, Jobs: s.jobs, Tokens: keys, Registry: s.st, Policy: cfg.Policy}
+		if s.stack.workspaces != nil { // untyped nils without them
+			d.Workspaces = s.stack.workspaces
 		}
-		s.e2b = e2b.New(s.mcp, s.jobs, workspaces, keys)
+		if s.templates.Supported() {
+			d.Templates = s.templates
+		}
+		s.e2b = e2b.New(d)
 	}
 	return s, err
 }

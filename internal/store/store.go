@@ -201,11 +201,23 @@ var migrations = []string{
 	) STRICT;`,
 	// 10: a task held for a person's approval keeps the call it will run.
 	`ALTER TABLE tasks ADD COLUMN pending TEXT NOT NULL DEFAULT '';`,
+	// 11: the E2B API's sandboxes (e2b.go), each a workspace of its tenant.
+	`CREATE TABLE e2b_sandboxes (
+		id          TEXT PRIMARY KEY NOT NULL,
+		tenant      TEXT NOT NULL,
+		template    TEXT NOT NULL,
+		token       TEXT NOT NULL,
+		envs        TEXT NOT NULL DEFAULT '{}',
+		metadata    TEXT NOT NULL DEFAULT '{}',
+		started_at  INTEGER NOT NULL,
+		end_at      INTEGER NOT NULL
+	) STRICT;
+	CREATE INDEX e2b_sandboxes_tenant ON e2b_sandboxes (tenant, id);`,
 }
 
 // SchemaVersion is the schema version (PRAGMA user_version) this build
 // creates and understands; it equals len(migrations).
-const SchemaVersion = 10
+const SchemaVersion = 11
 
 func init() {
 	if len(migrations) != SchemaVersion {

@@ -13,10 +13,12 @@ import (
 
 	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/policy"
+	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/sandbox"
 	"github.com/sandboxer/sandboxer/internal/sandbox/fake"
 	"github.com/sandboxer/sandboxer/internal/sandbox/sandboxtest"
 	"github.com/sandboxer/sandboxer/internal/store"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 )
 
 // newFakeManager is a template manager over the fake engine (whose Images
@@ -172,5 +174,43 @@ func TestDiskBudgetRemovesTheLeastRecentlyUsed(t *testing.T) {
 	}
 	if _, err := e.ImageInfo(ctx, second.Image); err != nil {
 		t.Errorf("the template just built: %v, want it kept", err)
+	}
+}
+
+// TestRemoveSnapshot: delete_template removes its caller's own snapshot
+// only: the policy's template is refused, another tenant's snapshot is not
+// found and stays.
+func TestRemoveSnapshot(t *testing.T) {
+	m, _ := newFakeManager(t, 1024, map[string]map[string]string{
+		"tools": {"Dockerfile": "FROM fake/base:latest\n"},
+	})
+	alice := tenant.With(context.Background(), tenant.Tenant{Name: "alice"})
+	bob := tenant.With(context.Background(), tenant.Tenant{Name: "bob"})
+	if _, _, err := m.Build(alice, "tools", BuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	snap := &record.Template{Name: "mine", Tenant: "alice", Source: record.TemplateSnapshot, Language: "python",
+		Key: "k", Image: "sandboxer-snapshot-x:k", Workspace: "w", CreatedAt: now, UsedAt: now}
+	if err := m.st.PutTemplate(alice, snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RemoveSnapshot(alice, "tools"); err == nil || !strings.Contains(err.Error(), "policy's") {
+		t.Errorf("the policy's template: %v", err)
+	}
+	if err := m.RemoveSnapshot(bob, "mine"); !errors.Is(err, record.ErrTemplateNotFound) {
+		t.Errorf("bob removing alice's snapshot: %v", err)
+	}
+	if _, err := m.st.GetTemplate(alice, "mine"); err != nil {
+		t.Fatalf("alice's snapshot after bob's try: %v", err)
+	}
+	if err := m.RemoveSnapshot(alice, "mine"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.st.GetTemplate(alice, "mine"); !errors.Is(err, record.ErrTemplateNotFound) {
+		t.Errorf("alice's snapshot after its removal: %v", err)
+	}
+	if _, err := m.st.GetTemplate(alice, "tools"); err != nil {
+		t.Errorf("the policy's template after it all: %v", err)
 	}
 }

@@ -530,6 +530,29 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	return nil
 }
 
+// RemoveSnapshot removes ctx's tenant's snapshot name (delete_template):
+// never the policy's templates, which are the operator's. One a container
+// still uses is refused.
+func (m *Manager) RemoveSnapshot(ctx context.Context, name string) error {
+	if m.eng == nil {
+		return ErrUnsupported
+	}
+	rec, err := m.st.GetTemplate(ctx, name)
+	if err == nil && (rec.Source != record.TemplateSnapshot || rec.Tenant != tenant.Owner(ctx)) {
+		if rec.Source != record.TemplateSnapshot {
+			return fmt.Errorf("template %s is the policy's: the operator removes it (sandboxer templates rm)", name)
+		}
+		err = fmt.Errorf("%w: %s", record.ErrTemplateNotFound, name)
+	}
+	if err != nil {
+		if m.IsTemplate(name) {
+			return fmt.Errorf("template %s is the policy's: the operator removes it (sandboxer templates rm)", name)
+		}
+		return err
+	}
+	return m.Remove(ctx, name)
+}
+
 func (m *Manager) remove(ctx context.Context, rec *record.Template) error {
 	if err := m.eng.RemoveImage(ctx, rec.Image); err != nil {
 		return err

@@ -34,6 +34,36 @@ func e2bSDK(t *testing.T) string {
 	return node
 }
 
+// runE2BScript runs a script of testdata/e2b with the e2b SDK against a
+// server of its own (serve with extra), as alice, and returns its stdout.
+func runE2BScript(t *testing.T, script string, extra ...string) []byte {
+	t.Helper()
+	h := startHTTPServer(t, extra...)
+	var addr string
+	for deadline := time.Now().Add(30 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := e2bLine.FindStringSubmatch(h.stderr.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no 'serving the E2B API' line:\n%s", tail(h.stderr.String(), 3000))
+	}
+	node := e2bSDK(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Dir = "testdata/e2b"
+	cmd.Env = append(os.Environ(), "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr,
+		"E2B_API_KEY="+aliceToken, "OTHER_KEY="+bobToken)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the e2b script %s: %v\n%s\nstderr:\n%s\nserver:\n%s", script, err, raw, tail(stderr.String(), 3000), tail(h.stderr.String(), 3000))
+	}
+	return raw
+}
+
 // TestE2BSDK: a script an E2B user writes, run with the real e2b SDK and
 // only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY changed, against
 // `serve --e2b`: create, a command's output, error output and exit code,
@@ -45,29 +75,7 @@ func e2bSDK(t *testing.T) string {
 // connect to it.
 func TestE2BSDK(t *testing.T) {
 	t.Parallel()
-	h := startHTTPServer(t, "--e2b", "127.0.0.1:0")
-	var addr string
-	for deadline := time.Now().Add(30 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if m := e2bLine.FindStringSubmatch(h.stderr.String()); m != nil {
-			addr = m[1]
-		}
-	}
-	if addr == "" {
-		t.Fatalf("no 'serving the E2B API' line:\n%s", tail(h.stderr.String(), 3000))
-	}
-	node := e2bSDK(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "client.mjs")
-	cmd.Dir = "testdata/e2b"
-	cmd.Env = append(os.Environ(), "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr,
-		"E2B_API_KEY="+aliceToken, "OTHER_KEY="+bobToken)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	raw, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("the e2b script: %v\n%s\nstderr:\n%s\nserver:\n%s", err, raw, tail(stderr.String(), 3000), tail(h.stderr.String(), 3000))
-	}
+	raw := runE2BScript(t, "client.mjs", "--e2b", "127.0.0.1:0")
 	var out struct {
 		SandboxID string `json:"sandboxId"`
 		Run       struct {
@@ -128,5 +136,64 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if len(out.OtherListed) != 0 || !strings.Contains(out.OtherConnect, "not found") {
 		t.Errorf("another tenant: listed %v, connect %q", out.OtherListed, out.OtherConnect)
+	}
+}
+
+// TestE2BLifecycle: with the real e2b SDK (lifecycle.mjs), against a server
+// with the templates toolset: a running sandbox's metrics against its
+// limits; a command's timeoutMs ends it; a polled watcher (Create,
+// GetWatcherEvents, Remove) sees a new file; a snapshot a new sandbox starts
+// from, listed by its sandbox, deleted once (then not found); a fork refused
+// while a process runs that runc cannot carry, then two forks with the
+// files; nothing left listed.
+func TestE2BLifecycle(t *testing.T) {
+	t.Parallel()
+	raw := runE2BScript(t, "lifecycle.mjs", "--e2b", "127.0.0.1:0", "--toolsets", "all")
+	t.Logf("lifecycle.mjs saw %s", raw)
+	var out struct {
+		Metrics []struct {
+			CPUCount                               int
+			CPUUsedPct                             float64
+			MemUsed, MemTotal, DiskUsed, DiskTotal int64
+			Recent                                 bool
+		}
+		TimedOut              string
+		TimeoutTookMs         int
+		Polled                []string
+		RemovedWatcher        int
+		PollAfterRemove       string
+		SnapshotID            string `json:"snapshotId"`
+		Snapshots             []string
+		FromSnapshot          string
+		Deleted, DeletedAgain bool
+		ForkWhileRunning      string
+		Forks                 []string
+		Left                  []string
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("the script printed %q: %v", raw, err)
+	}
+	if len(out.Metrics) != 1 {
+		t.Fatalf("metrics: %+v, want one sample", out.Metrics)
+	}
+	m := out.Metrics[0]
+	if m.CPUCount < 1 || m.MemUsed <= 0 || m.MemTotal < m.MemUsed || m.DiskTotal <= 0 || m.DiskUsed < 0 || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 || !m.Recent {
+		t.Errorf("metrics: %+v", m)
+	}
+	if out.TimedOut == "finished" || out.TimeoutTookMs > 20000 {
+		t.Errorf("sleep 30 with timeoutMs 2000: %s after %d ms", out.TimedOut, out.TimeoutTookMs)
+	}
+	if !slices.Contains(out.Polled, "EVENT_TYPE_CREATE:p.txt") || out.RemovedWatcher != 200 || out.PollAfterRemove != "not_found" {
+		t.Errorf("a polled watcher: events %v, removed %d, polled after %q", out.Polled, out.RemovedWatcher, out.PollAfterRemove)
+	}
+	if out.SnapshotID == "" || !slices.Equal(out.Snapshots, []string{out.SnapshotID}) || out.FromSnapshot != "v1\n" || !out.Deleted || out.DeletedAgain {
+		t.Errorf("a snapshot %q: listed %v, a sandbox from it read %q, deleted %v then %v",
+			out.SnapshotID, out.Snapshots, out.FromSnapshot, out.Deleted, out.DeletedAgain)
+	}
+	if !strings.Contains(out.ForkWhileRunning, "would not be carried") || !slices.Equal(out.Forks, []string{"v1\n", "v1\n"}) {
+		t.Errorf("forks: while a process runs %q; then %q", out.ForkWhileRunning, out.Forks)
+	}
+	if len(out.Left) != 0 {
+		t.Errorf("sandboxes left: %v", out.Left)
 	}
 }

@@ -89,6 +89,8 @@ func Main() {
 		switch os.Args[1] {
 		case proto.WatchCommand:
 			os.Exit(watchMain(os.Args[2:], os.Stdin, os.Stdout))
+		case proto.MetricsCommand:
+			os.Exit(metricsMain(os.Stdout))
 		case proto.ScanCommand:
 			os.Exit(scanMain(os.Args[2:], os.Stdout))
 		case proto.TarCommand:

@@ -75,3 +75,20 @@ type WatchEvent struct {
 	Error     string   `json:"error,omitempty"`
 	ErrorKind string   `json:"error_kind,omitempty"`
 }
+
+// MetricsCommand samples the container's own cgroup:
+// `sandboxer-supervisor metrics`. It reads the CPU time twice,
+// MetricsSampleMS apart, and writes one Metrics as JSON.
+const MetricsCommand = "metrics"
+
+// MetricsSampleMS is the span over which metrics measures CPU use.
+const MetricsSampleMS = 200
+
+// Metrics is what the container's cgroup says; a figure the cgroup does
+// not show is -1.
+type Metrics struct {
+	CPUUsedCores float64 `json:"cpu_used_cores"` // cores busy over the sample (1.5: one and a half)
+	MemUsed      int64   `json:"mem_used"`       // bytes charged to the cgroup, page cache included
+	MemCache     int64   `json:"mem_cache"`      // of which page cache
+	MemLimit     int64   `json:"mem_limit"`      // the cgroup's memory limit (-1: none)
+}
