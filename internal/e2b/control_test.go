@@ -92,8 +92,13 @@ func TestSandboxesOutliveTheServer(t *testing.T) {
 		ids = append(ids, c.SandboxID)
 		tokens[c.SandboxID] = c.EnvdAccessToken
 	}
-	if code, body, _ := do(first, "ka", "POST", "/v2/sandboxes", `{"timeout":999999}`); code != http.StatusBadRequest || !strings.Contains(body, "timeout") {
-		t.Errorf("a timeout past 24 h: %d %s", code, body)
+	for body, want := range map[string]string{
+		`{"timeout":999999}`: "timeout", `{"mcp":{"github":{}}}`: "mcp:", `{"volumeMounts":[{"name":"v","path":"/data"}]}`: "volumeMounts:",
+		`{"network":{"allowOut":["pypi.org"]}}`: "without denyOut", `{"envVars":{"":"x"}}`: "envVars:",
+	} {
+		if code, got, _ := do(first, "ka", "POST", "/v2/sandboxes", body); code != http.StatusBadRequest || !strings.Contains(got, want) {
+			t.Errorf("create %s: %d %s, want 400 naming %q", body, code, got, want)
+		}
 	}
 	first.Close()
 

@@ -246,7 +246,34 @@ type newSandbox struct {
 	EnvVars             map[string]string `json:"envVars"`
 	Metadata            map[string]string `json:"metadata"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             *network          `json:"network"`
 	AutoPause           *bool             `json:"autoPause"`
+	// Not served: refused when given, never ignored.
+	MCP             json.RawMessage `json:"mcp"`
+	IAM             json.RawMessage `json:"iam"`
+	VolumeMounts    json.RawMessage `json:"volumeMounts"`
+	AutoResume      json.RawMessage `json:"autoResume"`
+	AutoPauseMemory json.RawMessage `json:"autoPauseMemory"`
+}
+
+// unserved names the first option of create sandboxer does not serve, with why.
+func (n *newSandbox) unserved() string {
+	for _, o := range []struct {
+		name string
+		raw  json.RawMessage
+		why  string
+	}{
+		{"mcp", n.MCP, "E2B's MCP gateway in a sandbox is not served (sandboxer is itself an MCP server)"},
+		{"iam", n.IAM, "workload identity tokens are not served (the policy's secrets reach hosts through the egress proxy)"},
+		{"volumeMounts", n.VolumeMounts, "E2B volumes are not served (a sandbox's files are its workspace's volume)"},
+		{"autoResume", n.AutoResume, "pausing on timeout is not served, so neither is resuming from it"},
+		{"autoPauseMemory", n.AutoPauseMemory, "pausing on timeout is not served"},
+	} {
+		if len(o.raw) > 0 && string(o.raw) != "null" {
+			return o.name + ": " + o.why
+		}
+	}
+	return ""
 }
 
 // Bounds of what a create may ask.
@@ -265,6 +292,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if req.TemplateID == "" {
 		req.TemplateID = "base"
 	}
+	if why := req.unserved(); why != "" {
+		apiError(w, http.StatusBadRequest, "%s", why)
+		return
+	}
 	if req.AutoPause != nil && *req.AutoPause {
 		apiError(w, http.StatusBadRequest, "autoPause: pausing E2B sandboxes on their timeout is not supported by sandboxer (workspaces pause on their own when idle)")
 		return
@@ -282,13 +313,18 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "%s", problem)
 		return
 	}
+	egress, why := egressOf(req.AllowInternetAccess, req.Network)
+	if why != "" {
+		apiError(w, http.StatusBadRequest, "%s", why)
+		return
+	}
 	id := newID()
 	args := map[string]any{"name": id, "language": languageOf(req.TemplateID)}
-	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
-		args["egress"] = []string{}
+	if egress != nil {
+		args["egress"] = egress
 	}
 	if _, err := s.tool(r.Context(), "create_workspace", args); err != nil {
-		apiError(w, http.StatusBadRequest, "templateID %q: %v", req.TemplateID, err)
+		apiError(w, http.StatusBadRequest, "a sandbox of template %q: %v", req.TemplateID, err)
 		return
 	}
 	now := time.Now()
