@@ -206,8 +206,12 @@ func coreHash(contextTar []byte, parentHash string) string {
 
 // finalDockerfile is the Dockerfile of a final image built on coreTag.
 func finalDockerfile(coreTag string) string {
-	return "FROM " + coreTag + "\nCOPY " + SupervisorFile + " " + SupervisorPath + "\n"
+	return "FROM " + coreTag + "\nCOPY " + SupervisorFile + " " + SupervisorPath + "\nCOPY home/ /home/\n"
 }
+
+// HomeUser is a link in every final image to /workspace: E2B's home, which
+// scripts written for E2B name in their commands (internal/e2b).
+const HomeUser = "/home/user"
 
 // finalContextTar returns the deterministic build context of the final image
 // built on coreTag: its Dockerfile and the supervisor (mode 0755; COPY without
@@ -219,13 +223,18 @@ func finalContextTar(coreTag string, supervisor []byte) ([]byte, error) {
 		name string
 		mode int64
 		data []byte
+		kind byte
+		link string
 	}{
-		{"Dockerfile", 0o644, []byte(finalDockerfile(coreTag))},
-		{SupervisorFile, 0o755, supervisor},
+		{name: "Dockerfile", mode: 0o644, data: []byte(finalDockerfile(coreTag)), kind: tar.TypeReg},
+		{name: SupervisorFile, mode: 0o755, data: supervisor, kind: tar.TypeReg},
+		{name: "home/", mode: 0o755, kind: tar.TypeDir},
+		{name: "home/user", mode: 0o777, kind: tar.TypeSymlink, link: "/workspace"},
 	} {
 		hdr := &tar.Header{
-			Typeflag: tar.TypeReg,
+			Typeflag: f.kind,
 			Name:     f.name,
+			Linkname: f.link,
 			Mode:     f.mode,
 			Size:     int64(len(f.data)),
 			ModTime:  fixedTime,

@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/process"
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/process/processconnect"
 	"github.com/sandboxer/sandboxer/internal/job"
@@ -60,16 +61,16 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 		}
 		args["cwd"] = "/workspace/" + strings.TrimPrefix(rel, ".")
 	}
-	env := map[string]string{}
+	// E2B's home is where its scripts' paths point: every built-in image
+	// links it to /workspace (images.HomeUser).
+	env := map[string]string{"HOME": images.HomeUser}
 	for k, v := range sb.Envs {
 		env[k] = v
 	}
 	for k, v := range pc.GetEnvs() {
 		env[k] = v
 	}
-	if len(env) > 0 {
-		args["env"] = env
-	}
+	args["env"] = env
 	out, err := p.s.tool(ctx, tool, args)
 	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)

@@ -87,6 +87,7 @@ func TestE2BSDK(t *testing.T) {
 			ExitCode int
 		} `json:"ok"`
 		Read, Cat, Reconnected    string
+		Home                      string
 		List, Events              []string
 		MadeDir, MadeAgain        bool
 		Moved, Info               string
@@ -113,7 +114,10 @@ func TestE2BSDK(t *testing.T) {
 		t.Errorf("a plain command: %+v", out.OK)
 	}
 	if out.Read != "some notes\n" || out.Cat != "some notes\n" || out.Reconnected != "some notes\n" {
-		t.Errorf("a file written: read %q, by a command %q, after connect %q", out.Read, out.Cat, out.Reconnected)
+		t.Errorf("a file written: read %q, by a command at its E2B path %q, after connect %q", out.Read, out.Cat, out.Reconnected)
+	}
+	if out.Home != "/workspace\n/home/user\n" {
+		t.Errorf("E2B's home in a command: %q, want /home/user, a link to /workspace", out.Home)
 	}
 	if out.Fed != "ping\n" || !slices.Contains(out.ListedPids, out.BgPid) || !out.Killed ||
 		!strings.Contains(out.BgEnd, "exit 137") || len(out.AfterKillPids) != 0 {

@@ -12,7 +12,8 @@ const ok = await sbx.commands.run('echo done');
 out.ok = { stdout: ok.stdout, exitCode: ok.exitCode };
 await sbx.files.write('/home/user/notes/a.txt', 'some notes\n');
 out.read = await sbx.files.read('/home/user/notes/a.txt');
-out.cat = (await sbx.commands.run('cat notes/a.txt')).stdout;
+out.cat = (await sbx.commands.run('cat /home/user/notes/a.txt')).stdout;
+out.home = (await sbx.commands.run('cd ~ && pwd -P && echo $HOME')).stdout;
 // The filesystem: list, make a directory, stat, move, remove, watch.
 out.list = (await sbx.files.list('/home/user/notes')).map((e) => `${e.name}:${e.type}`);
 out.madeDir = await sbx.files.makeDir('/home/user/data');
