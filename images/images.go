@@ -204,9 +204,10 @@ func coreHash(contextTar []byte, parentHash string) string {
 	return hex.EncodeToString(h.Sum(nil))[:HashLen]
 }
 
-// finalDockerfile is the Dockerfile of a final image built on coreTag.
+// finalDockerfile is the Dockerfile of a final image built on coreTag:
+// one COPY of the context's root/ tree, so one layer.
 func finalDockerfile(coreTag string) string {
-	return "FROM " + coreTag + "\nCOPY " + SupervisorFile + " " + SupervisorPath + "\nCOPY home/ /home/\n"
+	return "FROM " + coreTag + "\nCOPY root/ /\n"
 }
 
 // HomeUser is a link in every final image to /workspace: E2B's home, which
@@ -214,8 +215,9 @@ func finalDockerfile(coreTag string) string {
 const HomeUser = "/home/user"
 
 // finalContextTar returns the deterministic build context of the final image
-// built on coreTag: its Dockerfile and the supervisor (mode 0755; COPY without
-// --chown makes it root's).
+// built on coreTag: its Dockerfile and root/, the tree it adds: the
+// supervisor (mode 0755; COPY without --chown makes it root's) and the
+// HomeUser link.
 func finalContextTar(coreTag string, supervisor []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -227,9 +229,13 @@ func finalContextTar(coreTag string, supervisor []byte) ([]byte, error) {
 		link string
 	}{
 		{name: "Dockerfile", mode: 0o644, data: []byte(finalDockerfile(coreTag)), kind: tar.TypeReg},
-		{name: SupervisorFile, mode: 0o755, data: supervisor, kind: tar.TypeReg},
-		{name: "home/", mode: 0o755, kind: tar.TypeDir},
-		{name: "home/user", mode: 0o777, kind: tar.TypeSymlink, link: "/workspace"},
+		{name: "root/", mode: 0o755, kind: tar.TypeDir},
+		{name: "root/usr/", mode: 0o755, kind: tar.TypeDir},
+		{name: "root/usr/local/", mode: 0o755, kind: tar.TypeDir},
+		{name: "root/usr/local/bin/", mode: 0o755, kind: tar.TypeDir},
+		{name: "root" + SupervisorPath, mode: 0o755, data: supervisor, kind: tar.TypeReg},
+		{name: "root/home/", mode: 0o755, kind: tar.TypeDir},
+		{name: "root" + HomeUser, mode: 0o777, kind: tar.TypeSymlink, link: "/workspace"},
 	} {
 		hdr := &tar.Header{
 			Typeflag: f.kind,

@@ -334,20 +334,20 @@ func TestPlan(t *testing.T) {
 			}
 			switch hdr.Name {
 			case "Dockerfile":
-				if w := "FROM " + core.Tag + "\nCOPY sandboxer-supervisor /usr/local/bin/sandboxer-supervisor\nCOPY home/ /home/\n"; string(data) != w {
+				if w := "FROM " + core.Tag + "\nCOPY root/ /\n"; string(data) != w {
 					t.Errorf("%s: final Dockerfile %q, want %q", im.Name, data, w)
 				}
-			case SupervisorFile:
+			case "root" + SupervisorPath:
 				if hdr.Mode != 0o755 || !bytes.Equal(data, fake) {
 					t.Errorf("%s: supervisor mode %o, %q", im.Name, hdr.Mode, data)
 				}
-			case "home/user": // E2B's home, a link to /workspace
-				if hdr.Typeflag != tar.TypeSymlink || hdr.Linkname != "/workspace" || HomeUser != "/"+hdr.Name {
+			case "root/home/user": // E2B's home, a link to /workspace
+				if hdr.Typeflag != tar.TypeSymlink || hdr.Linkname != "/workspace" {
 					t.Errorf("%s: home/user is type %c, a link to %q", im.Name, hdr.Typeflag, hdr.Linkname)
 				}
 			}
 		}
-		if strings.Join(names, " ") != "Dockerfile sandboxer-supervisor home/ home/user" {
+		if strings.Join(names, " ") != "Dockerfile root/ root/usr/ root/usr/local/ root/usr/local/bin/ root/usr/local/bin/sandboxer-supervisor root/home/ root/home/user" {
 			t.Errorf("%s: final context %v", im.Name, names)
 		}
 	}

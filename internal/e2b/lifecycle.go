@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxer/sandboxer/internal/policy"
 	"github.com/sandboxer/sandboxer/internal/record"
 	"github.com/sandboxer/sandboxer/internal/template"
+	"github.com/sandboxer/sandboxer/internal/tenant"
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
@@ -99,10 +100,11 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
+	owner := tenant.Owner(r.Context()) // an admin's key too lists its own, as with sandboxes
 	infos := s.templates.List(r.Context())
 	sort.Slice(infos, func(i, j int) bool { return infos[i].Name < infos[j].Name })
 	for _, t := range infos {
-		if t.Source != record.TemplateSnapshot || t.Name <= q.Get("nextToken") ||
+		if t.Source != record.TemplateSnapshot || t.Tenant != owner || t.Name <= q.Get("nextToken") ||
 			(q.Get("sandboxID") != "" && t.Workspace != q.Get("sandboxID")) || (q.Get("name") != "" && t.Name != q.Get("name")) {
 			continue
 		}
