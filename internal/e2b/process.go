@@ -2,9 +2,12 @@ package e2b
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,7 +86,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if err := stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}}); err != nil {
 		return err
 	}
-	return p.follow(ctx, id, pty, func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) })
+	return p.follow(ctx, id, pty, keepaliveOf(req.Header()), func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) })
 }
 
 // commandLimit is a command's time limit in seconds: what the client's
@@ -106,9 +109,20 @@ func (s *Server) commandLimit(ctx context.Context) float64 {
 	return left
 }
 
+// keepaliveOf is how often a quiet stream sends a keepalive event: the
+// SDK's Keepalive-Ping-Interval header, in seconds (at least 1, at most an
+// hour); none without it.
+func keepaliveOf(h http.Header) time.Duration {
+	n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval"))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(min(n, 3600)) * time.Second
+}
+
 // follow sends a job's output as data events (a terminal's as pty data),
 // then its end.
-func (p *processService) follow(ctx context.Context, id string, pty bool, send func(*process.ProcessEvent) error) error {
+func (p *processService) follow(ctx context.Context, id string, pty bool, keepalive time.Duration, send func(*process.ProcessEvent) error) error {
 	jobs := p.s.jobs
 	var seen int64
 	cursors := map[output.Selector]int64{}
@@ -146,7 +160,19 @@ func (p *processService) follow(ctx context.Context, id string, pty bool, send f
 		return nil
 	}
 	for {
-		size, ended, err := jobs.WaitOutput(ctx, id, seen)
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if keepalive > 0 {
+			wctx, cancel = context.WithTimeout(ctx, keepalive)
+		}
+		size, ended, err := jobs.WaitOutput(wctx, id, seen)
+		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// Quiet for a while: a keepalive keeps proxies from closing the stream.
+			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -237,7 +263,7 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err := stream.Send(&process.ConnectResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}}); err != nil {
 		return err
 	}
-	return p.follow(ctx, pr.job, pr.pty, func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) })
+	return p.follow(ctx, pr.job, pr.pty, keepaliveOf(req.Header()), func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) })
 }
 
 // SendInput writes to a process's stdin (send_input).

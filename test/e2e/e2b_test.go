@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandboxer/sandboxer/internal/e2b/envd/process"
+	"github.com/sandboxer/sandboxer/internal/e2b/envd/process/processconnect"
 )
 
 var e2bLine = regexp.MustCompile(`"addr":"([0-9.:\[\]]+)".*serving the E2B API on http`)
@@ -34,20 +40,25 @@ func e2bSDK(t *testing.T) string {
 	return node
 }
 
+// startE2BServer serves HTTP and the E2B API (serve with extra, which
+// names --e2b) and returns the E2B listener's address.
+func startE2BServer(t *testing.T, extra ...string) (*httpServer, string) {
+	t.Helper()
+	h := startHTTPServer(t, extra...)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := e2bLine.FindStringSubmatch(h.stderr.String()); m != nil {
+			return h, m[1]
+		}
+	}
+	t.Fatalf("no 'serving the E2B API' line:\n%s", tail(h.stderr.String(), 3000))
+	return nil, ""
+}
+
 // runE2BScript runs a script of testdata/e2b with the e2b SDK against a
 // server of its own (serve with extra), as alice, and returns its stdout.
 func runE2BScript(t *testing.T, script string, extra ...string) []byte {
 	t.Helper()
-	h := startHTTPServer(t, extra...)
-	var addr string
-	for deadline := time.Now().Add(30 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if m := e2bLine.FindStringSubmatch(h.stderr.String()); m != nil {
-			addr = m[1]
-		}
-	}
-	if addr == "" {
-		t.Fatalf("no 'serving the E2B API' line:\n%s", tail(h.stderr.String(), 3000))
-	}
+	h, addr := startE2BServer(t, extra...)
 	node := e2bSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -199,5 +210,68 @@ func TestE2BLifecycle(t *testing.T) {
 	}
 	if len(out.Left) != 0 {
 		t.Errorf("sandboxes left: %v", out.Left)
+	}
+}
+
+// TestE2BKeepalive: a quiet command's stream carries keepalive events at
+// the SDK's Keepalive-Ping-Interval (so proxies do not close it), then its
+// output and its end; over the generated Connect client, as the SDK speaks.
+func TestE2BKeepalive(t *testing.T) {
+	t.Parallel()
+	_, addr := startE2BServer(t, "--e2b", "127.0.0.1:0")
+	base := "http://" + addr
+	req, _ := http.NewRequest("POST", base+"/sandboxes", strings.NewReader(`{"templateID":"bash","timeout":120}`))
+	req.Header.Set("X-API-KEY", aliceToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb struct{ SandboxID, EnvdAccessToken string }
+	_ = json.NewDecoder(resp.Body).Decode(&sb)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || sb.SandboxID == "" {
+		t.Fatalf("create: %d %+v", resp.StatusCode, sb)
+	}
+	defer func() {
+		req, _ := http.NewRequest("DELETE", base+"/sandboxes/"+sb.SandboxID, nil)
+		req.Header.Set("X-API-KEY", aliceToken)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	client := processconnect.NewProcessClient(http.DefaultClient, base)
+	start := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "sleep 2.5; echo done"}}})
+	start.Header().Set("E2b-Sandbox-Id", sb.SandboxID)
+	start.Header().Set("X-Access-Token", sb.EnvdAccessToken)
+	start.Header().Set("Keepalive-Ping-Interval", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := client.Start(ctx, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	var out string
+	exit := int32(-1)
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent(); {
+		case ev.GetStart() != nil:
+			kinds = append(kinds, "start")
+		case ev.GetKeepalive() != nil:
+			kinds = append(kinds, "keepalive")
+		case ev.GetData() != nil:
+			kinds = append(kinds, "data")
+			out += string(ev.GetData().GetStdout())
+		case ev.GetEnd() != nil:
+			kinds = append(kinds, "end")
+			exit = ev.GetEnd().GetExitCode()
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("the stream: %v (events %v)", err, kinds)
+	}
+	if n := strings.Count(strings.Join(kinds, " "), "keepalive"); n < 2 || kinds[0] != "start" || kinds[len(kinds)-1] != "end" || out != "done\n" || exit != 0 {
+		t.Errorf("events %v (%d keepalives, want 2 or more before the output), output %q, exit %d", kinds, n, out, exit)
 	}
 }
