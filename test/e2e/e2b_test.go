@@ -157,7 +157,8 @@ func TestE2BSDK(t *testing.T) {
 // TestE2BLifecycle: with the real e2b SDK (lifecycle.mjs), against a server
 // with the templates toolset: a running sandbox's metrics against its
 // limits; a command's timeoutMs ends it; a polled watcher (Create,
-// GetWatcherEvents, Remove) sees a new file; a snapshot a new sandbox starts
+// GetWatcherEvents, Remove) sees a new file; the git helpers init, add and
+// commit; a snapshot a new sandbox starts
 // from, listed by its sandbox, deleted once (then not found); a fork refused
 // while a process runs that runc cannot carry, then two forks with the
 // files; nothing left listed.
@@ -177,6 +178,8 @@ func TestE2BLifecycle(t *testing.T) {
 		Polled                []string
 		RemovedWatcher        int
 		PollAfterRemove       string
+		GitUntracked          []string
+		GitLog                string
 		SnapshotID            string `json:"snapshotId"`
 		Snapshots             []string
 		FromSnapshot          string
@@ -200,6 +203,9 @@ func TestE2BLifecycle(t *testing.T) {
 	}
 	if !slices.Contains(out.Polled, "EVENT_TYPE_CREATE:p.txt") || out.RemovedWatcher != 200 || out.PollAfterRemove != "not_found" {
 		t.Errorf("a polled watcher: events %v, removed %d, polled after %q", out.Polled, out.RemovedWatcher, out.PollAfterRemove)
+	}
+	if !slices.Equal(out.GitUntracked, []string{"untracked:a.txt"}) || out.GitLog != "first\n" {
+		t.Errorf("the git helpers: status %v, then log %q", out.GitUntracked, out.GitLog)
 	}
 	if out.SnapshotID == "" || !slices.Equal(out.Snapshots, []string{out.SnapshotID}) || out.FromSnapshot != "v1\n" || !out.Deleted || out.DeletedAgain {
 		t.Errorf("a snapshot %q: listed %v, a sandbox from it read %q, deleted %v then %v",

@@ -1,6 +1,6 @@
 // The E2B lifecycle beyond a script's basics, with the real SDK: metrics,
 // a command's own time limit, a polled watcher (as E2B's Python SDK
-// watches), a snapshot (created from, listed, deleted), forks (refused
+// watches), the git helpers, a snapshot (created from, listed, deleted), forks (refused
 // while a process runs where memory cannot be carried, then of the files),
 // every sandbox killed at the end. Prints what it saw as JSON.
 import { Sandbox } from 'e2b';
@@ -42,6 +42,14 @@ for (let i = 0; i < 100 && !polled.some((e) => e.name === 'p.txt'); i++) {
 out.polled = polled.map((e) => `${e.type}:${e.name}`);
 out.removedWatcher = (await envd('RemoveWatcher', { watcherId })).status;
 out.pollAfterRemove = (await envd('GetWatcherEvents', { watcherId })).body.code;
+
+// The SDK's git helpers run git as commands.
+await sbx.git.init('/home/user/repo');
+await sbx.files.write('/home/user/repo/a.txt', 'a\n');
+out.gitUntracked = (await sbx.git.status('/home/user/repo')).fileStatus.map((f) => `${f.status}:${f.name}`);
+await sbx.git.add('/home/user/repo', { all: true });
+await sbx.git.commit('/home/user/repo', 'first', { authorName: 'A', authorEmail: 'a@example.com' });
+out.gitLog = (await sbx.commands.run('git -C /home/user/repo log --format=%s')).stdout;
 
 // A snapshot: a new sandbox starts from it; listed by its sandbox; deleted once.
 const snap = await sbx.createSnapshot();
