@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -81,14 +82,20 @@ type Server struct {
 	pol        *policy.Policy
 
 	mu   sync.Mutex
-	live map[string]*sandbox // by id: the processes this server started
+	live map[string]*running // by sandbox id
 }
 
-// sandbox is one E2B sandbox (its record) with the processes this server
-// started in it.
+// sandbox is one E2B sandbox as a request sees it: its record, read for
+// the request, and what this server runs in it, shared by every request.
 type sandbox struct {
 	*record.E2BSandbox
+	*running
+}
 
+// running is what this server started in a sandbox: its processes and
+// polled watchers.
+type running struct {
+	tenant   string
 	mu       sync.Mutex
 	procs    map[uint32]*proc // by pid
 	next     uint32
@@ -117,7 +124,7 @@ type Deps struct {
 // New makes the E2B API.
 func New(d Deps) *Server {
 	return &Server{call: d.Call, jobs: d.Jobs, workspaces: d.Workspaces, tokens: d.Tokens, reg: d.Registry,
-		templates: d.Templates, pol: d.Policy, live: map[string]*sandbox{}}
+		templates: d.Templates, pol: d.Policy, live: map[string]*running{}}
 }
 
 // Handler is the whole API on one listener: a request naming a sandbox
@@ -204,17 +211,16 @@ func (s *Server) ownedOr404(w http.ResponseWriter, r *http.Request) *sandbox {
 	return sb
 }
 
-// liveOf is the sandbox of rec with the processes this server started in it.
+// liveOf is the sandbox of rec with what this server runs in it.
 func (s *Server) liveOf(rec *record.E2BSandbox) *sandbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sb := s.live[rec.ID]
-	if sb == nil || sb.Tenant != rec.Tenant {
-		sb = &sandbox{procs: map[uint32]*proc{}, watchers: map[string]*watcher{}}
-		s.live[rec.ID] = sb
+	r := s.live[rec.ID]
+	if r == nil || r.tenant != rec.Tenant {
+		r = &running{tenant: rec.Tenant, procs: map[uint32]*proc{}, watchers: map[string]*watcher{}}
+		s.live[rec.ID] = r
 	}
-	sb.E2BSandbox = rec
-	return sb
+	return &sandbox{E2BSandbox: rec, running: r}
 }
 
 // owned is ctx's tenant's sandbox id, or nil.
@@ -424,18 +430,15 @@ func (s *Server) listed(ctx context.Context, sb *sandbox) map[string]any {
 func (s *Server) forget(ctx context.Context, id string) {
 	_ = s.reg.DeleteE2BSandbox(ctx, id)
 	s.mu.Lock()
-	sb := s.live[id]
+	r := s.live[id]
 	delete(s.live, id)
 	s.mu.Unlock()
-	if sb != nil {
-		sb.mu.Lock()
-		var ids []string
-		for id := range sb.watchers {
-			ids = append(ids, id)
-		}
-		sb.mu.Unlock()
+	if r != nil {
+		r.mu.Lock()
+		ids := slices.Collect(maps.Keys(r.watchers))
+		r.mu.Unlock()
 		for _, id := range ids {
-			sb.removeWatcher(id)
+			r.removeWatcher(id)
 		}
 	}
 }

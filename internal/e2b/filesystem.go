@@ -379,7 +379,7 @@ func (f *fsService) RemoveWatcher(ctx context.Context, req *connect.Request[file
 }
 
 // removeWatcher ends watcher id, if the sandbox has it.
-func (sb *sandbox) removeWatcher(id string) bool {
+func (sb *running) removeWatcher(id string) bool {
 	sb.mu.Lock()
 	wt := sb.watchers[id]
 	delete(sb.watchers, id)

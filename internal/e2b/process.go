@@ -214,7 +214,7 @@ func (s *Server) running(ctx context.Context, sb *sandbox) map[uint32]*proc {
 }
 
 // newProc numbers a sandbox's process.
-func (sb *sandbox) newProc(p *proc) uint32 {
+func (sb *running) newProc(p *proc) uint32 {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	sb.next++
@@ -224,7 +224,7 @@ func (sb *sandbox) newProc(p *proc) uint32 {
 
 // selected is the process a selector names (by pid or tag), or an error
 // the SDK reads as not found.
-func (sb *sandbox) selected(sel *process.ProcessSelector) (uint32, *proc, error) {
+func (sb *running) selected(sel *process.ProcessSelector) (uint32, *proc, error) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if tag := sel.GetTag(); tag != "" {
