@@ -18,7 +18,8 @@ import (
 //     loopback (a page of another site that rebinds its name to 127.0.0.1
 //     sends its own name as Host);
 //   - a browser's Origin, when sent, must name the host asked;
-//   - bad credentials (a bearer token, a sign-in form) are counted per
+//   - bad credentials (a bearer token, a sign-in form, the E2B API's keys
+//     and sandbox tokens: WrapWith) are counted per
 //     source address: after SlowAfterFailures in the window each further bad
 //     attempt from it is answered late, and after MaxFailedCredentials it is
 //     refused with 429 and Retry-After, on every path, until the window
@@ -76,8 +77,20 @@ func NewDoor(cfg DoorConfig) *Door {
 // Wrap puts the door in front of next, the handler of a listener; loopback
 // says the listener is bound to loopback only (then Host must name it);
 // otherwise hosts, when not empty, are the names (host or host:port) it
-// answers to.
+// answers to. Its credentials are bearer tokens (and the console's sign-in).
 func (d *Door) Wrap(next http.Handler, loopback bool, hosts ...string) http.Handler {
+	return d.WrapWith(next, nil, loopback, hosts...)
+}
+
+// Credentials judges the credentials a request presents, for a listener
+// whose handler takes others than bearer tokens (the E2B API's keys and
+// sandbox tokens): presented, and known good.
+type Credentials func(r *http.Request) (presented, good bool)
+
+// WrapWith is Wrap for a listener whose credentials creds judges (nil:
+// bearer tokens): a request presenting bad ones counts as a failure of its
+// source whatever its handler answers.
+func (d *Door) WrapWith(next http.Handler, creds Credentials, loopback bool, hosts ...string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if loopback && !LoopbackHost(r.Host) {
 			http.Error(w, "this server answers only to localhost, 127.0.0.1 and [::1], not Host "+clip(r.Host, 100), http.StatusForbidden)
@@ -93,8 +106,13 @@ func (d *Door) Wrap(next http.Handler, loopback bool, hosts ...string) http.Hand
 		}
 		source := d.source(r)
 		r = r.WithContext(context.WithValue(r.Context(), sourceKey{}, source))
-		presented := presentedCredentials(r)
-		if presented && !d.good(r) {
+		presented, good := presentedCredentials(r), false
+		if creds != nil {
+			presented, good = creds(r)
+		} else if presented {
+			good = d.good(r)
+		}
+		if presented && !good {
 			n, wait := d.failures(source)
 			if n >= MaxFailedCredentials && wait > 0 {
 				w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
@@ -111,7 +129,8 @@ func (d *Door) Wrap(next http.Handler, loopback bool, hosts ...string) http.Hand
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
-		if sw.code == http.StatusUnauthorized && presented {
+		// Bearer tokens without a token file are judged by the handler's answer.
+		if presented && !good && (creds != nil || sw.code == http.StatusUnauthorized) {
 			d.fail(source)
 		}
 	})

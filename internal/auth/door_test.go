@@ -207,3 +207,45 @@ func TestDoorTrustsOnlyItsProxies(t *testing.T) {
 		t.Errorf("IPv6 behind a trusted proxy: %q", seen)
 	}
 }
+
+// A listener whose credentials are judged by its own rule (the E2B API's
+// keys): bad ones count whatever the handler answers (a 404 too) and are
+// refused past the limit; good ones never are.
+func TestDoorCountsOtherCredentials(t *testing.T) {
+	old := slowStep
+	slowStep = time.Millisecond
+	defer func() { slowStep = old }()
+	creds := func(r *http.Request) (bool, bool) {
+		key := r.Header.Get("X-Key")
+		return key != "", key == goodToken
+	}
+	door := NewDoor(DoorConfig{}).WrapWith(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Key") != goodToken {
+			w.WriteHeader(http.StatusNotFound) // as the E2B API answers a wrong sandbox token
+		}
+	}), creds, false)
+	send := func(key string) int {
+		r := httptest.NewRequest("GET", "/files", nil)
+		r.RemoteAddr = "192.0.2.9:1"
+		if key != "" {
+			r.Header.Set("X-Key", key)
+		}
+		w := httptest.NewRecorder()
+		door.ServeHTTP(w, r)
+		return w.Code
+	}
+	for i := range MaxFailedCredentials {
+		if code := send(fmt.Sprint("guess-", i)); code != http.StatusNotFound {
+			t.Fatalf("bad attempt %d: %d", i+1, code)
+		}
+	}
+	if code := send("guess-more"); code != http.StatusTooManyRequests {
+		t.Errorf("bad attempt past the limit: %d, want 429", code)
+	}
+	if code := send(goodToken); code != http.StatusOK {
+		t.Errorf("the good key after the limit: %d", code)
+	}
+	if code := send(""); code != http.StatusNotFound {
+		t.Errorf("no key at all (not a credential): %d", code)
+	}
+}

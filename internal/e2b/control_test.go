@@ -142,6 +142,29 @@ func TestSandboxesOutliveTheServer(t *testing.T) {
 	if c := health(ids[0], tokens[ids[1]]); c != http.StatusNotFound {
 		t.Errorf("envd health with another sandbox's token: %d", c)
 	}
+	// The front door's judge: keys and sandbox tokens, good and bad.
+	judge := New(Deps{Call: tools, Tokens: k, Registry: st})
+	for _, c := range []struct {
+		name            string
+		headers         map[string]string
+		presented, good bool
+	}{
+		{"a good key", map[string]string{"X-API-KEY": "ka"}, true, true},
+		{"a bad key", map[string]string{"X-API-KEY": "nope"}, true, false},
+		{"nothing", nil, false, false},
+		{"a sandbox's token", map[string]string{"E2b-Sandbox-Id": ids[0], "X-Access-Token": tokens[ids[0]]}, true, true},
+		{"another sandbox's token", map[string]string{"E2b-Sandbox-Id": ids[0], "X-Access-Token": tokens[ids[1]]}, true, false},
+		{"no token", map[string]string{"E2b-Sandbox-Id": ids[0]}, true, false},
+		{"no such sandbox", map[string]string{"E2b-Sandbox-Id": "e2b-000000000000", "X-Access-Token": "x"}, true, false},
+	} {
+		r := httptest.NewRequest("GET", "/health", nil)
+		for h, v := range c.headers {
+			r.Header.Set(h, v)
+		}
+		if p, g := judge.Credentials(r); p != c.presented || g != c.good {
+			t.Errorf("%s: presented %v good %v", c.name, p, g)
+		}
+	}
 	// Filters and pages.
 	code, body, _ = do(second, "ka", "GET", "/v2/sandboxes?metadata=team%3Dred", "")
 	if code != http.StatusOK || strings.Contains(body, ids[1]) || !strings.Contains(body, ids[0]) || !strings.Contains(body, ids[2]) {

@@ -178,6 +178,22 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
+// Credentials judges what a request presents, for the front door
+// (auth.Door.WrapWith), so bad API keys and sandbox tokens count against
+// their source as bad bearer tokens do: a sandbox named (E2b-Sandbox-Id)
+// with its access token, or an X-API-KEY.
+func (s *Server) Credentials(r *http.Request) (presented, good bool) {
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		rec, err := s.reg.E2BSandboxForToken(r.Context(), id)
+		return true, err == nil && subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(rec.Token)) == 1
+	}
+	if r.Header.Get("X-API-KEY") == "" {
+		return false, false
+	}
+	_, ok := s.tenantOf(r)
+	return true, ok
+}
+
 // tenantOf authenticates a control-plane request by its X-API-KEY.
 func (s *Server) tenantOf(r *http.Request) (tenant.Tenant, bool) {
 	if s.tokens == nil {

@@ -154,7 +154,7 @@ func serveE2B(ctx context.Context, cfg *config.Config, api *e2b.Server, tokens *
 		return nil, fmt.Errorf("--e2b: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           door.Wrap(api.Handler(), mcpserver.IsLoopback(ln.Addr().String()), cfg.Policy.HTTP.Hosts...),
+		Handler:           door.WrapWith(api.Handler(), api.Credentials, mcpserver.IsLoopback(ln.Addr().String()), cfg.Policy.HTTP.Hosts...),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -279,5 +280,44 @@ func TestE2BKeepalive(t *testing.T) {
 	}
 	if n := strings.Count(strings.Join(kinds, " "), "keepalive"); n < 2 || kinds[0] != "start" || kinds[len(kinds)-1] != "end" || out != "done\n" || exit != 0 {
 		t.Errorf("events %v (%d keepalives, want 2 or more before the output), output %q, exit %d", kinds, n, out, exit)
+	}
+}
+
+// TestE2BFrontDoor: the E2B listener's bad credentials (API keys and
+// sandbox tokens alike) count at the server's front door: past its limit
+// the source is refused with 429 and Retry-After, while a good key still
+// works.
+func TestE2BFrontDoor(t *testing.T) {
+	t.Parallel()
+	_, addr := startE2BServer(t, "--e2b", "127.0.0.1:0")
+	send := func(path string, headers map[string]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		for h, v := range headers {
+			req.Header.Set(h, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	for i := range 10 { // auth.MaxFailedCredentials
+		headers := map[string]string{"X-API-KEY": fmt.Sprintf("not-a-key-%d", i)}
+		path, want := "/sandboxes", http.StatusUnauthorized
+		if i%2 == 1 {
+			headers = map[string]string{"E2b-Sandbox-Id": "e2b-0123456789ab", "X-Access-Token": "guess"}
+			path, want = "/health", http.StatusNotFound
+		}
+		if code, _ := send(path, headers); code != want {
+			t.Fatalf("bad attempt %d: %d, want %d", i+1, code, want)
+		}
+	}
+	if code, retry := send("/sandboxes", map[string]string{"X-API-KEY": "one-more"}); code != http.StatusTooManyRequests || retry == "" {
+		t.Errorf("a bad key past the limit: %d (Retry-After %q), want 429", code, retry)
+	}
+	if code, _ := send("/sandboxes", map[string]string{"X-API-KEY": aliceToken}); code != http.StatusOK {
+		t.Errorf("a good key from the same address: %d", code)
 	}
 }
