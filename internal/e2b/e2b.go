@@ -1,7 +1,8 @@
 // Package e2b serves E2B's API (its control plane and its in-sandbox envd),
 // so the e2b SDK works against sandboxer with only E2B_API_URL,
 // E2B_SANDBOX_URL and E2B_API_KEY changed. An E2B sandbox is a sandboxer
-// workspace; every call is translated into the MCP tools' own calls
+// workspace, its record the store's (Registry), by tenant, so a restart
+// loses none; every call is translated into the MCP tools' own calls
 // (Caller), so each policy, limit, block-list entry, approval and audit
 // line holds exactly as over MCP. The in-sandbox API is Connect RPC (the
 // generated code of E2B's envd protos under envd/) and plain HTTP for
