@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/filesystem/filesystemconnect"
@@ -167,6 +168,10 @@ func (s *Server) Handler() http.Handler {
 				apiError(w, http.StatusNotFound, "sandbox %q not found (or its access token is wrong)", id)
 				return
 			}
+			if u := userOf(r); u != "" && u != sandboxUser {
+				refuseUser(w, r, u)
+				return
+			}
 			envd.ServeHTTP(w, r.WithContext(withSandbox(tenant.With(r.Context(), tenant.Tenant{Name: rec.Tenant}), s.liveOf(rec))))
 			return
 		}
@@ -177,6 +182,30 @@ func (s *Server) Handler() http.Handler {
 		}
 		control.ServeHTTP(w, r.WithContext(tenant.With(r.Context(), t)))
 	})
+}
+
+// sandboxUser is E2B's default user, the one name sandboxer answers to:
+// every command runs as the sandbox's unprivileged user.
+const sandboxUser = "user"
+
+// userOf is the user an envd request asks to act as (the SDK's user
+// option): Basic authorization's name, or /files' username; "" for none.
+func userOf(r *http.Request) string {
+	if u, _, ok := r.BasicAuth(); ok {
+		return u
+	}
+	return r.URL.Query().Get("username")
+}
+
+// refuseUser answers a request for another user than sandboxUser, in the
+// protocol it came in (Connect for the RPCs, E2B's JSON for /files).
+func refuseUser(w http.ResponseWriter, r *http.Request, u string) {
+	why := fmt.Errorf("user %q: sandboxer runs every command and file operation as the sandbox's unprivileged user (%q); install packages with install_packages or a template, not as root", truncate(u, 32), sandboxUser)
+	if strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem.") {
+		_ = connect.NewErrorWriter().Write(w, r, connect.NewError(connect.CodePermissionDenied, why))
+		return
+	}
+	apiError(w, http.StatusForbidden, "%v", why)
 }
 
 // Credentials judges what a request presents, for the front door

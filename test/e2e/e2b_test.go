@@ -157,7 +157,7 @@ func TestE2BSDK(t *testing.T) {
 
 // TestE2BLifecycle: with the real e2b SDK (lifecycle.mjs), against a server
 // with the templates toolset: a running sandbox's metrics against its
-// limits; a command's timeoutMs ends it; a polled watcher (Create,
+// limits; a command's timeoutMs ends it; the user option (root refused); a polled watcher (Create,
 // GetWatcherEvents, Remove) sees a new file; the git helpers init, add and
 // commit; a snapshot a new sandbox starts
 // from, listed by its sandbox, deleted once (then not found); a fork refused
@@ -180,6 +180,8 @@ func TestE2BLifecycle(t *testing.T) {
 		RemovedWatcher        int
 		PollAfterRemove       string
 		GitUntracked          []string
+		AsUser, AsRoot        string
+		WriteAsRoot           string
 		GitLog                string
 		SnapshotID            string `json:"snapshotId"`
 		Snapshots             []string
@@ -204,6 +206,9 @@ func TestE2BLifecycle(t *testing.T) {
 	}
 	if !slices.Contains(out.Polled, "EVENT_TYPE_CREATE:p.txt") || out.RemovedWatcher != 200 || out.PollAfterRemove != "not_found" {
 		t.Errorf("a polled watcher: events %v, removed %d, polled after %q", out.Polled, out.RemovedWatcher, out.PollAfterRemove)
+	}
+	if out.AsUser != "1000\n" || !strings.Contains(out.AsRoot, `user "root"`) || !strings.Contains(out.WriteAsRoot, "unprivileged") {
+		t.Errorf("the user option: as user %q, as root %q, a file written as root %q", out.AsUser, out.AsRoot, out.WriteAsRoot)
 	}
 	if !slices.Equal(out.GitUntracked, []string{"untracked:a.txt"}) || out.GitLog != "first\n" {
 		t.Errorf("the git helpers: status %v, then log %q", out.GitUntracked, out.GitLog)

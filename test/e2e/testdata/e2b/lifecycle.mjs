@@ -43,6 +43,11 @@ out.polled = polled.map((e) => `${e.type}:${e.name}`);
 out.removedWatcher = (await envd('RemoveWatcher', { watcherId })).status;
 out.pollAfterRemove = (await envd('GetWatcherEvents', { watcherId })).body.code;
 
+// The user option: E2B's "user" is the sandbox's user; root is refused, saying why.
+out.asUser = (await sbx.commands.run('id -u', { user: 'user' })).stdout;
+out.asRoot = await sbx.commands.run('id -u', { user: 'root' }).then((r) => r.stdout, (e) => String(e));
+out.writeAsRoot = await sbx.files.write('/home/user/r.txt', 'x', { user: 'root' }).then(() => 'written', (e) => String(e));
+
 // The SDK's git helpers run git as commands.
 await sbx.git.init('/home/user/repo');
 await sbx.files.write('/home/user/repo/a.txt', 'a\n');
