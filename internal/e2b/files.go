@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"path"
 	"strings"
+
+	"github.com/sandboxer/sandboxer/images"
 )
 
 // maxUpload bounds one upload request's body.
@@ -23,7 +25,7 @@ func workspacePath(p string) (string, error) {
 	if p == "" {
 		return "", errors.New("a path is required")
 	}
-	for _, root := range []string{"/home/user", "/workspace"} {
+	for _, root := range []string{images.HomeUser, "/workspace"} {
 		if p == root {
 			return ".", nil
 		}
@@ -95,7 +97,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 			"content": base64.StdEncoding.EncodeToString(data), "encoding": "base64"}); err != nil {
 			return err
 		}
-		written = append(written, entryInfo{Name: path.Base(rel), Type: "file", Path: "/home/user/" + rel})
+		written = append(written, entryInfo{Name: path.Base(rel), Type: "file", Path: e2bPath(rel)})
 		return nil
 	}
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))

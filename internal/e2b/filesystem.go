@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sandboxer/sandboxer/images"
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/filesystem"
 	"github.com/sandboxer/sandboxer/internal/e2b/envd/filesystem/filesystemconnect"
 	"github.com/sandboxer/sandboxer/internal/record"
@@ -35,14 +37,13 @@ type fsService struct {
 	s *Server
 }
 
-// home is where E2B paths of the workspace are shown.
-const home = "/home/user"
-
+// e2bPath shows a path of the workspace as E2B's: under its home, which
+// every built-in image links to /workspace.
 func e2bPath(rel string) string {
 	if rel == "." || rel == "" {
-		return home
+		return images.HomeUser
 	}
-	return home + "/" + rel
+	return images.HomeUser + "/" + rel
 }
 
 func fsPath(p string) (string, error) {
@@ -120,7 +121,7 @@ func (f *fsService) list(ctx context.Context, rel string, recursive bool, glob s
 // stat describes one path: found in its directory's listing.
 func (f *fsService) stat(ctx context.Context, rel string) (*filesystem.EntryInfo, error) {
 	if rel == "." {
-		return &filesystem.EntryInfo{Name: "user", Type: filesystem.FileType_FILE_TYPE_DIRECTORY, Path: home, Mode: 0o755,
+		return &filesystem.EntryInfo{Name: "user", Type: filesystem.FileType_FILE_TYPE_DIRECTORY, Path: images.HomeUser, Mode: 0o755,
 			Permissions: "drwxr-xr-x", Owner: "user", Group: "user"}, nil
 	}
 	entries, err := f.list(ctx, path.Dir(rel), false, "")
@@ -133,6 +134,29 @@ func (f *fsService) stat(ctx context.Context, rel string) (*filesystem.EntryInfo
 		}
 	}
 	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("%s: no such file or directory", e2bPath(rel)))
+}
+
+// existing says which of paths exist, listing each of their directories
+// once (a batch of a watch names many paths of few directories).
+func (f *fsService) existing(ctx context.Context, paths []string) map[string]bool {
+	out := map[string]bool{}
+	listed := map[string]bool{}
+	for _, p := range paths {
+		if p == "." {
+			out[p] = true
+			continue
+		}
+		dir := path.Dir(p)
+		if listed[dir] {
+			continue
+		}
+		listed[dir] = true
+		entries, _ := f.list(ctx, dir, false, "") // a directory gone: its paths are gone
+		for _, e := range entries {
+			out[strings.TrimPrefix(strings.TrimPrefix(e.Path, images.HomeUser), "/")] = true
+		}
+	}
+	return out
 }
 
 // shell runs a command in the sandbox's workspace to its end.
@@ -279,13 +303,14 @@ func (f *fsService) watch(ctx context.Context, e2bPath string, recursive bool, e
 			case <-done:
 				return nil
 			case paths := <-changes:
+				paths = slices.DeleteFunc(paths, func(p string) bool {
+					return !recursive && strings.Contains(strings.TrimPrefix(strings.TrimPrefix(p, rel), "/"), "/")
+				})
+				exists := f.existing(ctx, paths)
 				for _, p := range paths {
 					name := strings.TrimPrefix(strings.TrimPrefix(p, rel), "/")
-					if !recursive && strings.Contains(name, "/") {
-						continue
-					}
 					typ := filesystem.EventType_EVENT_TYPE_WRITE
-					if _, err := f.stat(ctx, p); err != nil {
+					if !exists[p] {
 						typ = filesystem.EventType_EVENT_TYPE_REMOVE
 					} else if !seen[p] {
 						typ = filesystem.EventType_EVENT_TYPE_CREATE

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/sandboxer/sandboxer/internal/policy"
@@ -19,10 +18,11 @@ import (
 	"github.com/sandboxer/sandboxer/internal/workspace"
 )
 
-// Templates lists the templates a tenant sees (internal/template): its
-// snapshots among them.
+// Templates are the templates a tenant sees (internal/template): its
+// snapshots among them, which it may remove.
 type Templates interface {
 	List(ctx context.Context) []template.Info
+	RemoveSnapshot(ctx context.Context, name string) error
 }
 
 // metrics answers one sample of a running sandbox's use (E2B keeps a
@@ -117,18 +117,20 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// deleteSnapshot removes one of the tenant's snapshots (delete_template).
+// deleteSnapshot removes one of the tenant's snapshots (never the
+// policy's templates), as the operator's templates rm does: no tool does.
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	if !s.call.HasTool("delete_template") {
-		apiError(w, http.StatusNotImplemented, "snapshots need the templates toolset: the operator serves it with --toolsets all (or a list with templates)")
+	if s.templates == nil {
+		apiError(w, http.StatusNotImplemented, "snapshots: this server builds no templates")
 		return
 	}
-	if _, err := s.tool(r.Context(), "delete_template", map[string]any{"template": r.PathValue("id")}); err != nil {
+	id := r.PathValue("id")
+	if err := s.templates.RemoveSnapshot(r.Context(), id); err != nil {
 		status := http.StatusBadRequest
-		if strings.Contains(err.Error(), record.ErrTemplateNotFound.Error()) {
+		if errors.Is(err, record.ErrTemplateNotFound) {
 			status = http.StatusNotFound
 		}
-		apiError(w, status, "snapshot %q: %v", truncate(r.PathValue("id"), 64), err)
+		apiError(w, status, "snapshot %q: %v", truncate(id, 64), err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

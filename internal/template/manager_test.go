@@ -177,7 +177,7 @@ func TestDiskBudgetRemovesTheLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
-// TestRemoveSnapshot: delete_template removes its caller's own snapshot
+// TestRemoveSnapshot: RemoveSnapshot removes its caller's own snapshot
 // only: the policy's template is refused, another tenant's snapshot is not
 // found and stays.
 func TestRemoveSnapshot(t *testing.T) {

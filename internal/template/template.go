@@ -530,7 +530,7 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	return nil
 }
 
-// RemoveSnapshot removes ctx's tenant's snapshot name (delete_template):
+// RemoveSnapshot removes ctx's tenant's snapshot name (the E2B API's deleteSnapshot):
 // never the policy's templates, which are the operator's. One a container
 // still uses is refused.
 func (m *Manager) RemoveSnapshot(ctx context.Context, name string) error {

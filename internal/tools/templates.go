@@ -142,39 +142,3 @@ func SnapshotWorkspace(d Deps) Tool {
 			rec.Name, w.Name, rec.Language, res.SizeMB, rec.Key, rec.Name)), nil
 	}}
 }
-
-// DeleteTemplateArgs are delete_template's arguments.
-type DeleteTemplateArgs struct {
-	Template string `json:"template"`
-}
-
-// DeleteTemplateResult is what delete_template removed.
-type DeleteTemplateResult struct {
-	Template string `json:"template"`
-}
-
-func DeleteTemplate(d Deps) Tool {
-	in := inputSchema[DeleteTemplateArgs](map[string]param{
-		"template": {desc: "your snapshot_workspace template"},
-	})
-	def := mcp.NewTool("delete_template",
-		mcp.WithDescription("Remove your snapshot_workspace template."),
-		mcp.WithToolTitle("Delete a template"),
-		annotations("Delete a template", false, true, true, false),
-		withInput(in),
-		withOutput[DeleteTemplateResult](),
-	)
-	return Tool{Toolset: ToolsetTemplates, Def: def, args: in, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		var args DeleteTemplateArgs
-		if err := in.bind(req, &args); err != nil {
-			return errorResult("%v", err), nil
-		}
-		if !d.Templates.Supported() {
-			return errorResult("%s", d.lacks("templates")), nil
-		}
-		if err := d.Templates.RemoveSnapshot(ctx, args.Template); err != nil {
-			return errorResult("template: %v", err), nil
-		}
-		return structured(DeleteTemplateResult{Template: args.Template}, fmt.Sprintf("template %s removed", args.Template)), nil
-	}}
-}

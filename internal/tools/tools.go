@@ -112,7 +112,6 @@ func All(d Deps) []Tool {
 		UnblockCommand(d),
 		ListCommands(d),
 		SnapshotWorkspace(d),
-		DeleteTemplate(d),
 	}
 	// Each description ends with its docs resource, the URI alone (it says
 	// what it is: a "Docs:" before it cost 30 tools 45 tokens).

@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -28,7 +29,7 @@ type Metrics struct {
 
 // ErrNotRunning is a workspace that is paused, hibernated or stopped: it
 // is not woken to be measured.
-var ErrNotRunning = fmt.Errorf("the workspace is not running")
+var ErrNotRunning = errors.New("the workspace is not running")
 
 // Metrics samples a running workspace with the supervisor's metrics
 // (proto.MetricsCommand) in its container, and its disk use; a workspace
